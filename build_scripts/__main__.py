@@ -1,0 +1,7 @@
+"""Entry point of ``python -m build_scripts``."""
+
+import sys
+
+from build_scripts.cli import main
+
+sys.exit(main())

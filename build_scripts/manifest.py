@@ -1,0 +1,102 @@
+"""hsaco/manifest.json: what was built, from which sources, with which compiler.
+
+Schema 1::
+
+    {"schema": 1,
+     "compiler": {"kind": "clang" | "hipcc", "version": <first line of --version>,
+                  "hip_headers": "triton==3.5.1" | "rocm"},
+     "archs": [<arch>, ...],                       # archs present, in frontend.arch order
+     "code_objects": {"<arch>/<family>": {
+         "arch", "family", "path", "sha256", "listing", "listing_sha256",
+         "flags": [...], "sources": {<repo-relative path>: <sha256>},
+         "kernels": [{"name", "config", "vgpr_count", "agpr_count", "sgpr_count",
+                      "vgpr_spill_count", "sgpr_spill_count", "group_segment_fixed_size",
+                      "private_segment_fixed_size", "wavefront_size", "max_flat_workgroup_size",
+                      "kernarg_segment_size", "occupancy"}, ...]}}}
+
+Written with sorted keys, indent 1 and a trailing newline, so it is byte-reproducible.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from frontend.arch import ARCHS
+from frontend.codeobject import Kernel
+
+SCHEMA = 1
+_KEY_INT = re.compile(r"([A-Za-z]+)(\d+)")
+_DTYPE = re.compile(r"[A-Za-z0-9]+")
+
+
+class ManifestError(Exception):
+    """hsaco/manifest.json is unreadable or has an unknown schema."""
+
+
+def kernel_config(name: str, family: str) -> dict[str, Any]:
+    """``<family>_<dtype>[_<key><int>]*`` -> {"dtype": ..., key: int, ...}; {} otherwise."""
+    prefix = family + "_"
+    if not name.startswith(prefix):
+        return {}
+    dtype, *rest = name[len(prefix):].split("_")
+    if not _DTYPE.fullmatch(dtype):
+        return {}
+    config: dict[str, Any] = {"dtype": dtype}
+    for token in rest:
+        m = _KEY_INT.fullmatch(token)
+        if m is None or m.group(1) in config:
+            return {}
+        config[m.group(1)] = int(m.group(2))
+    return config
+
+
+def kernel_entry(kernel: Kernel, arch: str, family: str) -> dict[str, Any]:
+    waves = max(1, kernel.max_flat_workgroup_size // kernel.wavefront_size)
+    return {
+        "name": kernel.name,
+        "config": kernel_config(kernel.name, family),
+        "vgpr_count": kernel.vgpr_count,
+        "agpr_count": kernel.agpr_count,
+        "sgpr_count": kernel.sgpr_count,
+        "vgpr_spill_count": kernel.vgpr_spill_count,
+        "sgpr_spill_count": kernel.sgpr_spill_count,
+        "group_segment_fixed_size": kernel.group_segment_fixed_size,
+        "private_segment_fixed_size": kernel.private_segment_fixed_size,
+        "wavefront_size": kernel.wavefront_size,
+        "max_flat_workgroup_size": kernel.max_flat_workgroup_size,
+        "kernarg_segment_size": kernel.kernarg_segment_size,
+        "occupancy": ARCHS[arch].occupancy(kernel.vgpr_count, kernel.group_segment_fixed_size, waves),
+    }
+
+
+def compose(compiler: dict[str, str], entries: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    present = {e["arch"] for e in entries.values()}
+    return {
+        "schema": SCHEMA,
+        "compiler": compiler,
+        "archs": [a for a in ARCHS if a in present] + sorted(present - set(ARCHS)),
+        "code_objects": entries,
+    }
+
+
+def dumps(manifest: dict[str, Any]) -> str:
+    return json.dumps(manifest, sort_keys=True, indent=1) + "\n"
+
+
+def load(path: Path) -> dict[str, Any] | None:
+    """The manifest at `path`, or None if there is none."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ManifestError(f"{path} is not readable JSON: {exc}") from exc
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ManifestError(f"{path} has schema {data.get('schema') if isinstance(data, dict) else None!r}, "
+                            f"this build_scripts writes schema {SCHEMA}")
+    if not isinstance(data.get("code_objects"), dict) or not isinstance(data.get("compiler"), dict):
+        raise ManifestError(f"{path} lacks 'code_objects' or 'compiler'")
+    return data

@@ -1,0 +1,43 @@
+"""hipskinny: prebuilt HIP decode kernels for AMD GPUs, called from torch or numpy.
+
+Importing the package needs neither a GPU nor a HIP runtime; the first kernel
+call finds a device (see `use_device`).
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .errors import (  # noqa: E402
+    CodeObjectError,
+    DeviceMismatchError,
+    HipRuntimeError,
+    HipSkinnyError,
+    InputTypeError,
+    InputValueError,
+    KernelArgumentError,
+    UnsupportedArchError,
+)
+
+
+def __getattr__(name: str):  # lazy: keep `import hipskinny` light (build_scripts imports it too)
+    if name in ("gemv", "gemv_reference"):
+        from .ops import gemv as _gemv
+
+        return getattr(_gemv, name)
+    if name == "probe":
+        from .capability import probe
+
+        return probe
+    if name in ("use_device", "current_device"):
+        from . import devices
+
+        return getattr(devices, name)
+    raise AttributeError(f"module 'hipskinny' has no attribute {name!r}")
+
+
+__all__ = [
+    "CodeObjectError", "DeviceMismatchError", "HipRuntimeError", "HipSkinnyError", "InputTypeError",
+    "InputValueError", "KernelArgumentError", "UnsupportedArchError", "__version__", "current_device",
+    "gemv", "gemv_reference", "probe", "use_device",
+]

@@ -1,0 +1,97 @@
+"""Which device an op runs on.
+
+Torch tensors on a GPU run on the HIP device they live on. Host inputs (numpy,
+torch CPU, host DLPack) run on the *current device*: the one chosen with
+`use_device` or the ``HIPSKINNY_DEVICE`` environment variable (``"hip:0"``,
+``"emulator:gfx942"``), else HIP device 0 when a GPU is present, else the
+emulator (for the arch in ``HIPSKINNY_EMULATED_ARCH``, default gfx942) when it is
+available.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+
+from ..arch import SHIPPED_ARCHS, arch_info
+from ..errors import PROBE_HINT, HipRuntimeError, HipSkinnyError
+from .base import Device, DeviceProperties
+
+__all__ = ["Device", "DeviceProperties", "current_device", "hip_device", "use_device", "emulator_available"]
+
+_lock = threading.Lock()
+_selected: Device | None = None
+_hip_devices: dict[int, Device] = {}
+_emulated: dict[tuple[str, int | None], Device] = {}
+
+
+def emulator_available() -> bool:
+    return importlib.util.find_spec("hipskinny.emulator") is not None
+
+
+def hip_device(ordinal: int = 0) -> Device:
+    """The (cached) HipDevice for a GPU ordinal."""
+    with _lock:
+        dev = _hip_devices.get(ordinal)
+        if dev is None:
+            from .hip import HipDevice
+
+            dev = _hip_devices[ordinal] = HipDevice(ordinal)
+        return dev
+
+
+def emulated_device(arch: str, num_cus: int | None = None) -> Device:
+    """The (cached) emulated device of an arch."""
+    arch_info(arch)  # unsupported arch -> clear error
+    if not emulator_available():
+        raise HipSkinnyError("the CPU emulator (hipskinny.emulator) is not part of this installation yet; "
+                             "without it kernels can only run on a real AMD GPU. " + PROBE_HINT)
+    with _lock:
+        key = (arch, num_cus)
+        dev = _emulated.get(key)
+        if dev is None:
+            from ..emulator import EmulatedDevice  # type: ignore[import-not-found]
+
+            dev = _emulated[key] = EmulatedDevice(arch, num_cus) if num_cus else EmulatedDevice(arch)
+        return dev
+
+
+def parse_device(spec: str | Device) -> Device:
+    if isinstance(spec, Device):
+        return spec
+    kind, _, rest = spec.strip().partition(":")
+    if kind == "hip":
+        try:
+            return hip_device(int(rest or 0))
+        except ValueError as e:
+            raise HipSkinnyError(f"bad device {spec!r}: expected 'hip:<ordinal>'") from e
+    if kind == "emulator":
+        arch, _, cus = rest.partition(":")
+        return emulated_device(arch or "gfx942", int(cus) if cus else None)
+    raise HipSkinnyError(f"bad device {spec!r}: expected 'hip:<ordinal>' or 'emulator:<arch>' with arch one of "
+                         + ", ".join(SHIPPED_ARCHS))
+
+
+def use_device(spec: str | Device | None) -> Device | None:
+    """Select the device host inputs run on (None restores the default); returns it."""
+    global _selected
+    _selected = None if spec is None else parse_device(spec)
+    return _selected
+
+
+def current_device() -> Device:
+    if _selected is not None:
+        return _selected
+    env = os.environ.get("HIPSKINNY_DEVICE")
+    if env:
+        return parse_device(env)
+    from .hip import hip_runtime_status
+
+    status = hip_runtime_status()
+    if status.get("device_count", 0) > 0:
+        return hip_device(0)
+    if emulator_available():
+        return emulated_device(os.environ.get("HIPSKINNY_EMULATED_ARCH", "gfx942"))
+    raise HipRuntimeError("no device to run on: " + (status.get("problem") or "no AMD GPU found")
+                          + "; and the CPU emulator is not part of this installation. " + PROBE_HINT)

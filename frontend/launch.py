@@ -1,0 +1,170 @@
+"""Kernel arguments and launch plans, derived from a kernel's own metadata.
+
+`ArgPacker` turns the metadata of one kernel (explicit and hidden arguments with
+their offsets and sizes) into a packer that refuses calls not matching the
+signature. A `LaunchPlan` fixes grid, block and the hidden-argument block for one
+shape, so a repeated call only writes the explicit values into a copy of it.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import KernelArgumentError
+
+# Offsets of the v5/v6 implicit arguments inside the 256-byte hidden block are given
+# per argument by the metadata; these are the ones a HIP runtime fills.
+_HIDDEN_ZERO = {
+    "hidden_global_offset_x", "hidden_global_offset_y", "hidden_global_offset_z",
+    "hidden_printf_buffer", "hidden_hostcall_buffer", "hidden_multigrid_sync_arg",
+    "hidden_heap_v1", "hidden_default_queue", "hidden_completion_action", "hidden_queue_ptr",
+    "hidden_private_base", "hidden_shared_base", "hidden_none",
+}
+
+
+def _grid_dims(grid: tuple[int, int, int], block: tuple[int, int, int]) -> int:
+    if grid[2] * block[2] > 1:
+        return 3
+    return 2 if grid[1] * block[1] > 1 else 1
+
+
+@dataclass(frozen=True)
+class ExplicitArg:
+    index: int
+    offset: int
+    size: int
+    kind: str                 # metadata .value_kind: "global_buffer" or "by_value"
+    name: str
+
+
+class ArgPacker:
+    """Packs explicit kernel arguments at the offsets the kernel's metadata gives."""
+
+    def __init__(self, kernel: Any) -> None:
+        self.kernel_name: str = kernel.name
+        self.size: int = int(kernel.kernarg_segment_size)
+        self.explicit: tuple[ExplicitArg, ...] = tuple(
+            ExplicitArg(i, a.offset, a.size, a.value_kind, a.name or f"arg{i}")
+            for i, a in enumerate(kernel.explicit_args)
+        )
+        self.hidden = tuple((a.offset, a.size, a.value_kind) for a in kernel.hidden_args)
+        for a in self.explicit:
+            if a.kind not in ("global_buffer", "by_value"):
+                raise KernelArgumentError(
+                    f"kernel {self.kernel_name}: argument {a.name} has kind {a.kind!r}; "
+                    "hipskinny launches only pointer and by-value arguments")
+
+    def hidden_block(self, grid: tuple[int, int, int], block: tuple[int, int, int],
+                     dynamic_lds: int) -> bytearray:
+        """A kernarg buffer with the hidden arguments filled as the HIP runtime does."""
+        buf = bytearray(self.size)
+        values = {
+            "hidden_block_count_x": grid[0], "hidden_block_count_y": grid[1],
+            "hidden_block_count_z": grid[2],
+            "hidden_group_size_x": block[0], "hidden_group_size_y": block[1],
+            "hidden_group_size_z": block[2],
+            "hidden_remainder_x": 0, "hidden_remainder_y": 0, "hidden_remainder_z": 0,
+            "hidden_grid_dims": _grid_dims(grid, block),
+            "hidden_dynamic_lds_size": dynamic_lds,
+        }
+        for offset, size, kind in self.hidden:
+            if kind in values:
+                buf[offset:offset + size] = int(values[kind]).to_bytes(size, "little")
+            elif kind not in _HIDDEN_ZERO:
+                raise KernelArgumentError(
+                    f"kernel {self.kernel_name} needs hidden argument {kind!r}, which hipskinny does not provide")
+        return buf
+
+    def pack_into(self, buf: bytearray, values: Sequence[Any]) -> None:
+        """Write the explicit argument values into ``buf`` (a copy of a hidden block)."""
+        if len(values) != len(self.explicit):
+            names = ", ".join(a.name for a in self.explicit)
+            raise KernelArgumentError(
+                f"kernel {self.kernel_name} takes {len(self.explicit)} arguments ({names}); got {len(values)}")
+        for a, v in zip(self.explicit, values, strict=True):
+            buf[a.offset:a.offset + a.size] = _encode(a, v, self.kernel_name)
+
+
+def _encode(a: ExplicitArg, v: Any, kernel: str) -> bytes:
+    if a.kind == "global_buffer":
+        if v is None:
+            v = 0
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or not 0 <= int(v) < 2**64:
+            raise KernelArgumentError(f"kernel {kernel}: pointer argument {a.name} needs a device address "
+                                      f"(int), got {v!r}")
+        return int(v).to_bytes(a.size, "little")
+    if isinstance(v, np.generic):
+        raw = v.tobytes()
+        if len(raw) != a.size:
+            raise KernelArgumentError(f"kernel {kernel}: argument {a.name} is {a.size} bytes, "
+                                      f"got a {len(raw)}-byte {v.dtype}")
+        return raw
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise KernelArgumentError(f"kernel {kernel}: argument {a.name} takes an int or a sized numpy "
+                                  f"scalar, got {type(v).__name__}")
+    lo, hi = -(2 ** (8 * a.size - 1)), 2 ** (8 * a.size)
+    if not lo <= v < hi:
+        raise KernelArgumentError(f"kernel {kernel}: value {v} does not fit argument {a.name} "
+                                  f"({a.size} bytes)")
+    return (v % hi).to_bytes(a.size, "little")
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything about one launch that depends only on the shapes, not the pointers."""
+
+    function: Any
+    packer: ArgPacker
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int
+    template: bytes           # kernarg buffer with hidden arguments filled
+    info: dict[str, Any]      # op-specific facts (chosen config) for tests and benchmarks
+
+    def kernarg(self, values: Sequence[Any]) -> bytes:
+        buf = bytearray(self.template)
+        self.packer.pack_into(buf, values)
+        return bytes(buf)
+
+
+def make_plan(function: Any, kernel_meta: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
+              shared_mem: int = 0, info: dict[str, Any] | None = None,
+              packer: ArgPacker | None = None) -> LaunchPlan:
+    packer = packer or ArgPacker(kernel_meta)
+    limit = int(kernel_meta.max_flat_workgroup_size)
+    threads = block[0] * block[1] * block[2]
+    if threads > limit:
+        raise KernelArgumentError(f"kernel {kernel_meta.name}: block of {threads} threads exceeds its "
+                                  f"launch bound of {limit}")
+    return LaunchPlan(function, packer, grid, block, shared_mem,
+                      bytes(packer.hidden_block(grid, block, shared_mem)), info or {})
+
+
+class PlanCache:
+    """A small LRU of launch plans keyed by everything that decides them."""
+
+    def __init__(self, maxsize: int = 256) -> None:
+        self.maxsize = maxsize
+        self._plans: OrderedDict[Hashable, LaunchPlan] = OrderedDict()
+        self.misses = 0
+
+    def get(self, key: Hashable, build: Callable[[], LaunchPlan]) -> LaunchPlan:
+        plan = self._plans.get(key)
+        if plan is not None:
+            self._plans.move_to_end(key)
+            return plan
+        self.misses += 1
+        plan = build()
+        self._plans[key] = plan
+        if len(self._plans) > self.maxsize:
+            self._plans.popitem(last=False)
+        return plan
+
+    def clear(self) -> None:
+        self._plans.clear()
+

@@ -1,0 +1,1 @@
+"""One module per kernel family: validation, variant choice, launch, numpy reference."""

@@ -1,0 +1,256 @@
+"""build_scripts: freshness check, reproducibility, shipping rules, manifest details."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))   # build_scripts is a repo tool, not part of the package
+
+from build_scripts.compiler import gzip_bytes, parse_depfile  # noqa: E402
+from build_scripts.manifest import kernel_config  # noqa: E402
+from build_scripts.toolchain import (  # noqa: E402
+    HIP_ROOT,
+    TRITON_WHEEL,
+    Toolchain,
+    ToolchainError,
+    fetch_triton_wheel,
+    oclc_module,
+)
+from frontend.arch import ARCHS  # noqa: E402
+
+SMALL_HIP = r"""
+#include <hip/hip_runtime.h>
+#include "small/axpy.h"
+
+extern "C" __global__ void __launch_bounds__(64)
+small_f32_u2(const float* __restrict__ x, float* __restrict__ y, float a, int n) {
+  int i = blockIdx.x * 64 + threadIdx.x;
+  if (i < n) y[i] = axpy(a, x[i], y[i]);
+}
+"""
+SMALL_H = "#pragma once\n__device__ inline float axpy(float a, float x, float y) { return a * x + y; }\n"
+# A dynamically indexed 2 KiB private array: the compiler must put it in scratch.
+SCRATCH_HIP = r"""
+#include <hip/hip_runtime.h>
+extern "C" __global__ void scratchy_f32(const int* idx, float* y) {
+  float a[512];
+  for (int i = 0; i < 512; ++i) a[i] = y[i * (threadIdx.x + 1)];
+  y[threadIdx.x] = a[idx[threadIdx.x]];
+}
+"""
+
+
+def run_build(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    # cwd first on sys.path: the copy's own build_scripts and frontend are used.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, "-m", "build_scripts", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True)
+
+
+def make_tree(root: Path, with_repo_kernels: bool = False, extra: dict[str, str] | None = None) -> Path:
+    """A minimal repo: build_scripts/ + frontend/ (+ the repo's kernels/ and hsaco/)."""
+    root.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__")
+    for name in ("build_scripts", "frontend"):
+        shutil.copytree(REPO / name, root / name, ignore=ignore)
+    if with_repo_kernels:
+        shutil.copytree(REPO / "kernels", root / "kernels", ignore=ignore)
+        shutil.copytree(REPO / "hsaco", root / "hsaco", ignore=ignore)
+    for rel, text in (extra or {}).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def committed_families() -> list[str]:
+    manifest = REPO / "hsaco" / "manifest.json"
+    assert manifest.is_file(), "hsaco/manifest.json is missing: run `python -m build_scripts`"
+    return sorted({e["family"] for e in json.loads(manifest.read_text())["code_objects"].values()})
+
+
+# --- the committed tree ----------------------------------------------------------------
+
+
+def test_check_passes_on_committed_tree():
+    done = run_build(REPO, "--check")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "check mode: rebuild" in done.stdout       # clang-22 is installed here and in CI
+    assert "matches the sources" in done.stdout
+
+
+def test_manifest_covers_every_family_and_arch():
+    manifest = json.loads((REPO / "hsaco" / "manifest.json").read_text())
+    families = sorted(p.stem for p in (REPO / "kernels").glob("*.hip"))
+    assert families and committed_families() == families
+    assert set(manifest["code_objects"]) == {f"{a}/{f}" for a in ARCHS for f in families}
+    assert manifest["schema"] == 1 and manifest["archs"] == list(ARCHS)
+    assert manifest["compiler"]["hip_headers"] in ("triton==3.5.1", "rocm")
+    text = (REPO / "hsaco" / "manifest.json").read_text()
+    assert text == json.dumps(manifest, sort_keys=True, indent=1) + "\n"
+    for key, e in manifest["code_objects"].items():
+        assert key == f"{e['arch']}/{e['family']}" and e["path"] == f"{key}.hsaco"
+        assert f"kernels/{e['family']}.hip" in e["sources"]
+        assert not any(f.startswith("/") or "/root/" in f or "/tmp/" in f for f in e["flags"])
+        for k in e["kernels"]:
+            assert k["vgpr_spill_count"] == k["sgpr_spill_count"] == k["private_segment_fixed_size"] == 0
+            assert k["occupancy"] >= 1
+
+
+def test_check_fails_after_editing_a_kernel(tmp_path):
+    family = committed_families()[0]
+    root = make_tree(tmp_path / "copy", with_repo_kernels=True)
+    src = root / "kernels" / f"{family}.hip"
+    src.write_text(src.read_text() + "\n// an edit after the build\n")
+
+    hashes = run_build(root, "--check", "--no-rebuild")
+    assert hashes.returncode == 1, hashes.stdout + hashes.stderr
+    assert "compare source hashes" in hashes.stdout
+    assert f"source kernels/{family}.hip changed" in hashes.stdout
+
+    # Rebuild mode on one arch (runtime): the binary is unchanged by a comment, the sources are not.
+    rebuilt = run_build(root, "--check", "--arch", "gfx1201", "--family", family)
+    assert rebuilt.returncode == 1, rebuilt.stdout + rebuilt.stderr
+    assert "check mode: rebuild" in rebuilt.stdout
+    assert f"gfx1201/{family}: source kernels/{family}.hip changed since the build" in rebuilt.stdout
+
+
+def test_check_reports_missing_and_tampered_files(tmp_path):
+    family = committed_families()[0]
+    root = make_tree(tmp_path / "copy", with_repo_kernels=True)
+    (root / "hsaco" / "gfx950" / f"{family}.lst.gz").unlink()
+    with (root / "hsaco" / "gfx942" / f"{family}.hsaco").open("ab") as f:
+        f.write(b"\0")
+    (root / "kernels" / "newfam.hip").write_text("// not built yet\n")
+    done = run_build(root, "--check", "--no-rebuild")
+    assert done.returncode == 1
+    assert f"gfx950/{family}: hsaco/gfx950/{family}.lst.gz is missing" in done.stdout
+    assert f"gfx942/{family}: hsaco/gfx942/{family}.hsaco does not match its sha256" in done.stdout
+    assert "gfx1151/newfam: kernels/newfam.hip has no code object" in done.stdout
+
+
+# --- building ----------------------------------------------------------------------------
+
+
+def test_build_is_reproducible_across_directories(tmp_path):
+    files = {"kernels/small.hip": SMALL_HIP, "kernels/include/small/axpy.h": SMALL_H}
+    a = make_tree(tmp_path / "a", extra=files)
+    b = make_tree(tmp_path / "some" / "much" / "deeper" / "b", extra=files)
+    for root in (a, b):
+        done = run_build(root, "--arch", "gfx1201")
+        assert done.returncode == 0, done.stdout + done.stderr
+    for rel in ("gfx1201/small.hsaco", "gfx1201/small.lst.gz", "manifest.json"):
+        assert (a / "hsaco" / rel).read_bytes() == (b / "hsaco" / rel).read_bytes(), rel
+    assert (a / "hsaco" / "__init__.py").is_file()
+    assert not list(a.glob(".hsaco-build-*"))
+
+    # The listing: llvm-objdump output with encodings, no build paths, reproducible gzip.
+    gz = (a / "hsaco" / "gfx1201" / "small.lst.gz").read_bytes()
+    assert gz[3] == 0 and gz[4:8] == b"\0\0\0\0"          # no FNAME flag, mtime 0
+    listing = gzip.decompress(gz).decode()
+    assert listing.lstrip().startswith("small.hsaco:\tfile format elf64-amdgpu")
+    assert "<small_f32_u2>:" in listing and "// 000000" in listing
+    assert str(tmp_path) not in listing
+
+    entry = json.loads((a / "hsaco" / "manifest.json").read_text())["code_objects"]["gfx1201/small"]
+    assert entry["sources"].keys() == {"kernels/small.hip", "kernels/include/small/axpy.h"}
+    [kernel] = entry["kernels"]
+    assert kernel["name"] == "small_f32_u2" and kernel["config"] == {"dtype": "f32", "u": 2}
+    assert kernel["max_flat_workgroup_size"] == 64 and kernel["wavefront_size"] == 32
+    assert kernel["occupancy"] == ARCHS["gfx1201"].occupancy(kernel["vgpr_count"], 0, 2)
+
+    # A filtered build keeps the other archs' entries; --check then sees gfx950 is missing.
+    done = run_build(a, "--arch", "gfx942")
+    assert done.returncode == 0, done.stdout + done.stderr
+    manifest = json.loads((a / "hsaco" / "manifest.json").read_text())
+    assert set(manifest["code_objects"]) == {"gfx942/small", "gfx1201/small"}
+    assert manifest["archs"] == ["gfx942", "gfx1201"]
+    assert run_build(a, "--check", "--arch", "gfx942", "gfx1201").returncode == 0
+    incomplete = run_build(a, "--check", "--no-rebuild")
+    assert incomplete.returncode == 1 and "gfx950/small: kernels/small.hip has no code object" in incomplete.stdout
+
+
+def test_build_refuses_scratch_and_leaves_hsaco_alone(tmp_path):
+    root = make_tree(tmp_path / "r", extra={"kernels/scratchy.hip": SCRATCH_HIP})
+    done = run_build(root, "--arch", "gfx942")
+    assert done.returncode == 1
+    assert "BUILD FAILED" in done.stderr and "scratchy_f32: uses" in done.stderr and "scratch" in done.stderr
+    assert not (root / "hsaco" / "manifest.json").exists()
+    assert not list(root.glob(".hsaco-build-*"))
+
+
+def test_compile_error_is_reported(tmp_path):
+    root = make_tree(tmp_path / "r", extra={"kernels/broken.hip": "extern \"C\" __global__ void k() { nope(); }\n"})
+    done = run_build(root, "--arch", "gfx1151")
+    assert done.returncode == 1
+    assert "gfx1151/broken: compiler exit" in done.stderr and "nope" in done.stderr
+
+
+def test_cli_rejects_unknown_names(tmp_path):
+    root = make_tree(tmp_path / "r", extra={"kernels/small.hip": SMALL_HIP})
+    assert "shipped archs: gfx942" in run_build(root, "--arch", "gfx90a").stderr
+    assert "no kernels/nope.hip" in run_build(root, "--family", "nope").stderr
+
+
+# --- units -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, family, config", [
+    ("gemv_f16_r4_w4", "gemv", {"dtype": "f16", "r": 4, "w": 4}),
+    ("gemv_bf16", "gemv", {"dtype": "bf16"}),
+    ("fused_moe_fp8_bm16", "fused_moe", {"dtype": "fp8", "bm": 16}),
+    ("gemv", "gemv", {}),
+    ("gemv_f16_r4_r8", "gemv", {}),          # repeated key
+    ("gemv_f16_rx", "gemv", {}),             # key without an int
+    ("other_f16_r4", "gemv", {}),
+])
+def test_kernel_config(name, family, config):
+    assert kernel_config(name, family) == config
+
+
+def test_parse_depfile():
+    text = "gemv: kernels/gemv.hip \\\n  kernels/include/a\\ b.h kernels/include/$$x.h\n"
+    assert parse_depfile(text) == ["kernels/gemv.hip", "kernels/include/a b.h", "kernels/include/$x.h"]
+    assert parse_depfile("") == []
+
+
+def test_gzip_is_reproducible():
+    assert gzip_bytes(b"abc") == gzip_bytes(b"abc")
+    assert gzip.decompress(gzip_bytes(b"abc")) == b"abc"
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_oclc_module(arch):
+    text = oclc_module(arch, 'target datalayout = "e"')
+    lines = [line for line in text.splitlines() if line.startswith("@__oclc_")]
+    assert len(lines) == 7
+    assert all("= linkonce_odr hidden local_unnamed_addr addrspace(4) constant" in line for line in lines)
+    wave64 = ARCHS[arch].wave_size == 64
+    assert f"@__oclc_ISA_version = linkonce_odr hidden local_unnamed_addr addrspace(4) constant i32 " \
+           f"{ARCHS[arch].isa_version}" in lines
+    assert lines[-2].endswith(f"i8 {int(wave64)}") and lines[-1].endswith(f"i32 {6 if wave64 else 5}")
+    assert 'target triple = "amdgcn-amd-amdhsa"' in text
+
+
+def test_recorded_flags_have_no_machine_paths():
+    flags = Toolchain("clang", "clang++-22", "v", "objdump", Path("/x"), Path("/y")).flags("gfx942", "gemv")
+    assert "-cuid=hipskinny-gemv" in flags and "-D__AMDGCN_WAVEFRONT_SIZE=64" in flags and "-Wall" in flags
+    assert ["-I", "kernels/include"] == flags[flags.index("-I"):flags.index("-I") + 2]
+    assert all(not f.startswith("/") for f in flags) and f"--hip-path={HIP_ROOT}" in flags
+    # ockl, ocml, then the oclc constants.
+    libs = [f for f in flags if f.endswith(".bc")]
+    assert [Path(f).name for f in libs] == ["ockl.bc", "ocml.bc", "oclc_gfx942.bc"]
+
+
+def test_wheel_with_wrong_hash_is_refused(tmp_path):
+    (tmp_path / TRITON_WHEEL).write_bytes(b"not the wheel")
+    with pytest.raises(ToolchainError, match="sha256"):
+        fetch_triton_wheel(tmp_path)
