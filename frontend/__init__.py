@@ -29,7 +29,7 @@ def __getattr__(name: str):  # lazy: keep `import hipskinny` light (build_script
         from .capability import probe
 
         return probe
-    if name in ("use_device", "current_device"):
+    if name in ("use_device", "on_device", "current_device"):
         from . import devices
 
         return getattr(devices, name)
@@ -39,5 +39,5 @@ def __getattr__(name: str):  # lazy: keep `import hipskinny` light (build_script
 __all__ = [
     "CodeObjectError", "DeviceMismatchError", "HipRuntimeError", "HipSkinnyError", "InputTypeError",
     "InputValueError", "KernelArgumentError", "UnsupportedArchError", "__version__", "current_device",
-    "gemv", "gemv_reference", "probe", "use_device",
+    "gemv", "gemv_reference", "on_device", "probe", "use_device",
 ]

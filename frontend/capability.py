@@ -74,8 +74,10 @@ def format_report(r: dict[str, Any]) -> str:
     for arch, fams in r["families"].items():
         lines.append(f"  {arch}: {', '.join(fams) or '(none)'}")
     lines.append(f"hip-python: {hip.get('hip_python_version') or 'not installed'}"
-                 f" (HIP {hip.get('hip_python_hip_version') or '?'})")
-    lines.append(f"HIP runtime: {hip.get('runtime_version') or 'not found'}")
+                 f" (generated from HIP {hip.get('hip_python_hip_version_name') or '?'})")
+    lines.append(f"HIP runtime: {hip.get('runtime_version_name') or 'not found'}")
+    for warning in hip.get("warnings") or []:
+        lines.append(f"warning: {warning}")
     if hip.get("problem"):
         lines.append(f"problem: {hip['problem']}")
     if not r["devices"]:

@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from .devices import current_device, emulator_available, parse_device, use_device
+from .devices import current_device, emulator_available, on_device, parse_device
 from .devices.hip import hip_runtime_status
 from .errors import HipSkinnyError
 
@@ -27,16 +27,13 @@ def run_demo(spec: str | None = None) -> int:
         print("demo not run: no AMD GPU here (" + (status.get("problem") or "none found") + ") and the CPU "
               "emulator is not part of this installation yet, so there is nothing to run the kernels on.")
         return 0
-    previous = use_device(device)
-    try:
-        rng = np.random.default_rng(0)
-        x = rng.standard_normal((1, DEMO_K)).astype(np.float16)
-        w = (rng.standard_normal((DEMO_M, DEMO_K)) / np.sqrt(DEMO_K)).astype(np.float16)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, DEMO_K)).astype(np.float16)
+    w = (rng.standard_normal((DEMO_M, DEMO_K)) / np.sqrt(DEMO_K)).astype(np.float16)
+    with on_device(device):
         start = time.perf_counter()
         y = gemv(x, w)
         seconds = time.perf_counter() - start
-    finally:
-        use_device(previous if previous is not device else None)
     ref = gemv_reference(x, w)
     err = np.abs(y.astype(np.float64) - ref.astype(np.float64)).max()
     print(f"gemv fp16 M={DEMO_M} K={DEMO_K} on {device.label} ({device.arch.name}): "

@@ -12,9 +12,6 @@ import struct
 import pytest
 from fakehip import HIP_PYTHON_7, HIP_VERSION, fake_code_object, fnv1a64
 
-# fakehip_run, fakehip_root, hip_python, hip_python7
-pytest_plugins = ("conftest_fakehip",)
-
 PREAMBLE = """
 import json, logging, sys
 import hipskinny
@@ -130,7 +127,7 @@ report(ptr=ptr, back=back.tobytes().hex(), as_bytes=bytes(as_bytes).hex(), bf_eq
     assert out["back"] == expected.hex() and out["as_bytes"] == expected.hex()
     assert out["bf_equal"] and out["tail"] == "cdef" and out["aligned"]
 
-    calls = [r for r in run.records if r["fn"] not in ("hipRuntimeGetVersion", "hipGetDeviceCount", "hipGetDevice")]
+    calls = run.records[2:]  # after hipRuntimeGetVersion, hipGetDeviceCount
     ptr = out["ptr"]
     assert [(r["fn"], r.get("size"), r.get("kind"), r.get("stream")) for r in calls[:5]] == [
         ("hipMalloc", 256, None, None),
@@ -166,12 +163,13 @@ report(module=m.handle, fa=fa.handle, fb=fb.handle, missing=missing)
     assert "hipModuleGetFunction('gemv_c')" in missing["message"] and "hipErrorNotFound" in missing["message"]
     assert "named symbol not found" in missing["message"] and "hipskinny probe" in missing["message"]
 
+    # with a single GPU it is always current: no hipGetDevice/hipSetDevice round trips
     assert fns(run.records) == [
         "hipRuntimeGetVersion", "hipGetDeviceCount",
-        "hipGetDevice", "hipModuleLoadData",
+        "hipModuleLoadData",
         "hipModuleGetFunction", "hipModuleGetFunction", "hipModuleGetFunction", "hipGetErrorString",
-        "hipGetDevice", "hipModuleLaunchKernel",
-        "hipGetDevice", "hipStreamSynchronize",
+        "hipModuleLaunchKernel",
+        "hipStreamSynchronize",
     ]
     load = run.calls("hipModuleLoadData")[0]
     assert (load["size"], load["fnv1a64"], load["device"], load["module"]) == (
@@ -195,6 +193,10 @@ d = HipDevice(1)
 m = d.load_module({fake_code_object(("k",))!r})
 f = d.get_function(m, "k")
 d.launch(f, (1, 1, 1), (32, 1, 1), b"")
+import threading
+worker = threading.Thread(target=d.launch, args=(f, (2, 1, 1), (32, 1, 1), b"w"))  # starts on device 0
+worker.start()
+worker.join()
 report(current=hip.hipGetDevice()[1], other=error_of(HipDevice(0).get_function, m, "k"),
        bad_ordinal=error_of(lambda: HipDevice(2).properties))
 """, env={"FAKEHIP_DEVICE_COUNT": "2"}, hip_python=hip_python)
@@ -202,14 +204,30 @@ report(current=hip.hipGetDevice()[1], other=error_of(HipDevice(0).get_function, 
     assert out["current"] == 0
     assert out["other"]["type"] == "DeviceMismatchError"
     assert out["bad_ordinal"]["is_hip"] and "HIP device 2 does not exist" in out["bad_ordinal"]["message"]
-    seq = [(r["fn"], r.get("device")) for r in run.records if r["fn"] in
-           ("hipGetDevice", "hipSetDevice", "hipModuleLoadData", "hipModuleLaunchKernel")]
-    assert seq[:8] == [
+    seq = [(r["fn"], r.get("device", r.get("ret"))) for r in run.records[2:]]
+    assert seq[:12] == [
         ("hipGetDevice", 0), ("hipSetDevice", 1), ("hipModuleLoadData", 1), ("hipSetDevice", 0),
+        ("hipGetDevice", 0), ("hipSetDevice", 1), ("hipModuleGetFunction", 0), ("hipSetDevice", 0),
         ("hipGetDevice", 0), ("hipSetDevice", 1), ("hipModuleLaunchKernel", 1), ("hipSetDevice", 0),
     ]
-    launch = run.calls("hipModuleLaunchKernel")[0]
-    assert (launch["kernarg"], launch["kernarg_size"], launch["ret"]) == ("", 0, 0)
+    first, in_worker = run.calls("hipModuleLaunchKernel")
+    assert (first["kernarg"], first["kernarg_size"], first["ret"]) == ("", 0, 0)
+    assert (in_worker["device"], in_worker["grid"], in_worker["kernarg"], in_worker["ret"]) == (1, [2, 1, 1], "77", 0)
+
+
+def test_kernarg_buffers_of_any_size(fakehip_run, hip_python):
+    """The per-thread launch config is reused and grows: every launch must carry exactly its own bytes."""
+    blobs = [bytes([i % 251 for i in range(n)]) for n in (24, 700, 8, 4096, 0, 520)]
+    run = fakehip_run(PREAMBLE + f"""
+d = HipDevice(0)
+f = d.get_function(d.load_module({fake_code_object(("k",))!r}), "k")
+for blob in {blobs!r}:
+    d.launch(f, (1, 1, 1), (64, 1, 1), blob)
+d.launch(f, (1, 1, 1), (64, 1, 1), bytearray(b"abc"))
+""", hip_python=hip_python)
+    launches = run.calls("hipModuleLaunchKernel")
+    assert [(r["kernarg"], r["kernarg_size"]) for r in launches] == [
+        (b.hex(), len(b)) for b in [*blobs, b"abc"]]
 
 
 def test_hip_errors_name_the_call(fakehip_run, hip_python):
@@ -411,3 +429,18 @@ report(seen=seen, back=list(struct.unpack("<4I", back)), live=[n, live[0] == out
     (name, has_code, image_size, dims, stream), = out["seen"]
     assert (name, has_code, dims, stream) == ("fill", True, [2, 1, 1, 64, 1, 1, 64], 5)
     assert image_size == run.calls("hipModuleLoadData")[0]["size"]
+
+
+def test_helper_maps_the_checkout_when_hipskinny_is_not_installed(monkeypatch, tmp_path):
+    import subprocess
+    import sys
+
+    import fakehip
+
+    monkeypatch.setattr(fakehip.importlib.util, "find_spec", lambda name: None)
+    paths = fakehip.hipskinny_path(tmp_path)
+    assert paths == [str(tmp_path / "hipskinny-src")]
+    done = subprocess.run([sys.executable, "-c", "import hipskinny.devices.hip as m; print(m.__file__)"],
+                          env={**fakehip.os.environ, "PYTHONPATH": paths[0]}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(tmp_path / "hipskinny-src" / "hipskinny" / "devices" / "hip.py")

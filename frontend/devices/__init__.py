@@ -13,15 +13,19 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from ..arch import SHIPPED_ARCHS, arch_info
 from ..errors import PROBE_HINT, HipRuntimeError, HipSkinnyError
 from .base import Device, DeviceProperties
 
-__all__ = ["Device", "DeviceProperties", "current_device", "hip_device", "use_device", "emulator_available"]
+__all__ = ["Device", "DeviceProperties", "current_device", "emulator_available", "hip_device", "on_device",
+           "use_device"]
 
 _lock = threading.Lock()
 _selected: Device | None = None
+_default: Device | None = None      # found once: probing HIP on every call would cost microseconds
 _hip_devices: dict[int, Device] = {}
 _emulated: dict[tuple[str, int | None], Device] = {}
 
@@ -80,18 +84,36 @@ def use_device(spec: str | Device | None) -> Device | None:
     return _selected
 
 
+@contextmanager
+def on_device(spec: str | Device) -> Iterator[Device]:
+    """Run host inputs on `spec` inside a ``with`` block, then restore the previous choice."""
+    global _selected
+    previous = _selected
+    _selected = parse_device(spec)
+    try:
+        yield _selected
+    finally:
+        _selected = previous
+
+
 def current_device() -> Device:
     if _selected is not None:
         return _selected
+    global _default
+    if _default is not None:
+        return _default
     env = os.environ.get("HIPSKINNY_DEVICE")
     if env:
-        return parse_device(env)
+        _default = parse_device(env)
+        return _default
     from .hip import hip_runtime_status
 
     status = hip_runtime_status()
     if status.get("device_count", 0) > 0:
-        return hip_device(0)
+        _default = hip_device(0)
+        return _default
     if emulator_available():
-        return emulated_device(os.environ.get("HIPSKINNY_EMULATED_ARCH", "gfx942"))
+        _default = emulated_device(os.environ.get("HIPSKINNY_EMULATED_ARCH", "gfx942"))
+        return _default
     raise HipRuntimeError("no device to run on: " + (status.get("problem") or "no AMD GPU found")
                           + "; and the CPU emulator is not part of this installation. " + PROBE_HINT)

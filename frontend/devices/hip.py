@@ -15,6 +15,10 @@ Both hip-python generations are supported. What differs (and is handled here):
 - 10.x finds ``libamdhip64.so`` through ``$ROCM_PATH/lib`` (and ``rocm_sdk``); 7.x only
   through the dynamic loader (``LD_LIBRARY_PATH``, ld.so.conf).
 
+The same in both: the C symbols called (``hipGetDevicePropertiesR0600`` included),
+``hipModuleLaunchKernel``'s signature and ``extra`` handling, ``HIP_LAUNCH_PARAM_*`` = 1, 2, 3,
+the ``hipMemcpyKind`` enum, ``hipRuntimeGetVersion() -> (err, int)`` and ``hip.HIP_VERSION``.
+
 `hip_runtime_status` reports, without ever raising, what ``hipskinny probe`` needs; and
 `check_versions` compares the HIP version hip-python was generated from with the runtime's.
 """
@@ -417,10 +421,10 @@ class HipFunction:
     handle: int
     name: str
     module: HipModule = field(repr=False)
+    launch_label: str = field(init=False, repr=False)  # built once: launches are the hot path
 
-    @property
-    def launch_label(self) -> str:
-        return f"hipModuleLaunchKernel({self.name})"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "launch_label", f"hipModuleLaunchKernel({self.name})")
 
 
 def _device_address(ptr: Any, what: str) -> int:
@@ -526,7 +530,8 @@ class HipDevice(Device):
     Nothing touches HIP until first use; then hip-python is imported, `check_versions` runs once
     per process and the ordinal is checked against ``hipGetDeviceCount``. HIP's current device is
     per host thread, so every call that depends on it makes this device current for its
-    duration and restores the caller's device afterwards (as torch's device guard does).
+    duration and restores the caller's device afterwards (as torch's device guard does); with a
+    single visible GPU that device is always current and the round trip is skipped.
     Asynchronous copies read or write the host buffer after they return: keep it alive and
     unmodified until `synchronize`.
     """
@@ -671,8 +676,14 @@ class HipDevice(Device):
             raise DeviceMismatchError(f"the module was loaded on hip:{module.ordinal}, not {self.label}")
         if not isinstance(name, str) or not name:
             raise InputTypeError(f"a kernel name must be a non-empty str, got {name!r}")
-        raw = _call(self._ready(), "hipModuleGetFunction", module.handle, name.encode(),
-                    what=f"hipModuleGetFunction({name!r})")  # bytes: 7.x rejects str names
+        hip_module = self._ready()
+        # CLR aborts the process (not an error code) when the current device is not the module's.
+        previous = self._enter(hip_module)
+        try:
+            raw = _call(hip_module, "hipModuleGetFunction", module.handle, name.encode(),
+                        what=f"hipModuleGetFunction({name!r})")  # bytes: 7.x rejects str names
+        finally:
+            self._leave(hip_module, previous)
         return HipFunction(handle=int(raw), name=name, module=module)
 
     def launch(self, function: Any, grid: tuple[int, int, int], block: tuple[int, int, int],

@@ -855,6 +855,8 @@ EXPORT hipError_t hipModuleGetFunction(void **function, void *module, const char
     pthread_mutex_lock(&lock);
     module_t *m = r ? NULL : find_module(module);
     if (!r && (!m || !m->loaded)) r = hipErrorInvalidHandle;
+    /* CLR's DynCO::getDynFunc aborts the process here; an error code is kinder to tests. */
+    if (!r && m->device != current_device) r = hipErrorInvalidDevice;
     if (!r && !elf_has_kernel(m->image, m->size, kname) && !configured_kernel(kname)) r = hipErrorNotFound;
     if (!r) {
         for (function_t *it = functions; it && !f; it = it->next)
@@ -931,8 +933,13 @@ EXPORT hipError_t hipModuleLaunchKernel(void *f, unsigned gx, unsigned gy, unsig
     sb_fmt(&b, ",\"module\":%llu", U64(m));
     rec_end(&b, r);
     if (!r && hook) {
+        /* The runtime captures the arguments during the call; so does the fake, so the caller may
+           reuse its buffer (even from inside the hook). */
+        void *captured = kernarg ? malloc(kernarg_size ? kernarg_size : 1) : NULL;
+        if (captured) memcpy(captured, kernarg, kernarg_size);
         r = hook(kname, m->image ? (const void *)m->image : m->image_arg, m->size, gx, gy, gz, bx, by, bz, shared,
-                 stream, kernarg, kernarg_size, hook_data);
+                 stream, captured, kernarg_size, hook_data);
+        free(captured);
         if (r) {
             rec_begin(&b, "fakehip_launch_hook");
             sb_put(&b, ",\"kernel\":", 10);

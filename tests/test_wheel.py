@@ -1,0 +1,36 @@
+"""The wheel carries every shipped code object and imports with no compiler and no ROCm."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_wheel_contains_code_objects_and_imports_without_rocm(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(REPO)],
+                   check=True, capture_output=True, timeout=600)
+    (wheel,) = tmp_path.glob("hipskinny-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    manifest = json.loads((REPO / "hsaco" / "manifest.json").read_text())
+    for entry in manifest["code_objects"].values():
+        assert f"hipskinny/hsaco/{entry['path']}" in names
+        assert f"hipskinny/hsaco/{entry['listing']}" in names
+    assert "hipskinny/hsaco/manifest.json" in names and "hipskinny/hsaco/__init__.py" in names
+    assert {e["arch"] for e in manifest["code_objects"].values()} == {
+        "gfx942", "gfx950", "gfx1100", "gfx1151", "gfx1201"}
+    assert not any(n.startswith(("kernels/", "tests/", "build_scripts/")) for n in names)
+    # Import from the unpacked wheel alone, with no HIP library reachable.
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    out = subprocess.run(
+        [sys.executable, "-c", "import hipskinny, hipskinny.registry as r; print(hipskinny.__file__, "
+         "len(r.read_verified('gfx1151', 'gemv')[0]))"],
+        env={"PYTHONPATH": str(site), "ROCM_PATH": str(tmp_path / "no-rocm"), "PATH": "/usr/bin:/bin"},
+        cwd=tmp_path, capture_output=True, text=True, check=True, timeout=120)
+    path, size = out.stdout.split()
+    assert path.startswith(str(site)) and int(size) > 1000
