@@ -67,3 +67,59 @@ except hipskinny.UnsupportedArchError as e:
 """, env={"FAKEHIP_ARCH": "gfx90a:sramecc+:xnack-"})
     message = json.loads(run.stdout.split("ERR ", 1)[1])
     assert "gfx90a" in message and "gfx942, gfx950, gfx1100, gfx1151, gfx1201" in message
+
+
+DEVICE_TENSORS = """
+import json, sys
+sys.path.insert(0, {tests!r})
+import numpy as np, hipskinny
+from hip import hip
+from dlpack_helpers import DL_ROCM, HandMade
+
+def dev_tensor(shape, strides, offset_bytes=0):
+    nbytes = 2 * (sum((n - 1) * s for n, s in zip(shape, strides)) + 1) + offset_bytes
+    err, ptr = hip.hipMalloc(max(nbytes, 2))
+    return HandMade(None, int(ptr) + offset_bytes, shape, strides, code=2, bits=16, device=(DL_ROCM, 0))
+
+def outcome(**kw):
+    try:
+        hipskinny.gemv(**kw)
+        return "ok"
+    except hipskinny.HipSkinnyError as e:
+        return type(e).__name__ + ": " + str(e)
+
+m, k = 5, 16
+x = dev_tensor((1, k), (k, 1))
+res = {{
+  "ok": outcome(x=x, w=dev_tensor((m, k), (k, 1)), out=dev_tensor((1, m), (m, 1))),
+  "padded_ok": outcome(x=x, w=dev_tensor((m, k), (k + 8, 1)), out=dev_tensor((1, m), (m, 1))),
+  "stride": outcome(x=x, w=dev_tensor((m, k), (k + 4, 1)), out=dev_tensor((1, m), (m, 1))),
+  "column": outcome(x=x, w=dev_tensor((m, k), (1, m)), out=dev_tensor((1, m), (m, 1))),
+  "ptr": outcome(x=dev_tensor((1, k), (k, 1), offset_bytes=2), w=dev_tensor((m, k), (k, 1)),
+                 out=dev_tensor((1, m), (m, 1))),
+  "no_out": outcome(x=x, w=dev_tensor((m, k), (k, 1))),
+  "host_mix": outcome(x=np.ones((1, k), np.float16), w=dev_tensor((m, k), (k, 1))),
+  "out_shape": outcome(x=x, w=dev_tensor((m, k), (k, 1)), out=dev_tensor((1, m + 1), (m + 1, 1))),
+}}
+print("RES", json.dumps(res))
+"""
+
+
+def test_device_tensors_layout_rules(fakehip_run):
+    """GPU-resident DLPack tensors: used in place when aligned, clear errors otherwise."""
+    from pathlib import Path
+
+    run = fakehip_run(DEVICE_TENSORS.format(tests=str(Path(__file__).parent)),
+                      env={"FAKEHIP_ARCH": "gfx1100"})
+    res = json.loads(run.stdout.split("RES ", 1)[1])
+    assert res["ok"] == "ok" and res["padded_ok"] == "ok"
+    assert res["stride"].startswith("InputValueError") and "multiple of 8 elements" in res["stride"]
+    assert res["column"].startswith("InputValueError") and "contiguous along K" in res["column"]
+    assert res["ptr"].startswith("InputValueError") and "16-byte aligned" in res["ptr"]
+    assert res["no_out"].startswith("InputTypeError") and "out=" in res["no_out"]
+    assert res["host_mix"].startswith("DeviceMismatchError")
+    assert res["out_shape"].startswith("InputValueError") and "shape (1, 5)" in res["out_shape"]
+    launches = [r for r in run.records if r["fn"] == "hipModuleLaunchKernel"]
+    assert len(launches) == 2                                    # only the two valid calls launched
+    padded = struct.unpack("<QQQQiiq", bytes.fromhex(launches[1]["kernarg"]))
+    assert padded[4:] == (5, 16, 24)                             # M, K and the padded row stride

@@ -38,22 +38,26 @@ def rows_per_group(m: int, cu_count: int) -> int:
     return 1
 
 
-def gemv(x: Any, w: Any, bias: Any = None) -> Any:
+def gemv(x: Any, w: Any, bias: Any = None, *, out: Any = None) -> Any:
     """``y = x @ w.T + bias`` for one token.
 
     x: ``[K]`` or ``[1, K]``; w: ``[M, K]``; bias: ``[M]`` or ``[1, M]`` or None. All fp16 or
     all bf16; numpy arrays, torch tensors (CPU or ROCm) or DLPack objects, all on the host or
     all on the same GPU. Returns ``[M]`` or ``[1, M]`` (following x) of the input dtype, in
-    the container kind of x.
+    the container kind of x, or writes it into ``out`` (contiguous, same device) and returns it.
     """
     xv, wv = tensors.view(x, "x"), tensors.view(w, "w")
     bv = None if bias is None else tensors.view(bias, "bias")
+    ov = None if out is None else tensors.view(out, "out")
     m, k, tag = _check_shapes(xv, wv, bv)
     out_shape = (m,) if len(xv.shape) == 1 else (1, m)
-    tensors.same_device([xv, wv] + ([bv] if bv is not None else []))
+    tensors.same_device([v for v in (xv, wv, bv, ov) if v is not None])
+    if ov is not None and (ov.shape != out_shape or ov.dtype != xv.dtype or not ov.is_contiguous or ov.readonly):
+        raise InputValueError(f"gemv: out must be a writable contiguous {xv.dtype} array of shape {out_shape}; "
+                              f"got {ov.dtype} {ov.shape}{' (read-only)' if ov.readonly else ''}")
     if xv.on_host:
-        return _run_host(xv, wv, bv, m, k, tag, out_shape)
-    return _run_device(xv, wv, bv, m, k, tag, out_shape)
+        return _run_host(xv, wv, bv, ov, m, k, tag, out_shape)
+    return _run_device(xv, wv, bv, ov, m, k, tag, out_shape)
 
 
 def _check_shapes(xv: tensors.TensorView, wv: tensors.TensorView,
@@ -99,10 +103,10 @@ def _launch(device: Device, plan: LaunchPlan, ptrs: tuple[int, int, int, int], m
 
 
 def _run_host(xv: tensors.TensorView, wv: tensors.TensorView, bv: tensors.TensorView | None,
-              m: int, k: int, tag: str, out_shape: tuple[int, ...]) -> Any:
+              ov: tensors.TensorView | None, m: int, k: int, tag: str, out_shape: tuple[int, ...]) -> Any:
     device = current_device()
     if m == 0:
-        return tensors.to_kind(np.empty(out_shape, xv.dtype), xv)
+        return ov.obj if ov is not None else tensors.to_kind(np.empty(out_shape, xv.dtype), xv)
     w_host = wv.host_array()
     w_stride = -(-k // 8) * 8
     if w_host.shape[1] != w_stride or not w_host.flags.c_contiguous:
@@ -123,16 +127,16 @@ def _run_host(xv: tensors.TensorView, wv: tensors.TensorView, bv: tensors.Tensor
         b_d = pool.buffer("gemv.bias", m * item)
         device.copy_to_device(b_d, b_host, m * item)
     _launch(device, _plan(device, tag, m, k, w_stride), (x_d, w_d, b_d, y_d), m, k, w_stride, 0)
-    y = np.empty(out_shape, dtype=xv.dtype)
+    y = ov.host_array() if ov is not None else np.empty(out_shape, dtype=xv.dtype)
     device.copy_to_host(y, y_d, m * item)
     device.synchronize(0)
-    return tensors.to_kind(y, xv)
+    return ov.obj if ov is not None else tensors.to_kind(y, xv)
 
 
 def _run_device(xv: tensors.TensorView, wv: tensors.TensorView, bv: tensors.TensorView | None,
-                m: int, k: int, tag: str, out_shape: tuple[int, ...]) -> Any:
+                ov: tensors.TensorView | None, m: int, k: int, tag: str, out_shape: tuple[int, ...]) -> Any:
     device = hip_device(xv.device_id)
-    out, yv = tensors.new_output(xv, out_shape, xv.dtype)
+    out, yv = (ov.obj, ov) if ov is not None else tensors.new_output(xv, out_shape, xv.dtype)
     if m == 0:
         return out
     w_stride = wv.strides[0]
