@@ -10,11 +10,11 @@ available.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from ..arch import SHIPPED_ARCHS, arch_info
 from ..errors import PROBE_HINT, HipRuntimeError, HipSkinnyError
@@ -31,7 +31,8 @@ _emulated: dict[tuple[str, int | None], Device] = {}
 
 
 def emulator_available() -> bool:
-    return importlib.util.find_spec("hipskinny.emulator") is not None
+    # Look inside this package, not on the import path: another hipskinny install must not count.
+    return (Path(__file__).resolve().parent.parent / "emulator" / "__init__.py").is_file()
 
 
 def hip_device(ordinal: int = 0) -> Device:
