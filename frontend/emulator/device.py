@@ -1,0 +1,171 @@
+"""`EmulatedDevice`: the device interface on top of the CPU emulator."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from collections import deque
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from ..arch import arch_info
+from ..codeobject import CodeObject, Kernel
+from ..devices.base import Device, DeviceProperties
+from ..errors import EmulatorError
+from .dispatch import DEFAULT_MAX_WAVE_STEPS, run_launch
+from .listing import read_listing
+from .memory import Memory
+from .program import Program
+from .stats import LaunchStats
+
+_extra_listings: dict[str, str] = {}
+
+
+def register_listing(image: bytes, listing: bytes | str) -> None:
+    """Make the disassembly listing of a code object that is not shipped (tests) known."""
+    text = listing if isinstance(listing, str) else read_listing(listing)
+    _extra_listings[hashlib.sha256(image).hexdigest()] = text
+
+
+def _listing_for(image: bytes) -> str:
+    digest = hashlib.sha256(image).hexdigest()
+    if digest in _extra_listings:
+        return _extra_listings[digest]
+    files = resources.files("hipskinny.hsaco")
+    for entry in json.loads(files.joinpath("manifest.json").read_text())["code_objects"].values():
+        if entry["sha256"] == digest:
+            data = files.joinpath(entry["listing"]).read_bytes()
+            if hashlib.sha256(data).hexdigest() != entry["listing_sha256"]:
+                raise EmulatorError(f"listing {entry['listing']} does not match the manifest; reinstall hipskinny")
+            return gzip.decompress(data).decode("utf-8")
+    raise EmulatorError("the emulator decodes from the disassembly listing shipped with each code object; "
+                        "this code object is not in hipskinny's manifest (register_listing() adds others)")
+
+
+def _host_bytes(buf: Any) -> np.ndarray:
+    """A flat uint8 view of a contiguous host buffer (numpy of any dtype, incl. ml_dtypes)."""
+    if isinstance(buf, np.ndarray):
+        if not buf.flags.c_contiguous:
+            raise EmulatorError("host buffers for copies must be contiguous")
+        return buf.reshape(-1).view(np.uint8)
+    return np.frombuffer(memoryview(buf).cast("B"), np.uint8) if memoryview(buf).readonly else \
+        np.asarray(memoryview(buf).cast("B"))
+
+
+@dataclass
+class EmulatedModule:
+    code: CodeObject
+    program: Program
+    base: int                    # where the image's vaddr 0 lives in emulated memory
+
+
+class EmulatedDevice(Device):
+    """A GPU of a shipped arch, emulated on the CPU: real code objects, checked memory."""
+
+    kind = "emulator"
+
+    def __init__(self, arch: str = "gfx942", num_cus: int | None = None, *, seed: int | None = None,
+                 strict_lds: bool = False, max_wave_steps: int = DEFAULT_MAX_WAVE_STEPS,
+                 host_backed: bool = False) -> None:
+        info = arch_info(arch)
+        self.memory = Memory(host_backed)
+        self.seed = seed                      # None: deterministic schedule; int: shuffled, seeded
+        self.strict_lds = strict_lds
+        self.max_wave_steps = max_wave_steps
+        self._props = DeviceProperties(name=f"emulated {info.name}", gcn_arch_name=info.name,
+                                       cu_count=num_cus or info.default_cu_count,
+                                       lds_per_workgroup=info.lds_per_workgroup, wave_size=info.wave_size,
+                                       total_memory=64 << 30)
+        self.launches: deque[LaunchStats] = deque(maxlen=64)
+        self._queue = self.memory.alloc(256, "queue")
+        self._kernarg = (0, 0)             # (address, capacity) reused across launches
+        self._packet = self.memory.alloc(64, "dispatch packet")
+
+    @property
+    def properties(self) -> DeviceProperties:
+        return self._props
+
+    @property
+    def label(self) -> str:
+        return f"emulator:{self._props.gcn_arch_name}"
+
+    @property
+    def last_launch_stats(self) -> LaunchStats | None:
+        return self.launches[-1] if self.launches else None
+
+    # memory ---------------------------------------------------------------------
+    def alloc(self, nbytes: int) -> int:
+        return self.memory.alloc(nbytes)
+
+    def free(self, ptr: int) -> None:
+        self.memory.free(ptr)
+
+    def copy_to_device(self, dst: int, src: Any, nbytes: int, stream: int = 0) -> None:
+        self.memory.view(dst, nbytes)[:] = _host_bytes(src)[:nbytes]
+
+    def copy_to_host(self, dst: Any, src: int, nbytes: int, stream: int = 0) -> None:
+        out = _host_bytes(dst)
+        if not out.flags.writeable:
+            raise EmulatorError("copy_to_host into a read-only buffer")
+        out[:nbytes] = self.memory.view(src, nbytes)
+
+    def memset(self, ptr: int, value: int, nbytes: int, stream: int = 0) -> None:
+        self.memory.view(ptr, nbytes)[:] = value & 0xFF
+
+    # code objects -------------------------------------------------------------------
+    def load_module(self, image: bytes) -> EmulatedModule:
+        code = CodeObject.parse(bytes(image))
+        if code.arch != self._props.gcn_arch_name:
+            raise EmulatorError(f"code object for {code.arch} cannot run on the emulated {self._props.gcn_arch_name}")
+        base = self.memory.alloc(code.image_size, f"code object {code.arch}", align=4096)
+        mapped = self.memory.view(base, code.image_size)
+        for seg in code.load_segments:
+            mapped[seg.vaddr:seg.vaddr + seg.memsz] = np.frombuffer(code.segment_bytes(seg), np.uint8)
+        program = Program(code, _listing_for(bytes(image)), arch_info(code.arch))
+        program.ctx.extra["image_base"] = base
+        return EmulatedModule(code, program, base)
+
+    def get_function(self, module: EmulatedModule, name: str) -> tuple[EmulatedModule, Kernel]:
+        return module, module.code.kernel(name)
+
+    def launch(self, function: tuple[EmulatedModule, Kernel], grid: tuple[int, int, int],
+               block: tuple[int, int, int], kernarg: bytes, shared_mem: int = 0, stream: int = 0) -> None:
+        module, kernel = function
+        if len(kernarg) < kernel.kernarg_segment_size:
+            raise EmulatorError(f"kernel {kernel.name} needs {kernel.kernarg_segment_size} kernarg bytes, "
+                                f"got {len(kernarg)}")
+        addr, cap = self._kernarg
+        if cap < len(kernarg):
+            if cap:
+                self.memory.free(addr)
+            cap = max(4096, len(kernarg))
+            addr = self.memory.alloc(cap, "kernarg")
+            self._kernarg = (addr, cap)
+        self.memory.view(addr, len(kernarg))[:] = np.frombuffer(kernarg, np.uint8)
+        self._write_packet(module, kernel, grid, block, shared_mem, addr)
+        stats = run_launch(module.program, kernel, self.memory, grid, block, addr, self._packet, self._queue,
+                           shared_mem, seed=self.seed, strict_lds=self.strict_lds,
+                           max_wave_steps=self.max_wave_steps)
+        self.launches.append(stats)
+
+    def _write_packet(self, module: EmulatedModule, kernel: Kernel, grid: tuple[int, int, int],
+                      block: tuple[int, int, int], shared_mem: int, kernarg_addr: int) -> None:
+        p = bytearray(64)
+        dims = 3 if grid[2] * block[2] > 1 else 2 if grid[1] * block[1] > 1 else 1
+        p[0:2] = (2).to_bytes(2, "little")                    # HSA_PACKET_TYPE_KERNEL_DISPATCH
+        p[2:4] = dims.to_bytes(2, "little")
+        for i in range(3):
+            p[4 + 2 * i:6 + 2 * i] = block[i].to_bytes(2, "little")
+            p[12 + 4 * i:16 + 4 * i] = (grid[i] * block[i]).to_bytes(4, "little")
+        p[24:28] = kernel.private_segment_fixed_size.to_bytes(4, "little")
+        p[28:32] = (kernel.group_segment_fixed_size + shared_mem).to_bytes(4, "little")
+        p[32:40] = (module.base + kernel.descriptor.address).to_bytes(8, "little")
+        p[40:48] = kernarg_addr.to_bytes(8, "little")
+        self.memory.view(self._packet, 64)[:] = np.frombuffer(bytes(p), np.uint8)
+
+    def synchronize(self, stream: int = 0) -> None:
+        return None

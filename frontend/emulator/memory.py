@@ -1,0 +1,150 @@
+"""Emulated device memory: a set of allocations, every lane's access bounds-checked.
+
+Allocations are numpy byte arrays at addresses of a sparse 64-bit space; memory
+that already exists (host buffers handed in by the fake HIP runtime in tests) can
+be registered at its own address. An access by an active lane that does not fall
+entirely inside one allocation raises `EmulatorFault` naming kernel, pc, lane,
+address and the nearest allocation.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import EmulatorFault
+
+_BASE = 0x7F0000000000      # first address handed out (far from 0, so null pointers fault)
+_GAP = 0x10000              # unmapped guard between allocations
+
+
+@dataclass
+class Allocation:
+    base: int
+    data: np.ndarray        # uint8, len = size
+    label: str
+
+    @property
+    def end(self) -> int:
+        return self.base + len(self.data)
+
+
+class Memory:
+    """Emulated device memory. With ``host_backed`` every allocation is ordinary host
+    memory addressed by its real address, so foreign host allocations (a fake HIP
+    runtime's hipMalloc) can be registered beside it without address clashes."""
+
+    def __init__(self, host_backed: bool = False) -> None:
+        self._bases: list[int] = []
+        self._allocs: list[Allocation] = []
+        self._next = _BASE
+        self.host_backed = host_backed
+        self._external: dict[int, int] = {}     # base -> size of registered foreign memory
+
+    # allocation ---------------------------------------------------------------
+    def alloc(self, nbytes: int, label: str = "buffer", align: int = 256) -> int:
+        if self.host_backed:
+            raw = np.zeros(max(nbytes, 1) + align, np.uint8)
+            skip = -raw.ctypes.data % align
+            data = raw[skip:skip + max(nbytes, 1)]
+            self._insert(Allocation(data.ctypes.data, data, label))
+            return data.ctypes.data
+        base = -(-self._next // align) * align
+        self._insert(Allocation(base, np.zeros(max(nbytes, 1), np.uint8), label))
+        self._next = base + max(nbytes, 1) + _GAP
+        return base
+
+    def register(self, base: int, data: np.ndarray, label: str) -> None:
+        """Make existing bytes (a uint8 array) addressable at `base`."""
+        self._insert(Allocation(base, data, label))
+
+    def sync_external(self, regions: list[tuple[int, int]]) -> None:
+        """Mirror a foreign allocator's live host regions (base, size) as allocations."""
+        import ctypes
+
+        live = dict(regions)
+        for base, size in list(self._external.items()):
+            if live.get(base) != size:
+                self.free(base)
+                del self._external[base]
+        for base, size in live.items():
+            if base not in self._external:
+                view = np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(base))
+                self._insert(Allocation(base, view, f"host allocation of {size} bytes"))
+                self._external[base] = size
+
+    def _insert(self, a: Allocation) -> None:
+        i = bisect.bisect_left(self._bases, a.base)
+        if (i > 0 and self._allocs[i - 1].end > a.base) or (i < len(self._bases) and a.end > self._bases[i]):
+            raise EmulatorFault(f"allocation {a.label} at 0x{a.base:x} overlaps another")
+        self._bases.insert(i, a.base)
+        self._allocs.insert(i, a)
+
+    def free(self, base: int) -> None:
+        i = bisect.bisect_left(self._bases, base)
+        if i == len(self._bases) or self._bases[i] != base:
+            raise EmulatorFault(f"free of 0x{base:x}, which is not the start of an allocation")
+        del self._bases[i]
+        del self._allocs[i]
+
+    def find(self, addr: int, size: int = 1) -> Allocation | None:
+        i = bisect.bisect_right(self._bases, addr) - 1
+        if i >= 0:
+            a = self._allocs[i]
+            if addr + size <= a.end:
+                return a
+        return None
+
+    def nearest(self, addr: int) -> str:
+        i = bisect.bisect_right(self._bases, addr) - 1
+        cands = [self._allocs[j] for j in (i, i + 1) if 0 <= j < len(self._allocs)]
+        if not cands:
+            return "no allocations"
+        a = min(cands, key=lambda c: min(abs(addr - c.base), abs(addr - c.end)))
+        return f"nearest allocation: {a.label} [0x{a.base:x}, 0x{a.end:x}) ({len(a.data)} bytes)"
+
+    # host-side access (copies) ---------------------------------------------------
+    def view(self, addr: int, nbytes: int) -> np.ndarray:
+        a = self.find(addr, max(nbytes, 1))
+        if a is None:
+            raise EmulatorFault(f"host copy of {nbytes} bytes at 0x{addr:x} is outside every allocation; "
+                                + self.nearest(addr))
+        return a.data[addr - a.base: addr - a.base + nbytes]
+
+    # lane access ------------------------------------------------------------------
+    def _locate(self, addrs: np.ndarray, size: int, active: np.ndarray) -> tuple[Allocation, np.ndarray]:
+        """The allocation all active lanes fall into and their offsets (fast path: one allocation)."""
+        lanes = np.flatnonzero(active)
+        a_act = addrs[lanes]
+        lo, hi = int(a_act.min()), int(a_act.max())
+        alloc = self.find(lo, 1)
+        if alloc is not None and hi + size <= alloc.end:
+            return alloc, (addrs - np.uint64(alloc.base)).astype(np.int64)
+        for lane in lanes:                    # slow path: name the first bad lane
+            addr = int(addrs[lane])
+            if self.find(addr, size) is None:
+                raise EmulatorFault(f"lane {lane} accessed {size} bytes at 0x{addr:x}, outside "
+                                    f"every allocation; {self.nearest(addr)}")
+        raise EmulatorFault(f"one access spans several allocations ({lo:#x}..{hi:#x}); "
+                            "the emulator requires each instruction's lanes to stay within one allocation")
+
+    def load(self, addrs: np.ndarray, size: int, active: np.ndarray) -> np.ndarray:
+        """(lanes, size) uint8 of the bytes each active lane reads; inactive lanes read 0."""
+        out = np.zeros((len(addrs), size), np.uint8)
+        if not active.any():
+            return out
+        alloc, offs = self._locate(addrs, size, active)
+        idx = offs[active][:, None] + np.arange(size)
+        out[active] = alloc.data[idx]
+        return out
+
+    def store(self, addrs: np.ndarray, data: np.ndarray, active: np.ndarray) -> None:
+        """Write (lanes, size) uint8 for active lanes; later lanes win on overlap, as in hardware order."""
+        if not active.any():
+            return
+        size = data.shape[1]
+        alloc, offs = self._locate(addrs, size, active)
+        idx = offs[active][:, None] + np.arange(size)
+        alloc.data[idx] = data[active]

@@ -1,0 +1,86 @@
+"""Instruction semantics: a registry from mnemonic to handler factory.
+
+A factory is called once per decoded instruction with the `Inst` (listing.py) and
+the program's `DecodeContext`, and returns a handler ``fn(wave) -> None`` that
+executes the instruction on one wave. Factories do all parsing (operands,
+modifiers, constants) so handlers only touch registers and memory. Branch
+handlers set ``wave.pc`` (an instruction index); others leave it (the executor
+has already advanced it).
+
+Each mnemonic is registered with a class used for the per-launch instruction
+counts: salu, smem, valu, trans (VALU transcendental), vmem_load, vmem_store,
+vmem_atomic, lds, matrix, branch, barrier, other (waits, nops, hints).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..listing import Inst
+from ..state import Wave
+
+Handler = Callable[[Wave], None]
+Factory = Callable[[Inst, "DecodeContext"], Handler]
+
+CLASSES = ("salu", "smem", "valu", "trans", "vmem_load", "vmem_store", "vmem_atomic", "lds", "matrix",
+           "branch", "barrier", "other")
+
+OPS: dict[str, tuple[Factory, str]] = {}
+
+
+def register(*names: str, cls: str) -> Callable[[Factory], Factory]:
+    assert cls in CLASSES, cls
+
+    def deco(factory: Factory) -> Factory:
+        for name in names:
+            if name in OPS:
+                raise ValueError(f"{name} registered twice")
+            OPS[name] = (factory, cls)
+        return factory
+
+    return deco
+
+
+_SUFFIXES = ("_e32", "_e64", "_dpp", "_sdwa")
+
+
+def base_mnemonic(mnemonic: str) -> str:
+    for suf in _SUFFIXES:
+        if mnemonic.endswith(suf):
+            return mnemonic[: -len(suf)]
+    return mnemonic
+
+
+def lookup(mnemonic: str) -> tuple[Factory, str] | None:
+    return OPS.get(mnemonic) or OPS.get(base_mnemonic(mnemonic))
+
+
+@dataclass
+class DecodeContext:
+    arch: str                      # "gfx942"
+    gfx: int                       # 9, 11 or 12
+    wave_size: int                 # 64 or 32
+    fp8: str | None                # "fnuz", "ocp" or None
+    index_of: dict[int, int]       # instruction address -> index
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def branch_target(self, inst: Inst, simm16: int) -> int:
+        """Index of PC + 4 + 4 * simm16 (the immediate is printed unsigned)."""
+        off = simm16 - 0x10000 if simm16 >= 0x8000 else simm16
+        addr = inst.addr + 4 + 4 * off
+        try:
+            return self.index_of[addr]
+        except KeyError:
+            raise KeyError(f"branch at 0x{inst.addr:x} targets 0x{addr:x}, which is not an instruction") from None
+
+
+def load_all() -> None:
+    """Import every semantics module so its registrations run."""
+    from . import (  # noqa: F401
+        lds,
+        salu,
+        valu,
+        vmem,
+    )

@@ -1,0 +1,229 @@
+"""Global, flat and buffer memory: loads, stores and atomics, bounds-checked per lane."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ...errors import EmulatorError
+from ..listing import Inst
+from ..state import NULL, Operand, Wave, parse_operand
+from . import DecodeContext, Handler, register
+from .salu import sreader
+
+_U64 = np.uint64
+
+
+def _offset(inst: Inst) -> int:
+    for m in inst.modifiers:
+        if m.startswith("offset:"):
+            return int(m.split(":", 1)[1], 0)
+    return 0
+
+
+def address_reader(vaddr: Operand, saddr: Operand, offset: int) -> Callable[[Wave], np.ndarray]:
+    """Per-lane 64-bit addresses: the VGPR pair with `off`, else SGPR pair + zext(VGPR)."""
+    if vaddr.kind != "v":
+        raise EmulatorError(f"address operand {vaddr.text!r} is not a VGPR")
+    v = vaddr.index
+    if saddr.kind == "off" or (saddr.kind == "s" and saddr.index == NULL):
+        if vaddr.count != 2:
+            raise EmulatorError("a global address without an SGPR base needs a VGPR pair")
+
+        def full(w: Wave) -> np.ndarray:
+            return (w.v[v].astype(_U64) | (w.v[v + 1].astype(_U64) << _U64(32))) + _U64(offset & 0xFFFFFFFFFFFFFFFF)
+        return full
+    base = sreader(saddr, 64)
+
+    def based(w: Wave) -> np.ndarray:
+        return w.v[v].astype(_U64) + _U64((base(w) + offset) & 0xFFFFFFFFFFFFFFFF)
+    return based
+
+
+_LOADS = {  # name: (bytes, how the result lands in the destination)
+    "dword": (4, "full"), "b32": (4, "full"), "dwordx2": (8, "full"), "b64": (8, "full"),
+    "dwordx3": (12, "full"), "b96": (12, "full"), "dwordx4": (16, "full"), "b128": (16, "full"),
+    "ubyte": (1, "u"), "u8": (1, "u"), "sbyte": (1, "s"), "i8": (1, "s"),
+    "ushort": (2, "u"), "u16": (2, "u"), "sshort": (2, "s"), "i16": (2, "s"),
+    "short_d16": (2, "lo"), "d16_b16": (2, "lo"), "short_d16_hi": (2, "hi"), "d16_hi_b16": (2, "hi"),
+    "ubyte_d16": (1, "lo_u8"), "d16_u8": (1, "lo_u8"), "ubyte_d16_hi": (1, "hi_u8"), "d16_hi_u8": (1, "hi_u8"),
+    "sbyte_d16": (1, "lo_i8"), "d16_i8": (1, "lo_i8"), "sbyte_d16_hi": (1, "hi_i8"), "d16_hi_i8": (1, "hi_i8"),
+}
+_STORES = {
+    "dword": (4, "full"), "b32": (4, "full"), "dwordx2": (8, "full"), "b64": (8, "full"),
+    "dwordx3": (12, "full"), "b96": (12, "full"), "dwordx4": (16, "full"), "b128": (16, "full"),
+    "byte": (1, "lo"), "b8": (1, "lo"), "short": (2, "lo"), "b16": (2, "lo"),
+    "byte_d16_hi": (1, "hi"), "d16_hi_b8": (1, "hi"), "short_d16_hi": (2, "hi"), "d16_hi_b16": (2, "hi"),
+}
+
+
+def place_loaded(w: Wave, dst: int, raw: np.ndarray, how: str, mask: np.ndarray) -> None:
+    """Write (lanes, nbytes) loaded bytes into VGPRs starting at `dst`."""
+    if how == "full":
+        words = raw.view(np.uint32)
+        for j in range(words.shape[1]):
+            np.copyto(w.v[dst + j], words[:, j], where=mask)
+        return
+    size = raw.shape[1]
+    val = raw.view(np.uint16)[:, 0] if size == 2 else raw[:, 0]
+    val = val.astype(np.uint32)
+    if how in ("s", "lo_i8", "hi_i8"):
+        bits = 8 * size
+        val = np.where(val >> (bits - 1), val | np.uint32((0xFFFFFFFF << bits) & 0xFFFFFFFF), val)
+    old = w.v[dst]
+    if how in ("lo", "lo_u8", "lo_i8"):
+        val = (old & np.uint32(0xFFFF0000)) | (val & np.uint32(0xFFFF))
+    elif how in ("hi", "hi_u8", "hi_i8"):
+        val = (old & np.uint32(0xFFFF)) | ((val & np.uint32(0xFFFF)) << np.uint32(16))
+    np.copyto(w.v[dst], val, where=mask)
+
+
+def store_bytes(w: Wave, src: int, size: int, how: str) -> np.ndarray:
+    """(lanes, size) bytes to store from VGPRs starting at `src`."""
+    if how == "full":
+        return np.ascontiguousarray(w.v[src:src + size // 4].T).view(np.uint8).reshape(w.n, size)
+    val = w.v[src] >> np.uint32(16) if how == "hi" else w.v[src]
+    return np.ascontiguousarray(val).view(np.uint8).reshape(w.n, 4)[:, :size]
+
+
+def _global_load(size: int, how: str):
+    def factory(inst: Inst, ctx: DecodeContext) -> Handler:
+        ops = [parse_operand(t) for t in inst.operands]
+        dst, addr = ops[0].index, address_reader(ops[1], ops[2] if len(ops) > 2 else Operand("off"), _offset(inst))
+
+        def run(w: Wave) -> None:
+            mask = w.exec_mask()
+            raw = w.group.mem.load(addr(w), size, mask)
+            place_loaded(w, dst, raw, how, mask)
+            w.group.stats.bytes_loaded["global"] += size * int(mask.sum())
+        return run
+    return factory
+
+
+def _global_store(size: int, how: str):
+    def factory(inst: Inst, ctx: DecodeContext) -> Handler:
+        ops = [parse_operand(t) for t in inst.operands]
+        addr, src = address_reader(ops[0], ops[2] if len(ops) > 2 else Operand("off"), _offset(inst)), ops[1].index
+
+        def run(w: Wave) -> None:
+            mask = w.exec_mask()
+            w.group.mem.store(addr(w), store_bytes(w, src, size, how), mask)
+            w.group.stats.bytes_stored["global"] += size * int(mask.sum())
+        return run
+    return factory
+
+
+for _suffix, (_size, _how) in _LOADS.items():
+    for _prefix in ("global_load_", "flat_load_"):
+        register(_prefix + _suffix, cls="vmem_load")(_global_load(_size, _how))
+for _suffix, (_size, _how) in _STORES.items():
+    for _prefix in ("global_store_", "flat_store_"):
+        register(_prefix + _suffix, cls="vmem_store")(_global_store(_size, _how))
+
+
+# --- atomics ---------------------------------------------------------------------------
+def _f32_add(old: int, val: int) -> int:
+    r = np.array([old, val], np.uint32).view(np.float32)
+    return int(np.array([r[0] + r[1]], np.float32).view(np.uint32)[0])
+
+
+def _s32(v: int) -> int:
+    return v - (1 << 32) if v >> 31 else v
+
+
+_ATOMIC32: dict[str, Callable[[int, int], int]] = {
+    "add": lambda o, v: (o + v) & 0xFFFFFFFF, "add_u32": lambda o, v: (o + v) & 0xFFFFFFFF,
+    "sub": lambda o, v: (o - v) & 0xFFFFFFFF, "sub_u32": lambda o, v: (o - v) & 0xFFFFFFFF,
+    "swap": lambda o, v: v, "swap_b32": lambda o, v: v,
+    "and": lambda o, v: o & v, "and_b32": lambda o, v: o & v, "or": lambda o, v: o | v,
+    "or_b32": lambda o, v: o | v, "xor": lambda o, v: o ^ v, "xor_b32": lambda o, v: o ^ v,
+    "umax": lambda o, v: max(o, v), "max_u32": lambda o, v: max(o, v),
+    "umin": lambda o, v: min(o, v), "min_u32": lambda o, v: min(o, v),
+    "smax": lambda o, v: o if _s32(o) >= _s32(v) else v, "max_i32": lambda o, v: o if _s32(o) >= _s32(v) else v,
+    "smin": lambda o, v: o if _s32(o) <= _s32(v) else v, "min_i32": lambda o, v: o if _s32(o) <= _s32(v) else v,
+    "inc": lambda o, v: 0 if o >= v else o + 1, "inc_u32": lambda o, v: 0 if o >= v else o + 1,
+    "dec": lambda o, v: v if o == 0 or o > v else o - 1, "dec_u32": lambda o, v: v if o == 0 or o > v else o - 1,
+    "add_f32": _f32_add,
+}
+
+
+def _returns(inst: Inst) -> bool:
+    return any(m in ("sc0", "glc", "th:TH_ATOMIC_RETURN") or m.startswith("th:TH_ATOMIC_RETURN")
+               for m in inst.modifiers)
+
+
+def _atomic(fn: Callable[[int, int], int] | None):
+    """fn(old, value) -> new; None means compare-and-swap (data pair = {new, compare})."""
+    def factory(inst: Inst, ctx: DecodeContext) -> Handler:
+        ops = [parse_operand(t) for t in inst.operands]
+        ret = _returns(inst)
+        if ret:
+            dst, ops = ops[0].index, ops[1:]
+        addr = address_reader(ops[0], ops[2] if len(ops) > 2 else Operand("off"), _offset(inst))
+        data = ops[1].index
+
+        def run(w: Wave) -> None:
+            mask = w.exec_mask()
+            if not mask.any():
+                return
+            addrs = addr(w)
+            mem = w.group.mem
+            mem.load(addrs, 4, mask)                       # bounds check of every active lane
+            olds = np.zeros(w.n, np.uint32)
+            for lane in np.flatnonzero(mask):              # lanes serialised in lane order
+                cell = mem.view(int(addrs[lane]), 4).view(np.uint32)
+                old = int(cell[0])
+                if fn is None:
+                    new = int(w.v[data, lane]) if old == int(w.v[data + 1, lane]) else old
+                else:
+                    new = fn(old, int(w.v[data, lane]))
+                cell[0] = new
+                olds[lane] = old
+            if ret:
+                np.copyto(w.v[dst], olds, where=mask)
+            active = int(mask.sum())
+            w.group.stats.bytes_loaded["global"] += 4 * active
+            w.group.stats.bytes_stored["global"] += 4 * active
+        return run
+    return factory
+
+
+for _suffix, _fn in _ATOMIC32.items():
+    for _prefix in ("global_atomic_", "flat_atomic_"):
+        register(_prefix + _suffix, cls="vmem_atomic")(_atomic(_fn))
+for _prefix in ("global_atomic_", "flat_atomic_"):
+    register(_prefix + "cmpswap", _prefix + "cmpswap_b32", cls="vmem_atomic")(_atomic(None))
+
+
+# --- raw buffer loads/stores (32-bit, offen) ------------------------------------------------
+def _buffer(store: bool):
+    def factory(inst: Inst, ctx: DecodeContext) -> Handler:
+        ops = [parse_operand(t) for t in inst.operands]
+        data, voff, rsrc, soff = ops[0].index, ops[1], ops[2], sreader(ops[3], 32)
+        offen = "offen" in inst.modifiers
+        if "idxen" in inst.modifiers:
+            raise EmulatorError("buffer idxen addressing is not implemented")
+        imm = _offset(inst)
+        r = rsrc.index
+
+        def run(w: Wave) -> None:
+            mask = w.exec_mask()
+            base = int(w.s[r]) | ((int(w.s[r + 1]) & 0xFFFF) << 32)
+            num_records = int(w.s[r + 2])
+            off = (w.v[voff.index].astype(np.int64) if offen else np.zeros(w.n, np.int64)) + imm + soff(w)
+            inside = mask & (off >= 0) & (off + 4 <= num_records)    # out-of-range accesses are dropped
+            addrs = (off + base).astype(np.uint64)
+            if store:
+                w.group.mem.store(addrs, store_bytes(w, data, 4, "full"), inside)
+                w.group.stats.bytes_stored["global"] += 4 * int(inside.sum())
+            else:
+                raw = w.group.mem.load(addrs, 4, inside)
+                place_loaded(w, data, raw, "full", mask)
+                w.group.stats.bytes_loaded["global"] += 4 * int(inside.sum())
+        return run
+    return factory
+
+
+register("buffer_load_dword", "buffer_load_b32", cls="vmem_load")(_buffer(False))
+register("buffer_store_dword", "buffer_store_b32", cls="vmem_store")(_buffer(True))

@@ -1,0 +1,63 @@
+"""A code object decoded once: instructions, their handlers, and where kernels start."""
+
+from __future__ import annotations
+
+import bisect
+
+from ..arch import ArchInfo
+from ..codeobject import CodeObject
+from ..errors import EmulatorError
+from .listing import Inst, parse_listing
+from .ops import CLASSES, DecodeContext, Handler, load_all, lookup
+from .state import Wave
+
+
+class Program:
+    def __init__(self, code: CodeObject, listing_text: str, arch: ArchInfo) -> None:
+        load_all()
+        self.code = code
+        self.arch = arch
+        self.insts, labels = parse_listing(listing_text, code)
+        self.index_of = {inst.addr: i for i, inst in enumerate(self.insts)}
+        self._label_addrs = sorted((addr, name) for name, addr in labels.items())
+        gfx = int(arch.name[3:-2]) if arch.name.startswith("gfx1") else 9
+        self.ctx = DecodeContext(arch.name, gfx, arch.wave_size, arch.fp8_format, self.index_of)
+        self.handlers: list[Handler] = []
+        self.classes: list[int] = []
+        for inst in self.insts:
+            fn, cls = self._decode(inst)
+            self.handlers.append(fn)
+            self.classes.append(CLASSES.index(cls))
+
+    def _decode(self, inst: Inst) -> tuple[Handler, str]:
+        found = lookup(inst.mnemonic)
+        if found is None:
+            return self._failing(inst, f"instruction {inst.mnemonic!r} is not implemented by the emulator"), "other"
+        factory, cls = found
+        try:
+            return factory(inst, self.ctx), cls
+        except (EmulatorError, KeyError, ValueError) as e:
+            # Decode problems surface when (and only if) the instruction executes.
+            return self._failing(inst, f"cannot emulate {inst.text!r}: {e}"), cls
+
+    def _failing(self, inst: Inst, message: str) -> Handler:
+        where = self.where(inst.addr)
+
+        def fail(w: Wave) -> None:
+            raise EmulatorError(f"{message} ({self.arch.name}, {where})")
+
+        return fail
+
+    def where(self, addr: int) -> str:
+        """``kernel <name> pc 0x<addr> (+0x<offset>)`` for messages."""
+        i = bisect.bisect_right(self._label_addrs, (addr, "\uffff")) - 1
+        if i < 0:
+            return f"pc 0x{addr:x}"
+        base, name = self._label_addrs[i]
+        return f"kernel {name} pc 0x{addr:x} (+0x{addr - base:x})"
+
+    def entry_index(self, entry_addr: int) -> int:
+        try:
+            return self.index_of[entry_addr]
+        except KeyError:
+            raise EmulatorError(f"kernel entry 0x{entry_addr:x} is not an instruction of the listing") from None

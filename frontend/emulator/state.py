@@ -1,0 +1,174 @@
+"""Wave state and operand access.
+
+Scalar registers live in one uint32 array indexed by `SREG` names below (not by
+the hardware encoding, which differs between generations): s0..s105, then VCC,
+TTMPs, M0, NULL and EXEC. Vector registers are a (256, wave_size) uint32 array;
+on gfx9 the AGPRs are a second one. EXEC is kept in its two SGPR slots and the
+lane mask derived from it on demand (cached by value).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import EmulatorError
+
+VCC_LO, VCC_HI = 106, 107
+TTMP0 = 108
+M0, NULL, EXEC_LO, EXEC_HI = 124, 125, 126, 127
+FLAT_SCRATCH_LO, FLAT_SCRATCH_HI = 102, 103   # gfx9 only; aliases of s102/s103
+NUM_SREGS = 128
+
+RUNNING, AT_BARRIER, DONE = 0, 1, 2
+
+_NAMED = {"vcc": (VCC_LO, 2), "vcc_lo": (VCC_LO, 1), "vcc_hi": (VCC_HI, 1), "exec": (EXEC_LO, 2),
+          "exec_lo": (EXEC_LO, 1), "exec_hi": (EXEC_HI, 1), "m0": (M0, 1), "null": (NULL, 1),
+          "flat_scratch": (FLAT_SCRATCH_LO, 2), "flat_scratch_lo": (FLAT_SCRATCH_LO, 1),
+          "flat_scratch_hi": (FLAT_SCRATCH_HI, 1)}
+
+# Inline float constants by operand width (bit patterns).
+_F32 = {0.5: 0x3F000000, -0.5: 0xBF000000, 1.0: 0x3F800000, -1.0: 0xBF800000, 2.0: 0x40000000,
+        -2.0: 0xC0000000, 4.0: 0x40800000, -4.0: 0xC0800000, 0.15915494: 0x3E22F983}
+_F16 = {0.5: 0x3800, -0.5: 0xB800, 1.0: 0x3C00, -1.0: 0xBC00, 2.0: 0x4000, -2.0: 0xC000, 4.0: 0x4400,
+        -4.0: 0xC400, 0.15915494: 0x3118}
+_F64 = {0.5: 0x3FE0000000000000, -0.5: 0xBFE0000000000000, 1.0: 0x3FF0000000000000,
+        -1.0: 0xBFF0000000000000, 2.0: 0x4000000000000000, -2.0: 0xC000000000000000,
+        4.0: 0x4010000000000000, -4.0: 0xC010000000000000, 0.15915494: 0x3FC45F306DC9C882}
+
+_REG = re.compile(r"^(?P<kind>[sva]|ttmp)(?:(?P<one>\d+)|\[(?P<lo>\d+):(?P<hi>\d+)\])(?P<half>\.[lh])?$")
+
+
+@dataclass(frozen=True)
+class Operand:
+    kind: str               # "s" (any scalar slot), "v", "a", "const", "scc", "off", "aperture"
+    index: int = 0          # first register (internal scalar index for "s")
+    count: int = 1          # registers in the tuple
+    value: Any = None       # constants: int bit pattern or float (typed when read)
+    neg: bool = False
+    abs: bool = False
+    half: str | None = None  # ".l" / ".h" for gfx11 true16 operands
+    text: str = ""
+
+
+def parse_operand(tok: str) -> Operand:
+    text = tok
+    neg = absm = False
+    if tok.startswith("-") and not _is_number(tok):
+        neg, tok = True, tok[1:]
+    if tok.startswith("neg(") and tok.endswith(")"):
+        neg, tok = True, tok[4:-1]
+    if tok.startswith("|") and tok.endswith("|"):
+        absm, tok = True, tok[1:-1]
+    elif tok.startswith("abs(") and tok.endswith(")"):
+        absm, tok = True, tok[4:-1]
+    if tok.startswith("lit(") and tok.endswith(")"):
+        tok = tok[4:-1]
+    low = tok.lower()
+    if low in _NAMED:
+        i, c = _NAMED[low]
+        return Operand("s", i, c, neg=neg, abs=absm, text=text)
+    if low == "scc":
+        return Operand("scc", text=text)
+    if low == "off":
+        return Operand("off", text=text)
+    if low in ("src_shared_base", "src_private_base", "src_shared_limit", "src_private_limit"):
+        return Operand("aperture", value=low, text=text)
+    m = _REG.match(low)
+    if m:
+        lo = int(m.group("one") if m.group("one") is not None else m.group("lo"))
+        hi = lo if m.group("one") is not None else int(m.group("hi"))
+        kind = m.group("kind")
+        if kind == "ttmp":
+            kind, lo, hi = "s", lo + TTMP0, hi + TTMP0
+        return Operand(kind, lo, hi - lo + 1, neg=neg, abs=absm, half=(m.group("half") or None) and m.group("half")[1],
+                       text=text)
+    if _is_number(tok):
+        value: Any = int(tok, 0) if not _is_float(tok) else float(tok)
+        return Operand("const", value=value, neg=neg, abs=absm, text=text)
+    raise EmulatorError(f"cannot parse operand {text!r}")
+
+
+def _is_float(tok: str) -> bool:
+    return "." in tok and not tok.lower().startswith("0x")
+
+
+def _is_number(tok: str) -> bool:
+    try:
+        float(tok) if _is_float(tok) else int(tok, 0)
+        return True
+    except ValueError:
+        return False
+
+
+def const_bits(op: Operand, width: int) -> int:
+    """The bit pattern a constant operand supplies to a `width`-bit float/int operand."""
+    v = op.value
+    if isinstance(v, float):
+        table = {16: _F16, 32: _F32, 64: _F64}[width]
+        key = min(table, key=lambda k: abs(k - v))
+        if abs(key - v) > 1e-6:
+            raise EmulatorError(f"{v} is not an inline float constant")
+        return table[key]
+    return v & ((1 << width) - 1)   # negative inline ints sign-extend to the operand width
+
+
+class Wave:
+    """Registers, program counter and status of one wavefront."""
+
+    def __init__(self, n: int, gfx9: bool, group: Any, index: int) -> None:
+        self.n = n
+        self.s = np.zeros(NUM_SREGS, np.uint32)
+        self.v = np.zeros((256, n), np.uint32)
+        self.a = np.zeros((256, n), np.uint32) if gfx9 else None
+        self.scc = 0
+        self.pc = 0                   # index into the program's instruction list
+        self.state = RUNNING
+        self.group = group            # the Workgroup (LDS, barrier)
+        self.index = index            # wave index inside the workgroup
+        self.lanes = np.arange(n, dtype=np.uint64)
+        self._exec_key = -1
+        self._exec_mask = np.zeros(n, bool)
+        self.steps = 0
+
+    def exec_value(self) -> int:
+        lo = int(self.s[EXEC_LO])
+        return lo | (int(self.s[EXEC_HI]) << 32) if self.n == 64 else lo
+
+    def set_exec(self, value: int) -> None:
+        self.s[EXEC_LO] = value & 0xFFFFFFFF
+        if self.n == 64:
+            self.s[EXEC_HI] = (value >> 32) & 0xFFFFFFFF
+
+    def exec_mask(self) -> np.ndarray:
+        e = self.exec_value()
+        if e != self._exec_key:
+            self._exec_key = e
+            self._exec_mask = ((np.uint64(e) >> self.lanes) & np.uint64(1)).astype(bool)
+        return self._exec_mask
+
+    def mask_bits(self, lanes: np.ndarray) -> int:
+        """A per-lane bool array as an integer mask (bit i = lane i)."""
+        return int(np.packbits(lanes.astype(np.uint8), bitorder="little").view(
+            np.uint64 if self.n == 64 else np.uint32)[0])
+
+    def sget(self, index: int, count: int = 1) -> int:
+        if index == NULL:
+            return 0
+        if count == 1:
+            return int(self.s[index])
+        return int(self.s[index]) | (int(self.s[index + 1]) << 32)
+
+    def sset(self, index: int, value: int, count: int = 1) -> None:
+        if index == NULL:
+            return
+        self.s[index] = value & 0xFFFFFFFF
+        if count == 2:
+            self.s[index + 1] = (value >> 32) & 0xFFFFFFFF
+
+
+Reader = Callable[[Wave], Any]
