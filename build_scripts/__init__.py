@@ -1,8 +1,12 @@
 """Offline build of hipskinny's code objects: ``python -m build_scripts [--check]``.
 
+Builds the shipped kernels (kernels/ -> hsaco/) and the test kernels (tests/kernels/,
+HIP and hand-written assembly -> tests/hsaco/, not package data) in one run.
+
 Modules: `toolchain` (compiler, HIP headers from the pinned triton wheel, oclc
-constants), `compiler` (one family for one arch: compile, check, listing),
-`manifest` (hsaco/manifest.json), `cli` (argument parsing, parallel build, --check).
+constants, assembler and linker), `compiler` (one source for one arch: compile or
+assemble, check, listing; build markers), `manifest` (the manifest.json of each tree),
+`cli` (argument parsing, the two trees, parallel build, --check).
 """
 
 from __future__ import annotations

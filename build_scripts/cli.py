@@ -1,36 +1,104 @@
-"""``python -m build_scripts``: build hsaco/ from kernels/, or check that it is fresh."""
+"""``python -m build_scripts``: build hsaco/ (and tests/hsaco/) from the sources, or check they are fresh.
+
+Two trees, built and checked by the same run:
+
+* shipped: ``kernels/<family>.hip`` -> ``hsaco/<arch>/<family>.hsaco`` + ``.lst.gz``, ``hsaco/manifest.json``
+  (package data);
+* tests: ``tests/kernels/<name>.hip`` for every arch, and hand-written assembly
+  ``tests/kernels/asm/<name>.<arch>.s`` for the one arch its file name names ->
+  ``tests/hsaco/<arch>/<name>.hsaco`` + ``.lst.gz``, ``tests/hsaco/manifest.json`` (same schema; the
+  ``family`` field holds the test kernel's name). Not package data.
+
+Both obey the same rules (no spills, no scratch, LDS within the arch limit); only a test
+kernel may opt out, with a ``// hipskinny-build: allow-scratch`` line (see compiler.py).
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from frontend.arch import ARCHS
 
 from . import REPO_ROOT
-from .compiler import BuildError, Built, compile_family, sha256_bytes
+from .compiler import BuildError, Built, assemble, compile_family, sha256_bytes
 from .manifest import ManifestError, compose, dumps, load
 from .toolchain import Toolchain, ToolchainError, detect_compiler, find_toolchain
+
+_ASM_NAME = re.compile(r"(?P<name>[A-Za-z0-9_]+)\.(?P<arch>gfx[0-9a-f]+)\.s")
+
+
+class SourceError(Exception):
+    """A source tree holds a file the build cannot place (a badly named assembly file)."""
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A source directory and the artifact directory built from it."""
+
+    src: str          # repo-relative: kernels/ or tests/kernels/
+    out: str          # hsaco/ or tests/hsaco/
+    package: bool     # package data: needs an __init__.py for editable installs
+    test: bool        # test tree: assembly kernels and build markers allowed
+
+    def label(self, key: str) -> str:
+        """How messages name one code object: ``hsaco/gfx942/gemv``."""
+        return f"{self.out}/{key}"
+
+
+SHIPPED = Tree("kernels", "hsaco", package=True, test=False)
+TESTS = Tree("tests/kernels", "tests/hsaco", package=False, test=True)
+TREES = (SHIPPED, TESTS)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One code object to build: a source for one arch."""
+
+    tree: Tree
+    arch: str
+    name: str
+    source: str       # repo-relative posix path
+
+    @property
+    def key(self) -> str:
+        return f"{self.arch}/{self.name}"
+
+    @property
+    def label(self) -> str:
+        return self.tree.label(self.key)
+
+    @property
+    def is_asm(self) -> bool:
+        return self.source.endswith(".s")
+
+    def flags(self, kind: str) -> list[str]:
+        flags_of = Toolchain(kind, "", "", "", None, None)
+        return flags_of.asm_flags(self.arch) if self.is_asm else flags_of.flags(self.arch, self.name)
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m build_scripts",
-        description="Compile kernels/*.hip for every shipped arch into hsaco/, or check hsaco/ is fresh.")
+        description="Compile kernels/*.hip (and the test kernels in tests/kernels/) for every shipped arch into "
+                    "hsaco/ (and tests/hsaco/), or check that they are fresh.")
     p.add_argument("--check", action="store_true",
-                   help="verify hsaco/ matches the sources (rebuild and compare bytes when the manifest's "
-                        "compiler is available, otherwise compare source hashes); exit 1 if stale")
+                   help="verify hsaco/ and tests/hsaco/ match the sources (rebuild and compare bytes when the "
+                        "manifest's compiler is available, otherwise compare source hashes); exit 1 if stale")
     p.add_argument("--no-rebuild", action="store_true",
                    help="with --check: compare source hashes only, even if the compiler is available")
     p.add_argument("--arch", action="extend", nargs="+", default=[], metavar="A",
                    help=f"only these archs (default: all of {', '.join(ARCHS)})")
     p.add_argument("--family", action="extend", nargs="+", default=[], metavar="F",
-                   help="only these kernel families (kernels/<F>.hip; default: all)")
+                   help="only these kernel families (kernels/<F>.hip) or test kernels (tests/kernels/<F>.hip, "
+                        "tests/kernels/asm/<F>.<arch>.s); default: all")
     p.add_argument("-j", "--jobs", type=int, default=2, metavar="N",
                    help="archs built in parallel (default 2)")
     return p
@@ -40,29 +108,66 @@ def families_in(repo: Path) -> list[str]:
     return sorted(p.stem for p in (repo / "kernels").glob("*.hip"))
 
 
+def jobs_in(repo: Path, tree: Tree, archs: list[str] | None = None) -> list[Job]:
+    """Every (arch, source) of `tree`, for `archs` (default: all); SourceError on a misnamed file."""
+    archs = list(ARCHS) if archs is None else archs
+    src = repo / tree.src
+    jobs = [Job(tree, arch, p.stem, f"{tree.src}/{p.name}") for p in sorted(src.glob("*.hip")) for arch in archs]
+    if tree.test:
+        hip_names = {p.stem for p in src.glob("*.hip")}
+        for p in sorted((src / "asm").glob("*.s")):
+            m = _ASM_NAME.fullmatch(p.name)
+            if m is None or m.group("arch") not in ARCHS:
+                raise SourceError(f"{tree.src}/asm/{p.name}: assembly kernels are named <name>.<arch>.s with "
+                                  f"<arch> one of {', '.join(ARCHS)}")
+            if m.group("name") in hip_names:
+                raise SourceError(f"{tree.src}/asm/{p.name}: {tree.src}/{m.group('name')}.hip has the same name")
+            if m.group("arch") in archs:
+                jobs.append(Job(tree, m.group("arch"), m.group("name"), f"{tree.src}/asm/{p.name}"))
+    return sorted(jobs, key=lambda j: (list(ARCHS).index(j.arch), j.name))
+
+
+def build_one(tc: Toolchain, repo: Path, job: Job, out_dir: Path) -> Built:
+    dest = out_dir / job.tree.out
+    if job.is_asm:
+        return assemble(tc, repo, job.arch, job.name, job.source, dest, markers_allowed=job.tree.test)
+    return compile_family(tc, repo, job.arch, job.name, dest, source=job.source, markers_allowed=job.tree.test)
+
+
 def compile_all(tc: Toolchain, repo: Path, archs: list[str], families: list[str], out_dir: Path,
                 jobs: int) -> tuple[dict[str, Built], list[str]]:
-    """Build every (arch, family); archs run in parallel. Returns (built by key, errors)."""
+    """Build every (arch, shipped family) into ``out_dir/hsaco/<arch>/``. Returns (built by key, errors)."""
+    todo = [Job(SHIPPED, arch, family, f"{SHIPPED.src}/{family}.hip") for arch in archs for family in families]
+    results, errors = build_jobs(tc, repo, todo, out_dir, jobs)
+    return {job.key: b for job, b in results.items()}, errors
 
-    def one_arch(arch: str) -> tuple[list[Built], list[str]]:
+
+def build_jobs(tc: Toolchain, repo: Path, jobs: list[Job], out_dir: Path,
+               workers: int) -> tuple[dict[Job, Built], list[str]]:
+    """Build every job into ``out_dir/<tree.out>/<arch>/``; archs run in parallel. Returns (built, errors)."""
+    by_arch: dict[str, list[Job]] = {}
+    for job in jobs:
+        by_arch.setdefault(job.arch, []).append(job)
+
+    def one_arch(arch_jobs: list[Job]) -> tuple[list[tuple[Job, Built]], list[str]]:
         built, errors = [], []
-        for family in families:
+        for job in arch_jobs:
             try:
-                b = compile_family(tc, repo, arch, family, out_dir)
+                b = build_one(tc, repo, job, out_dir)
             except BuildError as exc:
-                errors.append(str(exc))
+                errors.append(f"{job.tree.out}/{exc}")
                 continue
-            print(f"  {arch}/{family}: {len(b.entry['kernels'])} kernels, {b.seconds:.1f} s", flush=True)
+            print(f"  {job.label}: {len(b.entry['kernels'])} kernels, {b.seconds:.1f} s", flush=True)
             if b.warnings:
-                print(f"  {arch}/{family}: compiler warnings:\n{b.warnings}", file=sys.stderr, flush=True)
-            built.append(b)
+                print(f"  {job.label}: compiler warnings:\n{b.warnings}", file=sys.stderr, flush=True)
+            built.append((job, b))
         return built, errors
 
-    results: dict[str, Built] = {}
+    results: dict[Job, Built] = {}
     errors: list[str] = []
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for built, errs in pool.map(one_arch, archs):
-            results.update((f"{b.arch}/{b.family}", b) for b in built)
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for built, errs in pool.map(one_arch, by_arch.values()):
+            results.update(built)
             errors += errs
     return results, errors
 
@@ -71,146 +176,186 @@ def compiler_record(tc: Toolchain) -> dict[str, str]:
     return {"kind": tc.kind, "version": tc.version, "hip_headers": tc.hip_headers}
 
 
-def build(repo: Path, archs: list[str], families: list[str], filtered: bool, jobs: int) -> int:
-    hsaco_dir = repo / "hsaco"
-    manifest_path = hsaco_dir / "manifest.json"
-    old = load(manifest_path)
+def build(repo: Path, jobs_by_tree: dict[Tree, list[Job]], archs: list[str] | None, names: list[str] | None,
+          workers: int) -> int:
+    """Build the jobs and install them; `archs`/`names` is the scope of this build (None: all).
+
+    Manifest entries outside the scope are kept; those inside it that were not built (their
+    source is gone) are removed with their files.
+    """
+    all_jobs = [j for jobs in jobs_by_tree.values() for j in jobs]
+    olds = {tree: load(repo / tree.out / "manifest.json") for tree in jobs_by_tree}
     # The temp dir sits in the repo so the final os.replace calls stay on one filesystem.
     with tempfile.TemporaryDirectory(dir=repo, prefix=".hsaco-build-") as tmp:
         tc = find_toolchain(Path(tmp))
-        print(f"building {len(families)} families x {len(archs)} archs with {tc.version} ({tc.kind})",
-              flush=True)
-        results, errors = compile_all(tc, repo, archs, families, Path(tmp) / "out", jobs)
+        n_tests = len({j.name for j in jobs_by_tree.get(TESTS, [])})
+        n_families = len({j.name for j in jobs_by_tree.get(SHIPPED, [])})
+        print(f"building {n_families} families and {n_tests} test kernels x {len({j.arch for j in all_jobs})} "
+              f"archs with {tc.version} ({tc.kind})", flush=True)
+        results, errors = build_jobs(tc, repo, all_jobs, Path(tmp) / "out", workers)
         if errors:
-            print("\n".join(["BUILD FAILED:", *errors, "hsaco/ was left unchanged."]), file=sys.stderr)
+            print("\n".join(["BUILD FAILED:", *errors, "hsaco/ and tests/hsaco/ were left unchanged."]),
+                  file=sys.stderr)
             return 1
-
-        entries: dict[str, dict[str, Any]] = {}
-        obsolete: list[str] = []
-        if old is not None:
-            for key, entry in old["code_objects"].items():
-                if key in results:
-                    continue
-                if filtered:
-                    entries[key] = entry   # not part of this build: keep it
-                else:
-                    obsolete += [entry.get("path", ""), entry.get("listing", "")]
-            if filtered and entries and old["compiler"].get("version") != tc.version:
-                print(f"warning: kept {len(entries)} entries built by {old['compiler'].get('version')!r}; "
-                      f"the manifest now names {tc.version!r}", file=sys.stderr)
-        entries.update((key, b.entry) for key, b in results.items())
-
-        # Install: whole files by rename, the manifest last.
-        hsaco_dir.mkdir(exist_ok=True)
-        if not (hsaco_dir / "__init__.py").exists():
-            (hsaco_dir / "__init__.py").touch()   # editable installs need hipskinny.hsaco to be a package
-        for b in results.values():
-            (hsaco_dir / b.arch).mkdir(exist_ok=True)
-            os.replace(b.hsaco, hsaco_dir / b.entry["path"])
-            os.replace(b.listing, hsaco_dir / b.entry["listing"])
-        for rel in obsolete:
-            if rel and (hsaco_dir / rel).is_file():
-                (hsaco_dir / rel).unlink()
-        staged = Path(tmp) / "manifest.json"
-        staged.write_text(dumps(compose(compiler_record(tc), dict(sorted(entries.items())))))
-        os.replace(staged, manifest_path)
-    print(f"wrote {len(results)} code objects and hsaco/manifest.json")
+        written = []
+        for tree, jobs in jobs_by_tree.items():
+            built = {j.key: results[j] for j in jobs}
+            if not built and olds[tree] is None:
+                continue          # e.g. a checkout without test kernels: no tests/hsaco/ at all
+            _install(repo, tree, olds[tree], built, archs, names, tc, Path(tmp))
+            written.append(f"{len(built)} code objects and {tree.out}/manifest.json")
+    print("wrote " + "; ".join(written))
     return 0
 
 
-def check(repo: Path, archs: list[str], families: list[str], family_filter: bool, jobs: int,
-          no_rebuild: bool) -> int:
-    hsaco_dir = repo / "hsaco"
-    manifest = load(hsaco_dir / "manifest.json")
-    if manifest is None:
+def _install(repo: Path, tree: Tree, old: dict[str, Any] | None, results: dict[str, Built],
+             archs: list[str] | None, names: list[str] | None, tc: Toolchain, tmp: Path) -> None:
+    out_dir = repo / tree.out
+    entries: dict[str, dict[str, Any]] = {}
+    obsolete: list[str] = []
+    if old is not None:
+        for key, entry in old["code_objects"].items():
+            if key in results:
+                continue
+            if (archs is not None and entry.get("arch") not in archs) or \
+                    (names is not None and entry.get("family") not in names):
+                entries[key] = entry   # not part of this build: keep it
+            else:
+                obsolete += [entry.get("path", ""), entry.get("listing", "")]
+        if entries and old["compiler"].get("version") != tc.version:
+            print(f"warning: {tree.out}: kept {len(entries)} entries built by {old['compiler'].get('version')!r}; "
+                  f"the manifest now names {tc.version!r}", file=sys.stderr)
+    entries.update((key, b.entry) for key, b in results.items())
+
+    # Install: whole files by rename, the manifest last.
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if tree.package and not (out_dir / "__init__.py").exists():
+        (out_dir / "__init__.py").touch()   # editable installs need hipskinny.hsaco to be a package
+    for b in results.values():
+        (out_dir / b.arch).mkdir(exist_ok=True)
+        os.replace(b.hsaco, out_dir / b.entry["path"])
+        os.replace(b.listing, out_dir / b.entry["listing"])
+    for rel in obsolete:
+        if rel and (out_dir / rel).is_file():
+            (out_dir / rel).unlink()
+    staged = tmp / f"manifest-{tree.out.replace('/', '-')}.json"
+    staged.write_text(dumps(compose(compiler_record(tc), dict(sorted(entries.items())))))
+    os.replace(staged, out_dir / "manifest.json")
+
+
+def check(repo: Path, jobs_by_tree: dict[Tree, list[Job]], archs: list[str], names: list[str] | None,
+          workers: int, no_rebuild: bool) -> int:
+    """`names` None: every source; otherwise only code objects of these names are in scope."""
+    manifests = {tree: load(repo / tree.out / "manifest.json") for tree in jobs_by_tree}
+    if manifests[SHIPPED] is None:
         print("STALE: hsaco/manifest.json does not exist; run `python -m build_scripts`")
         return 1
-    recorded = manifest["compiler"]
+    why_not = ""
     try:
         kind, _exe, version = detect_compiler()
-        why = f"available compiler {version!r} ({kind}) differs from the manifest's {recorded.get('version')!r}"
     except ToolchainError as exc:
-        kind, version, why = "", "", f"no compiler available ({exc})"
-    rebuild = not no_rebuild and kind == recorded.get("kind") and version == recorded.get("version")
-    if rebuild:
-        print(f"check mode: rebuild with {version} and compare bytes", flush=True)
-    else:
-        print("check mode: compare source hashes" + (" (--no-rebuild)" if no_rebuild else f"; {why}"), flush=True)
-
-    # Entries in scope; without --family that includes families whose source is gone.
-    entries = {k: e for k, e in manifest["code_objects"].items()
-               if e.get("arch") in archs and (not family_filter or e.get("family") in families)}
+        kind, version, why_not = "", "", f"no compiler available ({exc})"
     stale: list[str] = []
-    for arch in archs:
-        for family in families:
-            if f"{arch}/{family}" not in entries:
-                stale.append(f"{arch}/{family}: kernels/{family}.hip has no code object in the manifest")
-    for key, e in sorted(entries.items()):
-        if e.get("family") not in families:
-            stale.append(f"{key}: kernels/{e.get('family')}.hip no longer exists")
-        for field, sha_field in (("path", "sha256"), ("listing", "listing_sha256")):
-            path = hsaco_dir / e[field]
-            if not path.is_file():
-                stale.append(f"{key}: hsaco/{e[field]} is missing")
-            elif sha256_bytes(path.read_bytes()) != e[sha_field]:
-                stale.append(f"{key}: hsaco/{e[field]} does not match its sha256 in the manifest")
+    in_scope: dict[Tree, dict[str, dict[str, Any]]] = {}
+    to_rebuild: list[Job] = []
+    hashes_only: list[tuple[Job, dict[str, Any], str]] = []
+    modes = set()
+    for tree, jobs in jobs_by_tree.items():
+        manifest = manifests[tree]
+        if manifest is None:
+            if jobs:
+                stale.append(f"{tree.out}/manifest.json does not exist")
+            continue
+        recorded = manifest["compiler"]
+        rebuild = not no_rebuild and kind == recorded.get("kind") and version == recorded.get("version")
+        if rebuild:
+            modes.add(f"rebuild with {version} and compare bytes")
+        elif no_rebuild:
+            modes.add("compare source hashes (--no-rebuild)")
+        elif kind:
+            modes.add(f"compare source hashes; available compiler {version!r} ({kind}) differs from "
+                      f"{tree.out}/manifest.json's {recorded.get('version')!r}")
+        else:
+            modes.add(f"compare source hashes; {why_not}")
+        # Entries in scope; without --family that includes names whose source is gone.
+        entries = {k: e for k, e in manifest["code_objects"].items()
+                   if e.get("arch") in archs and (names is None or e.get("family") in names)}
+        in_scope[tree] = entries
+        expected = {j.key: j for j in jobs}
+        for job in jobs:
+            if job.key not in entries:
+                stale.append(f"{job.label}: {job.source} has no code object in the manifest")
+        for key, e in sorted(entries.items()):
+            if key not in expected:
+                gone = next(iter(e.get("sources", {})), f"{tree.src}/{e.get('family')}.hip")
+                stale.append(f"{tree.label(key)}: {gone} no longer exists")
+                continue
+            for field, sha_field in (("path", "sha256"), ("listing", "listing_sha256")):
+                path = repo / tree.out / e[field]
+                if not path.is_file():
+                    stale.append(f"{tree.label(key)}: {tree.out}/{e[field]} is missing")
+                elif sha256_bytes(path.read_bytes()) != e[sha_field]:
+                    stale.append(f"{tree.label(key)}: {tree.out}/{e[field]} does not match its sha256 in the "
+                                 "manifest")
+            if rebuild:
+                to_rebuild.append(expected[key])
+            else:
+                hashes_only.append((expected[key], e, recorded.get("kind", "")))
+    for mode in sorted(modes):
+        print(f"check mode: {mode}", flush=True)
 
-    buildable = sorted(k for k, e in entries.items() if e.get("family") in families)
-    if rebuild:
-        stale += _rebuild_and_compare(repo, hsaco_dir, entries, buildable, jobs)
-    else:
-        stale += _compare_sources(repo, recorded.get("kind", ""), entries, buildable)
+    if to_rebuild:
+        stale += _rebuild_and_compare(repo, in_scope, to_rebuild, workers)
+    stale += _compare_sources(repo, hashes_only)
     if stale:
         print(f"STALE ({len(stale)}):")
         print("\n".join(f"  {s}" for s in stale))
         print("run `python -m build_scripts` to rebuild")
         return 1
-    print(f"hsaco/ matches the sources ({len(entries)} code objects)")
+    for tree, entries in in_scope.items():
+        print(f"{tree.out}/ matches the sources ({len(entries)} code objects)")
     return 0
 
 
-def _rebuild_and_compare(repo: Path, hsaco_dir: Path, entries: dict[str, dict[str, Any]], keys: list[str],
-                         jobs: int) -> list[str]:
+def _rebuild_and_compare(repo: Path, in_scope: dict[Tree, dict[str, dict[str, Any]]], jobs: list[Job],
+                         workers: int) -> list[str]:
     stale: list[str] = []
-    archs = [a for a in ARCHS if any(entries[k]["arch"] == a for k in keys)]
-    families = sorted({entries[k]["family"] for k in keys})
     with tempfile.TemporaryDirectory(prefix="hipskinny-check-") as tmp:
         tc = find_toolchain(Path(tmp))
-        results, errors = compile_all(tc, repo, archs, families, Path(tmp) / "out", jobs)
+        results, errors = build_jobs(tc, repo, jobs, Path(tmp) / "out", workers)
         stale += [f"rebuild failed: {e}" for e in errors]
-        for key in keys:
-            b = results.get(key)
+        for job in jobs:
+            b = results.get(job)
             if b is None:
                 continue
-            e = entries[key]
-            if b.hsaco.read_bytes() != _read(hsaco_dir / e["path"]):
-                stale.append(f"{key}: rebuilt hsaco/{e['path']} differs")
-            if b.listing.read_bytes() != _read(hsaco_dir / e["listing"]):
-                stale.append(f"{key}: rebuilt hsaco/{e['listing']} differs")
+            e = in_scope[job.tree][job.key]
+            out = repo / job.tree.out
+            if b.hsaco.read_bytes() != _read(out / e["path"]):
+                stale.append(f"{job.label}: rebuilt {job.tree.out}/{e['path']} differs")
+            if b.listing.read_bytes() != _read(out / e["listing"]):
+                stale.append(f"{job.label}: rebuilt {job.tree.out}/{e['listing']} differs")
             now, then = b.entry.get("sources", {}), e.get("sources", {})
             for rel in sorted(set(now) | set(then)):
                 if now.get(rel) != then.get(rel):
                     what = "changed" if rel in now and rel in then else "is new" if rel in now else "is gone"
-                    stale.append(f"{key}: source {rel} {what} since the build")
+                    stale.append(f"{job.label}: source {rel} {what} since the build")
             for field in sorted(set(b.entry) | set(e)):
                 if b.entry.get(field) != e.get(field) and field not in ("sha256", "listing_sha256", "sources"):
-                    stale.append(f"{key}: manifest field {field!r} differs from the rebuild")
+                    stale.append(f"{job.label}: manifest field {field!r} differs from the rebuild")
     return stale
 
 
-def _compare_sources(repo: Path, kind: str, entries: dict[str, dict[str, Any]], keys: list[str]) -> list[str]:
+def _compare_sources(repo: Path, items: list[tuple[Job, dict[str, Any], str]]) -> list[str]:
     stale: list[str] = []
-    flags_of = Toolchain(kind, "", "", "", None, None)
-    for key in keys:
-        e = entries[key]
+    for job, e, kind in items:
         for rel, sha in sorted(e.get("sources", {}).items()):
             path = repo / rel
             if not path.is_file():
-                stale.append(f"{key}: source {rel} is missing")
+                stale.append(f"{job.label}: source {rel} is missing")
             elif sha256_bytes(path.read_bytes()) != sha:
-                stale.append(f"{key}: source {rel} changed since the build")
-        if kind in ("clang", "hipcc") and e.get("flags") != flags_of.flags(e["arch"], e["family"]):
-            stale.append(f"{key}: compile flags changed since the build")
+                stale.append(f"{job.label}: source {rel} changed since the build")
+        if kind in ("clang", "hipcc") and e.get("flags") != job.flags(kind):
+            stale.append(f"{job.label}: {'assembler' if job.is_asm else 'compile'} flags changed since the build")
     return stale
 
 
@@ -225,24 +370,32 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"error: unknown arch {', '.join(unknown)}; shipped archs: {', '.join(ARCHS)}", file=sys.stderr)
         return 2
-    all_families = families_in(repo)
-    missing = sorted(set(args.family) - set(all_families))
-    if missing:
-        print(f"error: no kernels/{missing[0]}.hip; families: {', '.join(all_families) or 'none'}",
-              file=sys.stderr)
-        return 2
     if args.jobs < 1:
         print("error: -j needs a positive number", file=sys.stderr)
         return 2
     archs = [a for a in ARCHS if not args.arch or a in args.arch]
-    families = [f for f in all_families if not args.family or f in args.family]
+    try:
+        every = {tree: jobs_in(repo, tree) for tree in TREES}
+    except SourceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    known = {j.name for jobs in every.values() for j in jobs}
+    missing = sorted(set(args.family) - known)
+    if missing:
+        tests = sorted({j.name for j in every[TESTS]})
+        print(f"error: no kernels/{missing[0]}.hip nor test kernel {missing[0]} in tests/kernels/; "
+              f"families: {', '.join(families_in(repo)) or 'none'}; test kernels: {', '.join(tests) or 'none'}",
+              file=sys.stderr)
+        return 2
+    jobs_by_tree = {tree: [j for j in jobs if j.arch in archs and (not args.family or j.name in args.family)]
+                    for tree, jobs in every.items()}
     try:
         if args.check:
-            return check(repo, archs, families, bool(args.family), args.jobs, args.no_rebuild)
-        if not families:
+            return check(repo, jobs_by_tree, archs, args.family or None, args.jobs, args.no_rebuild)
+        if not every[SHIPPED]:
             print("error: no kernels/*.hip to build", file=sys.stderr)
             return 1
-        return build(repo, archs, families, bool(args.arch or args.family), args.jobs)
+        return build(repo, jobs_by_tree, args.arch or None, args.family or None, args.jobs)
     except (ToolchainError, ManifestError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -1,10 +1,17 @@
-"""Compile one kernel family for one arch, check the result, write its listing."""
+"""Build one kernel source for one arch (compile HIP or assemble), check the result, write its listing.
+
+Build markers: a test kernel that deliberately breaks a shipping rule says so in its
+source with a comment line ``// hipskinny-build: allow-scratch`` (``;`` also starts a
+comment in assembly). Markers are honoured only where the caller allows them (the test
+tree), each one must be needed by the built code object, and unknown ones are errors.
+"""
 
 from __future__ import annotations
 
 import gzip
 import hashlib
 import io
+import re
 import subprocess
 import time
 from dataclasses import dataclass
@@ -15,7 +22,13 @@ from frontend.arch import ARCHS
 from frontend.codeobject import CodeObject, CodeObjectError, target_processor
 
 from .manifest import kernel_entry
-from .toolchain import Toolchain
+from .toolchain import Toolchain, ToolchainError
+
+MARKER = "hipskinny-build:"
+# What each marker exempts a code object from (see check_code_object).
+ALLOWANCES = {"allow-scratch": "scratch (private segment or dynamic stack)", "allow-spills": "register spills"}
+_MARKER_LINE = re.compile(r"^\s*(?://|;)\s*hipskinny-build:(?P<what>.*)$", re.MULTILINE)
+_INCLUDE = re.compile(r"^\s*\.(?:include|incbin)\b", re.MULTILINE)
 
 
 class BuildError(Exception):
@@ -80,24 +93,47 @@ def source_hashes(repo: Path, deps: list[str]) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def check_code_object(co: CodeObject, arch: str) -> list[str]:
-    """Shipping rules: right target, no spills, no scratch, LDS within the arch limit."""
+def read_markers(text: str) -> frozenset[str]:
+    """The allowances a source's ``hipskinny-build:`` comment lines ask for; BuildError on unknown ones."""
+    found: set[str] = set()
+    for m in _MARKER_LINE.finditer(text):
+        words = m.group("what").replace(",", " ").split()
+        unknown = [w for w in words if w not in ALLOWANCES]
+        if unknown or not words:
+            raise BuildError(f"unknown build marker {m.group(0).strip()!r}; known: {', '.join(ALLOWANCES)}")
+        found.update(words)
+    return frozenset(found)
+
+
+def check_code_object(co: CodeObject, arch: str, allow: frozenset[str] = frozenset()) -> list[str]:
+    """Shipping rules: right target, no spills, no scratch, LDS within the arch limit.
+
+    `allow` exempts from the spill/scratch rules (markers); an allowance nothing needs is
+    itself a problem, so markers stay minimal.
+    """
     problems = []
     if co.arch != arch or target_processor(co.target) != arch:
         problems.append(f"ELF target is {co.arch} ({co.target}) but the code object is for {arch}")
     if not co.kernels:
         problems.append("no kernels in the code object (are they extern \"C\" __global__?)")
     lds_limit = ARCHS[arch].lds_per_workgroup
+    used: set[str] = set()
     for k in co.kernels:
         if k.vgpr_spill_count or k.sgpr_spill_count:
-            problems.append(f"{k.name}: spills {k.vgpr_spill_count} VGPRs and {k.sgpr_spill_count} SGPRs")
-        if k.private_segment_fixed_size:
+            used.add("allow-spills")
+            if "allow-spills" not in allow:
+                problems.append(f"{k.name}: spills {k.vgpr_spill_count} VGPRs and {k.sgpr_spill_count} SGPRs")
+        if k.private_segment_fixed_size or k.uses_dynamic_stack:
+            used.add("allow-scratch")
+        if k.private_segment_fixed_size and "allow-scratch" not in allow:
             problems.append(f"{k.name}: uses {k.private_segment_fixed_size} bytes of scratch per work-item")
-        if k.uses_dynamic_stack:
+        if k.uses_dynamic_stack and "allow-scratch" not in allow:
             problems.append(f"{k.name}: uses a dynamic stack (scratch of unknown size)")
         if k.group_segment_fixed_size > lds_limit:
             problems.append(f"{k.name}: static LDS {k.group_segment_fixed_size} bytes exceeds the "
                             f"{arch} limit of {lds_limit}")
+    for marker in sorted(allow - used):
+        problems.append(f"build marker {marker} is not needed: no kernel uses {ALLOWANCES[marker]}")
     return problems
 
 
@@ -120,15 +156,32 @@ def write_listing(tc: Toolchain, hsaco: Path) -> Path:
     return listing
 
 
-def compile_family(tc: Toolchain, repo: Path, arch: str, family: str, out_dir: Path) -> Built:
-    """Build ``kernels/<family>.hip`` for `arch` into ``out_dir/<arch>/``; BuildError on failure."""
+def _markers_of(repo: Path, source: str, where: str, markers_allowed: bool) -> frozenset[str]:
+    try:
+        allow = read_markers((repo / source).read_text(errors="replace"))
+    except BuildError as exc:
+        raise BuildError(f"{where}: {source}: {exc}") from None
+    except OSError as exc:
+        raise BuildError(f"{where}: cannot read {source}: {exc}") from exc
+    if allow and not markers_allowed:
+        raise BuildError(f"{where}: {source} has a {MARKER} marker; shipped kernels may not break the rules")
+    return allow
+
+
+def compile_family(tc: Toolchain, repo: Path, arch: str, family: str, out_dir: Path, *,
+                   source: str | None = None, markers_allowed: bool = False) -> Built:
+    """Build a HIP source (default ``kernels/<family>.hip``) for `arch` into ``out_dir/<arch>/``.
+
+    BuildError on failure.
+    """
     start = time.monotonic()
     where = f"{arch}/{family}"
+    source = source or f"kernels/{family}.hip"
+    allow = _markers_of(repo, source, where, markers_allowed)
     arch_dir = out_dir / arch
     arch_dir.mkdir(parents=True, exist_ok=True)
     hsaco = arch_dir / f"{family}.hsaco"
     depfile = arch_dir / f".{family}.d"
-    source = f"kernels/{family}.hip"
     # cwd = repo and relative paths: nothing in the output depends on where the repo is.
     done = subprocess.run(tc.command(arch, family, source, hsaco, depfile), cwd=repo,
                           capture_output=True, text=True)
@@ -142,24 +195,60 @@ def compile_family(tc: Toolchain, repo: Path, arch: str, family: str, out_dir: P
     sources = source_hashes(repo, deps)
     if source not in sources:
         raise BuildError(f"{where}: dependency output does not list {source}: {deps}")
+    return _finish(tc, arch, family, hsaco, tc.flags(arch, family), sources, allow, done.stderr.strip(), start)
+
+
+def assemble(tc: Toolchain, repo: Path, arch: str, name: str, source: str, out_dir: Path, *,
+             markers_allowed: bool = True) -> Built:
+    """Assemble a self-contained AMDGPU assembly file for `arch` and link it into a code object."""
+    start = time.monotonic()
+    where = f"{arch}/{name}"
+    allow = _markers_of(repo, source, where, markers_allowed)
+    if _INCLUDE.search((repo / source).read_text(errors="replace")):
+        # The freshness check hashes only the file itself, so it must not pull in others.
+        raise BuildError(f"{where}: {source} uses .include/.incbin; assembly test kernels must be self-contained")
+    arch_dir = out_dir / arch
+    arch_dir.mkdir(parents=True, exist_ok=True)
+    hsaco = arch_dir / f"{name}.hsaco"
+    obj = arch_dir / f".{name}.o"
+    try:
+        commands = tc.asm_commands(arch, source, obj, hsaco)
+    except ToolchainError as exc:
+        raise BuildError(f"{where}: {exc}") from exc
+    warnings = []
+    for cmd in commands:
+        done = subprocess.run(cmd, cwd=repo, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise BuildError(f"{where}: {Path(cmd[0]).name} exit {done.returncode}:\n{done.stderr.rstrip()}")
+        warnings.append(done.stderr.strip())
+    obj.unlink()
+    sources = source_hashes(repo, [source])
+    return _finish(tc, arch, name, hsaco, tc.asm_flags(arch), sources, allow,
+                   "\n".join(w for w in warnings if w), start)
+
+
+def _finish(tc: Toolchain, arch: str, name: str, hsaco: Path, flags: list[str], sources: dict[str, str],
+            allow: frozenset[str], warnings: str, start: float) -> Built:
+    """Check a freshly built code object, write its listing, and make its manifest entry."""
+    where = f"{arch}/{name}"
     data = hsaco.read_bytes()
     try:
         co = CodeObject.parse(data, f"{where}.hsaco")
     except CodeObjectError as exc:
         raise BuildError(f"{where}: unreadable code object: {exc}") from exc
-    problems = check_code_object(co, arch)
+    problems = check_code_object(co, arch, allow)
     if problems:
         raise BuildError(f"{where}: " + f"\n{where}: ".join(problems))
     listing = write_listing(tc, hsaco)
     entry = {
         "arch": arch,
-        "family": family,
-        "path": f"{arch}/{family}.hsaco",
+        "family": name,
+        "path": f"{arch}/{name}.hsaco",
         "sha256": sha256_bytes(data),
-        "listing": f"{arch}/{family}.lst.gz",
+        "listing": f"{arch}/{name}.lst.gz",
         "listing_sha256": sha256_bytes(listing.read_bytes()),
-        "flags": tc.flags(arch, family),
+        "flags": flags,
         "sources": sources,
-        "kernels": sorted((kernel_entry(k, arch, family) for k in co.kernels), key=lambda k: k["name"]),
+        "kernels": sorted((kernel_entry(k, arch, name) for k in co.kernels), key=lambda k: k["name"]),
     }
-    return Built(arch, family, hsaco, listing, entry, done.stderr.strip(), time.monotonic() - start)
+    return Built(arch, name, hsaco, listing, entry, warnings, time.monotonic() - start)

@@ -3,6 +3,7 @@
 Two kinds: ROCm's ``hipcc`` when installed, otherwise Debian's ``clang++-22`` with the
 HIP headers and ockl/ocml bitcode taken from the pinned triton wheel, plus a tiny
 per-arch module of the ``__oclc_*`` control constants that ROCm normally supplies.
+Test kernels written in assembly use the same LLVM release's ``llvm-mc`` and ``ld.lld``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ HIP_VERSION = (6, 2, 0)
 _WHEEL_PREFIXES = ("triton/backends/amd/include/", "triton/backends/amd/lib/")
 _CLANG = "clang++-22"
 
+# Hand-written assembly (test kernels): llvm-mc to an object, ld.lld to a code object.
+ASM_FLAGS = ("-triple=amdgcn-amd-amdhsa", "-filetype=obj")
+LINK_FLAGS = ("-shared",)
+
 # Placeholders in the recorded flags for paths that differ between machines.
 HIP_ROOT = "<hip-root>"
 OCLC_DIR = "<oclc>"
@@ -44,6 +49,9 @@ class Toolchain:
     objdump: str
     hip_root: Path | None     # clang only: include/, lib/ockl.bc, lib/ocml.bc, share/hip/version
     oclc_dir: Path | None     # clang only: oclc_<arch>.bc, made by `prepare_oclc`
+    # The same LLVM release's assembler and linker (test kernels in assembly); None if not installed.
+    assembler: str | None = None
+    linker: str | None = None
 
     @property
     def hip_headers(self) -> str:
@@ -70,6 +78,20 @@ class Toolchain:
                 "-Xclang", "-mlink-builtin-bitcode", "-Xclang", f"{OCLC_DIR}/oclc_{arch}.bc",
             ]
         return flags
+
+    @staticmethod
+    def asm_flags(arch: str) -> list[str]:
+        """What the manifest records for an assembled kernel: the llvm-mc flags, then the link."""
+        return ["llvm-mc", *ASM_FLAGS, f"-mcpu={arch}", "ld.lld", *LINK_FLAGS]
+
+    def asm_commands(self, arch: str, source: str, obj: Path, output: Path) -> list[list[str]]:
+        """Assemble `source` into `obj`, then link `obj` into the code object `output`."""
+        if self.assembler is None or self.linker is None:
+            missing = "llvm-mc" if self.assembler is None else "ld.lld"
+            raise ToolchainError(f"{missing} of the compiler's LLVM release not found "
+                                 "(apt-get install llvm-22 lld-22)")
+        return [[self.assembler, *ASM_FLAGS, f"-mcpu={arch}", "-o", str(obj), source],
+                [self.linker, *LINK_FLAGS, "-o", str(output), str(obj)]]
 
     def command(self, arch: str, family: str, source: str, output: Path, depfile: Path) -> list[str]:
         """The full command line: flags with real paths, dependency output, source, output."""
@@ -109,15 +131,20 @@ def _find_hipcc() -> Path | None:
 
 def _llvm_tool(compiler: str, name: str) -> str:
     """The LLVM tool of the same release as `compiler` (its own bin dir, then `<name>-22`)."""
+    found = _optional_llvm_tool(compiler, name)
+    if found is None:
+        real = Path(shutil.which(compiler) or compiler).resolve()
+        raise ToolchainError(f"{name} not found next to {real} nor as {name}-22 on PATH "
+                             "(apt-get install llvm-22)")
+    return found
+
+
+def _optional_llvm_tool(compiler: str, name: str) -> str | None:
     real = Path(shutil.which(compiler) or compiler).resolve()
     sibling = real.parent / name
     if sibling.is_file():
         return str(sibling)
-    found = shutil.which(f"{name}-22")
-    if found is None:
-        raise ToolchainError(f"{name} not found next to {real} nor as {name}-22 on PATH "
-                             "(apt-get install llvm-22)")
-    return found
+    return shutil.which(f"{name}-22")
 
 
 def detect_compiler() -> tuple[str, str, str]:
@@ -136,14 +163,18 @@ def find_toolchain(work_dir: Path, cache: Path | None = None) -> Toolchain:
     """Ready-to-use toolchain; clang's per-arch oclc modules are written into `work_dir`."""
     kind, exe, version = detect_compiler()
     if kind == "hipcc":
-        rocm = Path(exe).parent.parent
-        objdump = rocm / "llvm" / "bin" / "llvm-objdump"
-        tool = str(objdump) if objdump.is_file() else _llvm_tool(exe, "llvm-objdump")
-        return Toolchain("hipcc", exe, version, tool, None, None)
+        rocm_llvm = Path(exe).parent.parent / "llvm" / "bin"
+
+        def rocm_tool(name: str) -> str | None:
+            return str(rocm_llvm / name) if (rocm_llvm / name).is_file() else _optional_llvm_tool(exe, name)
+
+        tool = rocm_tool("llvm-objdump") or _llvm_tool(exe, "llvm-objdump")
+        return Toolchain("hipcc", exe, version, tool, None, None, rocm_tool("llvm-mc"), rocm_tool("ld.lld"))
     hip_root = prepare_hip_root(cache or cache_dir())
     oclc_dir = work_dir / "oclc"
     prepare_oclc(exe, _llvm_tool(exe, "llvm-as"), oclc_dir)
-    return Toolchain("clang", exe, version, _llvm_tool(exe, "llvm-objdump"), hip_root, oclc_dir)
+    return Toolchain("clang", exe, version, _llvm_tool(exe, "llvm-objdump"), hip_root, oclc_dir,
+                     _optional_llvm_tool(exe, "llvm-mc"), _optional_llvm_tool(exe, "ld.lld"))
 
 
 def sha256_file(path: Path) -> str:

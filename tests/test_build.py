@@ -15,7 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))   # build_scripts is a repo tool, not part of the package
 
-from build_scripts.compiler import gzip_bytes, parse_depfile  # noqa: E402
+from build_scripts.compiler import BuildError, gzip_bytes, parse_depfile, read_markers  # noqa: E402
 from build_scripts.manifest import kernel_config  # noqa: E402
 from build_scripts.toolchain import (  # noqa: E402
     HIP_ROOT,
@@ -49,6 +49,47 @@ extern "C" __global__ void scratchy_f32(const int* idx, float* y) {
 """
 
 
+# A minimal hand-written kernel (tests/kernels/asm/<name>.<arch>.s): out[lane] = 7.
+TINY_ASM = """
+\t.amdgcn_target "amdgcn-amd-amdhsa--gfx942"
+\t.amdhsa_code_object_version 6
+\t.text
+\t.globl tiny
+\t.p2align 8
+\t.type tiny,@function
+tiny:
+\ts_load_dwordx2 s[0:1], s[0:1], 0x0
+\tv_mov_b32_e32 v1, 7
+\tv_lshlrev_b32_e32 v0, 2, v0
+\ts_waitcnt lgkmcnt(0)
+\tglobal_store_dword v0, v1, s[0:1]
+\ts_endpgm
+.Ltiny_end:
+\t.size tiny, .Ltiny_end-tiny
+\t.rodata
+\t.p2align 6
+\t.amdhsa_kernel tiny
+\t\t.amdhsa_kernarg_size 8
+\t\t.amdhsa_user_sgpr_count 2
+\t\t.amdhsa_user_sgpr_kernarg_segment_ptr 1
+\t\t.amdhsa_next_free_vgpr 2
+\t\t.amdhsa_next_free_sgpr 2
+\t\t.amdhsa_accum_offset 4
+\t.end_amdhsa_kernel
+\t.amdgpu_metadata
+---
+amdhsa.version: [ 1, 2 ]
+amdhsa.target: amdgcn-amd-amdhsa--gfx942
+amdhsa.kernels:
+  - { .name: tiny, .symbol: tiny.kd, .kernarg_segment_size: 8, .kernarg_segment_align: 8,
+      .group_segment_fixed_size: 0, .private_segment_fixed_size: 0, .wavefront_size: 64,
+      .sgpr_count: 4, .vgpr_count: 2, .max_flat_workgroup_size: 64,
+      .args: [ { .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global } ] }
+...
+\t.end_amdgpu_metadata
+"""
+
+
 def run_build(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     # cwd first on sys.path: the copy's own build_scripts and frontend are used.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -71,6 +112,15 @@ def make_tree(root: Path, with_repo_kernels: bool = False, extra: dict[str, str]
     return root
 
 
+def repo_test_kernels() -> dict[str, list[str]]:
+    """{name: [archs]} of the repo's test kernels: every arch for .hip, the named one for asm."""
+    out = {p.stem: list(ARCHS) for p in (REPO / "tests" / "kernels").glob("*.hip")}
+    for p in (REPO / "tests" / "kernels" / "asm").glob("*.s"):
+        name, arch, _ = p.name.split(".")
+        out.setdefault(name, []).append(arch)
+    return out
+
+
 def committed_families() -> list[str]:
     manifest = REPO / "hsaco" / "manifest.json"
     assert manifest.is_file(), "hsaco/manifest.json is missing: run `python -m build_scripts`"
@@ -84,7 +134,33 @@ def test_check_passes_on_committed_tree():
     done = run_build(REPO, "--check")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "check mode: rebuild" in done.stdout       # clang-22 is installed here and in CI
-    assert "matches the sources" in done.stdout
+    assert "hsaco/ matches the sources" in done.stdout
+    assert "tests/hsaco/ matches the sources" in done.stdout
+
+
+def test_test_manifest_covers_every_test_kernel():
+    manifest = json.loads((REPO / "tests" / "hsaco" / "manifest.json").read_text())
+    sources = repo_test_kernels()
+    assert sources, "no test kernels in tests/kernels/"
+    assert set(manifest["code_objects"]) == {f"{a}/{n}" for n, archs in sources.items() for a in archs}
+    assert manifest["schema"] == 1 and manifest["archs"] == list(ARCHS)
+    shipped = json.loads((REPO / "hsaco" / "manifest.json").read_text())
+    assert manifest["compiler"] == shipped["compiler"]
+    for key, e in manifest["code_objects"].items():
+        assert key == f"{e['arch']}/{e['family']}" and e["path"] == f"{key}.hsaco"
+        assert e["listing"] == f"{key}.lst.gz"
+        if f"tests/kernels/{e['family']}.hip" in e["sources"]:
+            assert "-cuid=hipskinny-" + e["family"] in e["flags"]
+        else:
+            assert list(e["sources"]) == [f"tests/kernels/asm/{e['family']}.{e['arch']}.s"]
+            assert e["flags"] == Toolchain.asm_flags(e["arch"])
+        for k in e["kernels"]:
+            assert k["vgpr_spill_count"] == k["sgpr_spill_count"] == k["private_segment_fixed_size"] == 0
+            assert k["wavefront_size"] == ARCHS[e["arch"]].wave_size
+    # Test code objects are not package data.
+    assert not (REPO / "tests" / "hsaco" / "__init__.py").exists()
+    package_data = (REPO / "pyproject.toml").read_text().split("[tool.setuptools.package-data]")[1].split("\n[")[0]
+    assert "hipskinny.hsaco" in package_data and "tests" not in package_data
 
 
 def test_manifest_covers_every_family_and_arch():
@@ -200,6 +276,116 @@ def test_cli_rejects_unknown_names(tmp_path):
     assert "no kernels/nope.hip" in run_build(root, "--family", "nope").stderr
 
 
+# --- test kernels: tests/kernels/ -> tests/hsaco/ ---------------------------------------------
+
+
+def test_test_kernels_build_into_their_own_tree(tmp_path):
+    files = {"kernels/small.hip": SMALL_HIP, "kernels/include/small/axpy.h": SMALL_H,
+             "tests/kernels/probe.hip": SMALL_HIP.replace("small_f32_u2", "probe_k"),
+             "tests/kernels/asm/tiny.gfx942.s": TINY_ASM,
+             "tests/kernels/asm/tiny.gfx1201.s": TINY_ASM.replace("gfx942", "gfx1201")
+             .replace("s_waitcnt lgkmcnt(0)", "s_wait_kmcnt 0x0").replace("s_load_dwordx2", "s_load_b64")
+             .replace("global_store_dword", "global_store_b32").replace("\t\t.amdhsa_accum_offset 4\n", "")
+             .replace(".wavefront_size: 64", ".wavefront_size: 32")
+             .replace("kernarg_segment_ptr 1", "kernarg_segment_ptr 1\n\t\t.amdhsa_wavefront_size32 1")}
+    a = make_tree(tmp_path / "a", extra=files)
+    b = make_tree(tmp_path / "elsewhere" / "b", extra=files)
+    for root in (a, b):
+        done = run_build(root, "--arch", "gfx942", "gfx1201")
+        assert done.returncode == 0, done.stdout + done.stderr
+    for rel in ("gfx942/tiny.hsaco", "gfx942/tiny.lst.gz", "gfx1201/tiny.hsaco", "gfx942/probe.hsaco",
+                "manifest.json"):
+        assert (a / "tests" / "hsaco" / rel).read_bytes() == (b / "tests" / "hsaco" / rel).read_bytes(), rel
+    assert not (a / "tests" / "hsaco" / "__init__.py").exists()
+    assert set(json.loads((a / "hsaco" / "manifest.json").read_text())["code_objects"]) == \
+        {"gfx942/small", "gfx1201/small"}
+    tests = json.loads((a / "tests" / "hsaco" / "manifest.json").read_text())
+    assert set(tests["code_objects"]) == {"gfx942/probe", "gfx1201/probe", "gfx942/tiny", "gfx1201/tiny"}
+    tiny = tests["code_objects"]["gfx942/tiny"]
+    assert tiny["flags"] == Toolchain.asm_flags("gfx942") and tiny["family"] == "tiny"
+    assert tiny["sources"].keys() == {"tests/kernels/asm/tiny.gfx942.s"}
+    assert tiny["kernels"][0]["name"] == "tiny" and tiny["kernels"][0]["wavefront_size"] == 64
+    assert tests["code_objects"]["gfx1201/tiny"]["kernels"][0]["wavefront_size"] == 32
+    listing = gzip.decompress((a / "tests" / "hsaco" / "gfx942" / "tiny.lst.gz").read_bytes()).decode()
+    assert "<tiny>:" in listing and "global_store_dword v0, v1, s[0:1]" in listing
+    assert tests["code_objects"]["gfx942/probe"]["sources"].keys() == \
+        {"tests/kernels/probe.hip", "kernels/include/small/axpy.h"}
+
+    check = run_build(a, "--check", "--arch", "gfx942", "gfx1201")
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "tests/hsaco/ matches the sources (4 code objects)" in check.stdout
+
+    # An edit to the assembly: both check modes see it; other archs (gfx950) are simply absent.
+    asm = a / "tests" / "kernels" / "asm" / "tiny.gfx942.s"
+    asm.write_text(asm.read_text().replace("v_mov_b32_e32 v1, 7", "v_mov_b32_e32 v1, 8"))
+    hashes = run_build(a, "--check", "--no-rebuild", "--arch", "gfx942")
+    assert hashes.returncode == 1
+    assert "tests/hsaco/gfx942/tiny: source tests/kernels/asm/tiny.gfx942.s changed since the build" in hashes.stdout
+    rebuilt = run_build(a, "--check", "--arch", "gfx942", "--family", "tiny")
+    assert rebuilt.returncode == 1
+    assert "tests/hsaco/gfx942/tiny: rebuilt tests/hsaco/gfx942/tiny.hsaco differs" in rebuilt.stdout
+    missing = run_build(a, "--check", "--no-rebuild")
+    assert "tests/hsaco/gfx950/probe: tests/kernels/probe.hip has no code object in the manifest" in missing.stdout
+    assert "gfx950/tiny" not in missing.stdout           # tiny is only written for gfx942 and gfx1201
+
+    # Removing a test kernel's source makes its code objects stale; an unfiltered build drops them.
+    asm.unlink()
+    gone = run_build(a, "--check", "--no-rebuild", "--arch", "gfx942")
+    assert "tests/hsaco/gfx942/tiny: tests/kernels/asm/tiny.gfx942.s no longer exists" in gone.stdout
+    done = run_build(a, "--family", "tiny")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert set(json.loads((a / "tests" / "hsaco" / "manifest.json").read_text())["code_objects"]) == \
+        {"gfx942/probe", "gfx1201/probe", "gfx1201/tiny"}
+
+
+def test_build_markers(tmp_path):
+    marked = "// hipskinny-build: allow-scratch\n" + SCRATCH_HIP
+    # Unmarked scratch in a test kernel is refused like in a shipped one.
+    root = make_tree(tmp_path / "unmarked", extra={"kernels/small.hip": SMALL_HIP,
+                                                    "kernels/include/small/axpy.h": SMALL_H,
+                                                    "tests/kernels/scratchy.hip": SCRATCH_HIP})
+    done = run_build(root, "--arch", "gfx942")
+    assert done.returncode == 1 and "tests/hsaco/gfx942/scratchy: scratchy_f32: uses" in done.stderr
+    assert not (root / "hsaco" / "manifest.json").exists() and not (root / "tests" / "hsaco").exists()
+    # The marker lets a test kernel keep its scratch ...
+    root = make_tree(tmp_path / "marked", extra={"kernels/small.hip": SMALL_HIP,
+                                                  "kernels/include/small/axpy.h": SMALL_H,
+                                                  "tests/kernels/scratchy.hip": marked})
+    done = run_build(root, "--arch", "gfx942")
+    assert done.returncode == 0, done.stdout + done.stderr
+    [k] = json.loads((root / "tests" / "hsaco" / "manifest.json").read_text())["code_objects"]["gfx942/scratchy"][
+        "kernels"]
+    assert k["private_segment_fixed_size"] > 0
+    # ... but not a shipped kernel, and not a kernel that does not need it.
+    root = make_tree(tmp_path / "shipped", extra={"kernels/scratchy.hip": marked})
+    done = run_build(root, "--arch", "gfx942")
+    assert done.returncode == 1 and "shipped kernels may not break the rules" in done.stderr
+    root = make_tree(tmp_path / "unneeded", extra={"kernels/small.hip": SMALL_HIP,
+                                                    "kernels/include/small/axpy.h": SMALL_H,
+                                                    "tests/kernels/clean.hip": "// hipskinny-build: allow-scratch\n"
+                                                    + SMALL_HIP.replace("small_f32_u2", "clean_k")})
+    done = run_build(root, "--arch", "gfx942")
+    assert done.returncode == 1 and "build marker allow-scratch is not needed" in done.stderr
+
+
+def test_bad_test_kernel_sources_are_refused(tmp_path):
+    base = {"kernels/small.hip": SMALL_HIP, "kernels/include/small/axpy.h": SMALL_H}
+    root = make_tree(tmp_path / "name", extra={**base, "tests/kernels/asm/tiny.gfx90a.s": TINY_ASM})
+    done = run_build(root, "--arch", "gfx942")
+    assert done.returncode == 2 and "named <name>.<arch>.s" in done.stderr
+    root = make_tree(tmp_path / "include", extra={**base, "tests/kernels/asm/tiny.gfx942.s":
+                                                  '\t.include "other.s"\n' + TINY_ASM})
+    done = run_build(root, "--arch", "gfx942")
+    assert done.returncode == 1 and "must be self-contained" in done.stderr
+    root = make_tree(tmp_path / "wrongarch", extra={**base, "tests/kernels/asm/tiny.gfx950.s": TINY_ASM})
+    done = run_build(root, "--arch", "gfx950")
+    assert done.returncode == 1 and "tests/hsaco/gfx950/tiny:" in done.stderr      # the file says gfx942
+    root = make_tree(tmp_path / "clash", extra={**base, "tests/kernels/tiny.hip": SMALL_HIP,
+                                                "tests/kernels/asm/tiny.gfx942.s": TINY_ASM})
+    done = run_build(root, "--arch", "gfx942")
+    assert done.returncode == 2 and "has the same name" in done.stderr
+
+
 # --- units -------------------------------------------------------------------------------
 
 
@@ -214,6 +400,16 @@ def test_cli_rejects_unknown_names(tmp_path):
 ])
 def test_kernel_config(name, family, config):
     assert kernel_config(name, family) == config
+
+
+def test_read_markers():
+    assert read_markers("int x;\n// hipskinny-build: allow-scratch\n") == {"allow-scratch"}
+    assert read_markers("; hipskinny-build: allow-spills, allow-scratch\n") == {"allow-spills", "allow-scratch"}
+    assert read_markers("// a comment about hipskinny-build: markers\n") == frozenset()
+    with pytest.raises(BuildError, match="unknown build marker"):
+        read_markers("// hipskinny-build: allow-everything\n")
+    with pytest.raises(BuildError, match="unknown build marker"):
+        read_markers("// hipskinny-build:\n")
 
 
 def test_parse_depfile():

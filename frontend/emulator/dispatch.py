@@ -72,34 +72,35 @@ def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, i
     if rng is not None:
         rng.shuffle(order)
     start = time.perf_counter()
-    for gid in order:
-        group = Workgroup(gid, lds_bytes, mem, stats, strict_lds)
-        for wi in range(nwaves):
-            w = Wave(wave_size, gfx9, group, wi)
-            for name, first, count in kd.user_sgpr_layout():
-                if name not in user:
-                    raise EmulatorError(f"kernel {kernel.name} enables user SGPR block {name!r}, "
-                                        "which the emulator does not provide")
-                w.sset(first, user[name], count)
-            s = kd.user_sgpr_count
-            for axis, on in enumerate((kd.enable_sgpr_workgroup_id_x, kd.enable_sgpr_workgroup_id_y,
-                                       kd.enable_sgpr_workgroup_id_z)):
-                if on:
-                    w.s[s] = gid[axis]
-                    s += 1
-            if kd.enable_sgpr_workgroup_info:
-                w.s[s] = nwaves | (0x80000000 if wi == 0 else 0)
-            if program.ctx.gfx >= 12:       # architected SGPRs: TTMP9 = x, TTMP7 = y | z << 16
-                w.s[TTMP0 + 9] = gid[0]
-                w.s[TTMP0 + 7] = gid[1] | (gid[2] << 16)
-            lane_ids = packed[wi * wave_size:(wi + 1) * wave_size]
-            w.v[0, :len(lane_ids)] = lane_ids
-            w.set_exec((1 << len(lane_ids)) - 1)
-            w.pc = entry
-            group.waves.append(w)
-        _run_group(program, group, counts, rng, max_wave_steps)
-        stats.workgroups += 1
-        stats.waves += nwaves
+    with np.errstate(all="ignore"):      # IEEE results (inf, NaN) are the kernel's, not warnings
+        for gid in order:
+            group = Workgroup(gid, lds_bytes, mem, stats, strict_lds)
+            for wi in range(nwaves):
+                w = Wave(wave_size, gfx9, group, wi)
+                for name, first, count in kd.user_sgpr_layout():
+                    if name not in user:
+                        raise EmulatorError(f"kernel {kernel.name} enables user SGPR block {name!r}, "
+                                            "which the emulator does not provide")
+                    w.sset(first, user[name], count)
+                s = kd.user_sgpr_count
+                for axis, on in enumerate((kd.enable_sgpr_workgroup_id_x, kd.enable_sgpr_workgroup_id_y,
+                                           kd.enable_sgpr_workgroup_id_z)):
+                    if on:
+                        w.s[s] = gid[axis]
+                        s += 1
+                if kd.enable_sgpr_workgroup_info:
+                    w.s[s] = nwaves | (0x80000000 if wi == 0 else 0)
+                if program.ctx.gfx >= 12:       # architected SGPRs: TTMP9 = x, TTMP7 = y | z << 16
+                    w.s[TTMP0 + 9] = gid[0]
+                    w.s[TTMP0 + 7] = gid[1] | (gid[2] << 16)
+                lane_ids = packed[wi * wave_size:(wi + 1) * wave_size]
+                w.v[0, :len(lane_ids)] = lane_ids
+                w.set_exec((1 << len(lane_ids)) - 1)
+                w.pc = entry
+                group.waves.append(w)
+            _run_group(program, group, counts, rng, max_wave_steps)
+            stats.workgroups += 1
+            stats.waves += nwaves
     stats.seconds = time.perf_counter() - start
     classes = Counter()
     mnemonics = Counter()

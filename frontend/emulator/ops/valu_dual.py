@@ -42,14 +42,13 @@ def _factory(inst: Inst, ctx: DecodeContext) -> Handler:
     (cx, wx), (cy, wy) = halves
 
     def h(w: Wave) -> None:
-        with np.errstate(all="ignore"):
-            ox, mx = cx(w)
-            oy, my = cy(w)
-            # results may be views of source registers (v_dual_mov_b32): copy before any write
-            ox: Any = np.array(ox, copy=True)
-            oy: Any = np.array(oy, copy=True)
-            wx(w, ox, mx)
-            wy(w, oy, my)
+        ox, mx = cx(w)
+        oy, my = cy(w)
+        # results may be views of source registers (v_dual_mov_b32): copy before any write
+        ox: Any = np.array(ox, copy=True)
+        oy: Any = np.array(oy, copy=True)
+        wx(w, ox, mx)
+        wy(w, oy, my)
     return h
 
 

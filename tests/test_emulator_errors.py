@@ -1,0 +1,96 @@
+"""The emulator's own failures are clear: unknown instruction, bad listing, faults, wave sizes."""
+
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pytest
+
+from hipskinny import registry
+from hipskinny.arch import arch_info
+from hipskinny.codeobject import CodeObject
+from hipskinny.emulator import EmulatedDevice
+from hipskinny.emulator.program import Program
+from hipskinny.errors import EmulatorError, EmulatorFault
+from hipskinny.launch import make_plan
+
+
+def _listing(arch: str) -> str:
+    _, entry = registry.read_verified(arch, "gemv")
+    from importlib import resources
+
+    return gzip.decompress(resources.files("hipskinny.hsaco").joinpath(entry["listing"]).read_bytes()).decode()
+
+
+def _launch_gemv(dev: EmulatedDevice, module, m=4, k=64, x_d=None, w_d=None, y_d=None):
+    kernel = module.code.kernel("gemv_f16_r1")
+    plan = make_plan((module, kernel), kernel, (m, 1, 1), (256, 1, 1))
+    x_d = x_d if x_d is not None else dev.alloc(2 * k)
+    w_d = w_d if w_d is not None else dev.alloc(2 * m * k)
+    y_d = y_d if y_d is not None else dev.alloc(2 * m)
+    dev.launch(plan.function, plan.grid, plan.block, plan.kernarg((x_d, w_d, 0, y_d, m, k, k)))
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1201"])
+def test_unknown_instruction_names_mnemonic_arch_kernel_pc(arch):
+    image, _ = registry.read_verified(arch, "gemv")
+    code = CodeObject.parse(image)
+    lines = _listing(arch).splitlines()
+    start = lines.index(next(line for line in lines if line.endswith("<gemv_f16_r1>:")))
+    victim = next(i for i in range(start, len(lines)) if lines[i].startswith("\tv_"))   # first VALU op
+    lines[victim] = "\tv_bogus_b32 " + lines[victim].split(" ", 1)[1]
+    dev = EmulatedDevice(arch)
+    module = dev.load_module(image)
+    module.program = Program(code, "\n".join(lines), arch_info(arch))
+    module.program.ctx.extra["image_base"] = module.base
+    with pytest.raises(EmulatorError) as e:
+        _launch_gemv(dev, module)
+    msg = str(e.value)
+    assert "v_bogus_b32" in msg and arch in msg and "kernel gemv_f16_r1" in msg and "pc 0x" in msg
+
+
+def test_listing_that_does_not_match_the_binary_is_refused():
+    image, _ = registry.read_verified("gfx1100", "gemv")
+    code = CodeObject.parse(image)
+    text = _listing("gfx1100")
+    line = next(ln for ln in text.splitlines() if "// " in ln and ": " in ln.split("//")[1])
+    addr, words = line.split("// ", 1)[1].split(": ", 1)
+    bad = line.replace(words.split()[0], f"{int(words.split()[0], 16) ^ 1:08X}")
+    with pytest.raises(EmulatorError, match="does not match its code object"):
+        Program(code, text.replace(line, bad), arch_info("gfx1100"))
+
+
+def test_out_of_bounds_weights_fault_with_lane_and_address():
+    dev = EmulatedDevice("gfx950")
+    module = registry.load(dev, "gemv").handle
+    m, k = 4, 64
+    w_short = dev.alloc(2 * m * k - 16)              # the last row is 8 elements short
+    with pytest.raises(EmulatorFault) as e:
+        _launch_gemv(dev, module, m, k, w_d=w_short)
+    msg = str(e.value)
+    assert "kernel gemv_f16_r1" in msg and "lane" in msg and "0x" in msg and "nearest allocation" in msg
+
+
+def test_null_bias_pointer_is_never_dereferenced_but_null_output_faults():
+    dev = EmulatedDevice("gfx1151")
+    module = registry.load(dev, "gemv").handle
+    with pytest.raises(EmulatorFault, match="outside every allocation"):
+        _launch_gemv(dev, module, y_d=0)
+
+
+def test_freed_memory_faults_and_host_copies_are_checked():
+    dev = EmulatedDevice("gfx942")
+    p = dev.alloc(64)
+    dev.free(p)
+    with pytest.raises(EmulatorFault):
+        dev.copy_to_device(p, np.zeros(16, np.uint8), 16)
+    q = dev.alloc(16)
+    with pytest.raises(EmulatorFault):
+        dev.copy_to_host(np.zeros(32, np.uint8), q, 32)
+
+
+def test_code_object_of_another_arch_is_refused():
+    image, _ = registry.read_verified("gfx942", "gemv")
+    with pytest.raises(EmulatorError, match="gfx942 cannot run on the emulated gfx1100"):
+        EmulatedDevice("gfx1100").load_module(image)
