@@ -80,6 +80,7 @@ def load_all() -> None:
     """Import every semantics module so its registrations run."""
     from . import (  # noqa: F401
         lds,
+        matrix,
         salu,
         valu,
         vmem,
