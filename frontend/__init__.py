@@ -25,6 +25,10 @@ def __getattr__(name: str):  # lazy: keep `import hipskinny` light (build_script
         from .ops import gemv as _gemv
 
         return getattr(_gemv, name)
+    if name in ("skinny_gemm", "skinny_gemm_reference"):
+        from .ops import skinny_gemm as _skinny_gemm
+
+        return getattr(_skinny_gemm, name)
     if name == "probe":
         from .capability import probe
 
@@ -39,5 +43,5 @@ def __getattr__(name: str):  # lazy: keep `import hipskinny` light (build_script
 __all__ = [
     "CodeObjectError", "DeviceMismatchError", "HipRuntimeError", "HipSkinnyError", "InputTypeError",
     "InputValueError", "KernelArgumentError", "UnsupportedArchError", "__version__", "current_device",
-    "gemv", "gemv_reference", "on_device", "probe", "use_device",
+    "gemv", "gemv_reference", "on_device", "probe", "skinny_gemm", "skinny_gemm_reference", "use_device",
 ]

@@ -1,0 +1,299 @@
+"""Skinny GEMM for decode: ``y = x @ W.T + bias`` for a few tokens (N = 1..8).
+
+fp16 or bf16 in and out, fp32 accumulation, bias added in fp32, one rounding at the end.
+Kernels ``skinny_gemm_<dtype>_n<N>_y<YTILE>`` (kernels/skinny_gemm.hip): each wave owns
+YTILE consecutive output rows x all N tokens and reduces over the whole K across its
+lanes; x is staged in LDS, once per workgroup when ``N * K_pad * 2`` bytes fit the arch's
+LDS per workgroup, otherwise streamed through it in K-chunks.
+
+Configuration rules (the only place they live; arch facts come from `ArchInfo`):
+
+* **K-chunk** ``kc`` (columns of x staged per pass): ``K_pad = ceil(K / 8) * 8``; if
+  ``N * K_pad * 2 <= lds_per_workgroup`` then ``kc = K_pad`` (staged once), else the most
+  columns that fit, rounded down to a multiple of ``8 * wave_size`` (so a chunk's lane does
+  not depend on the pass and results stay bitwise equal to the staged-once order).
+  Dynamic LDS per workgroup = ``N * kc * 2`` bytes.
+* **Workgroups per CU**: as many as the kernel's VGPRs and that LDS allow
+  (`ArchInfo.occupancy`), capped at 2 (x is re-read from L2 by every workgroup, so more
+  groups buy latency hiding with extra x traffic); at least 1.
+* **YTILE**: the largest of 4, 2, 1 with ``N * YTILE <= 16`` (the variants built: more
+  accumulators do not fit the 96 VGPRs that give gfx11/12 full occupancy) whose tile
+  count ``ceil(M / YTILE)`` still gives every wave of the full grid (``CU count * groups
+  per CU * waves per group``) a tile; 1 when even that does not. Bigger tiles read each
+  x chunk from LDS for more rows; smaller ones spread a small M over more waves. (Weight
+  loads in flight per lane stay at 4 for every YTILE: the kernel unrolls 4 / YTILE.)
+* **Grid**: ``min(CU count * groups per CU, ceil(tiles / waves per group))`` persistent
+  workgroups of 256 threads; waves stride over the tiles.
+
+Results do not depend on the CU count, YTILE, K-chunk or grid: a lane's chunks, their
+order and the reduction tree depend only on the wave size, so ``deterministic=True`` holds
+across calls, schedules and CU counts (it is the only mode for small N).
+
+Routing by N (rows of x after flattening leading dims):
+
+* N = 1..8: this kernel. N = 1 is *not* routed to `hipskinny.gemv`: gemv re-reads x once
+  per R <= 8 output rows while this kernel reads it once per workgroup (<= 2 per CU), so
+  gemv moves fewer bytes only for M < 8 * workgroups -- a few KiB at most -- and a
+  CU-count-dependent route would break bitwise equality across CU counts.
+* N > 8: torch tensors on a ROCm GPU fall back to ``torch.nn.functional.linear`` (logged at
+  debug level); anything else raises `InputValueError` naming the supported range.
+
+Host inputs are staged through the device's scratch pool (rows padded to 16 bytes, so any
+layout works); device tensors are used in place and must have unit stride along K, row
+strides that are multiples of 8 elements and 16-byte aligned bases.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from .. import registry, scratch, tensors
+from ..devices import current_device, hip_device
+from ..devices.base import Device
+from ..errors import InputTypeError, InputValueError
+from ..launch import LaunchPlan, PlanCache, make_plan
+
+FAMILY = "skinny_gemm"
+THREADS = 256
+MAX_N = 8
+YTILES = (4, 2, 1)                  # kernel variants, largest first ...
+MAX_TILE_OUTPUTS = 16               # ... built while N * YTILE <= 16 (96 VGPRs on gfx11/12)
+MAX_GROUPS_PER_CU = 2
+_DTYPE_TAG = {np.dtype(np.float16): "f16", np.dtype(ml_dtypes.bfloat16): "bf16"}
+_MAX_DIM = 2**31 - 1
+_plans = PlanCache()
+log = logging.getLogger(__name__)
+
+
+def k_chunk(n: int, k: int, lds_bytes: int, wave_size: int) -> int:
+    """Columns of x staged in LDS per pass (see the module docstring)."""
+    k_pad = -(-k // 8) * 8
+    fit = lds_bytes // (2 * n)
+    if k_pad <= fit:
+        return k_pad
+    step = 8 * wave_size
+    if fit < step:
+        raise InputValueError(f"skinny_gemm: {n} rows of x do not fit {lds_bytes} bytes of LDS")
+    return fit // step * step
+
+
+def ytile(n: int, m: int, wave_slots: int) -> int:
+    """Rows per wave tile: the largest built for N whose tile count still gives every wave
+    slot a tile; 1 when none does."""
+    for y in YTILES:
+        if n * y <= MAX_TILE_OUTPUTS and -(-m // y) >= wave_slots:
+            return y
+    return 1
+
+
+def skinny_gemm(x: Any, w: Any, bias: Any = None, *, deterministic: bool = True, out: Any = None) -> Any:
+    """``y = x @ w.T + bias`` for N = 1..8 tokens, like ``torch.nn.functional.linear``.
+
+    x: ``[..., K]`` (leading dims flattened to N rows and restored on the output);
+    w: ``[M, K]``; bias: ``[M]``, ``[1, M]`` or ``[N, M]`` (per token) or None. All fp16 or all
+    bf16; numpy arrays, torch tensors (CPU or ROCm) or DLPack objects, all on the host or all
+    on one GPU. Returns ``[..., M]`` of the input dtype in x's container kind, or writes it
+    into ``out`` (contiguous, same device) and returns that. ``deterministic``: small-N results
+    are always bitwise reproducible (across calls, schedules and CU counts); the flag is
+    accepted for the larger-N path, where a faster atomic variant may exist.
+    """
+    xv, wv = tensors.view(x, "x"), tensors.view(w, "w")
+    bv = None if bias is None else tensors.view(bias, "bias")
+    ov = None if out is None else tensors.view(out, "out")
+    n, m, k, tag = _check_shapes(xv, wv, bv)
+    out_shape = (*xv.shape[:-1], m)
+    tensors.same_device([v for v in (xv, wv, bv, ov) if v is not None])
+    if ov is not None and (ov.shape != out_shape or ov.dtype != xv.dtype or not ov.is_contiguous or ov.readonly):
+        raise InputValueError(f"skinny_gemm: out must be a writable contiguous {xv.dtype} array of shape "
+                              f"{out_shape}; got {ov.dtype} {ov.shape}{' (read-only)' if ov.readonly else ''}")
+    if n > MAX_N:
+        return _large_n(xv, wv, bv, ov, n)
+    if xv.on_host:
+        return _run_host(xv, wv, bv, ov, n, m, k, tag, out_shape)
+    return _run_device(xv, wv, bv, ov, n, m, k, tag, out_shape)
+
+
+def _large_n(xv: tensors.TensorView, wv: tensors.TensorView, bv: tensors.TensorView | None,
+             ov: tensors.TensorView | None, n: int) -> Any:
+    if xv.kind == "torch" and not xv.on_host and xv.device_type == tensors.DL_ROCM:
+        import torch.nn.functional as F  # noqa: N812
+
+        log.debug("skinny_gemm: N=%d is above the small-N kernel's range 1..%d; using torch.nn.functional.linear",
+                  n, MAX_N)
+        y = F.linear(xv.obj, wv.obj)
+        if bv is not None:   # [M], [1, M] or [N, M]: F.linear takes only [M]
+            y = y + bv.obj.reshape(y.shape if bv.shape[0] > 1 and len(bv.shape) == 2 else (y.shape[-1],))
+        if ov is None:
+            return y
+        ov.obj.copy_(y)
+        return ov.obj
+    raise InputValueError(f"skinny_gemm: x has N={n} rows (tokens); supported: N = 1..{MAX_N} "
+                          "(torch tensors on a ROCm GPU fall back to torch.nn.functional.linear above that)")
+
+
+def _check_shapes(xv: tensors.TensorView, wv: tensors.TensorView,
+                  bv: tensors.TensorView | None) -> tuple[int, int, int, str]:
+    for name, v in (("x", xv), ("w", wv)) + ((("bias", bv),) if bv is not None else ()):
+        if v.dtype not in _DTYPE_TAG:
+            raise InputTypeError(f"skinny_gemm: {name} has dtype {v.dtype}; supported: float16, bfloat16")
+    if not (xv.dtype == wv.dtype and (bv is None or bv.dtype == xv.dtype)):
+        got = ", ".join(f"{n}={v.dtype}" for n, v in (("x", xv), ("w", wv), ("bias", bv)) if v is not None)
+        raise InputTypeError(f"skinny_gemm: x, w and bias must share one dtype (float16 or bfloat16); got {got}")
+    if len(wv.shape) != 2:
+        raise InputValueError(f"skinny_gemm: w must be 2-D [M, K]; got shape {wv.shape}")
+    m, k = wv.shape
+    if len(xv.shape) < 1:
+        raise InputValueError("skinny_gemm: x must have at least one dimension [..., K]; got a scalar")
+    if xv.shape[-1] != k:
+        raise InputValueError(f"skinny_gemm: x has K={xv.shape[-1]} but w is [M={m}, K={k}]")
+    n = int(np.prod(xv.shape[:-1], dtype=np.int64))
+    if bv is not None and bv.shape not in ((m,), (1, m), (n, m)):
+        raise InputValueError(f"skinny_gemm: bias must be [M], [1, M] or [N, M] with N={n}, M={m}; "
+                              f"got shape {bv.shape}")
+    if m > _MAX_DIM or k > _MAX_DIM or n * max(m, k) > 2**62:
+        raise InputValueError(f"skinny_gemm: M and K must be below 2**31; got M={m}, K={k}")
+    if k == 0:
+        raise InputValueError("skinny_gemm: K must be at least 1")
+    return n, m, k, _DTYPE_TAG[xv.dtype]
+
+
+def _plan(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
+    info = device.arch
+    cu_count = device.properties.cu_count
+    key = (device, tag, n, m, k, cu_count)
+
+    def build() -> LaunchPlan:
+        waves = THREADS // info.wave_size
+        kc = k_chunk(n, k, info.lds_per_workgroup, info.wave_size)
+        lds = n * kc * 2
+        module = registry.load(device, FAMILY)
+        # Occupancy depends on the kernel's registers: judge it on the largest tile built for N.
+        y_max = max(y for y in YTILES if n * y <= MAX_TILE_OUTPUTS)
+        _, meta_max = module.kernel(f"{FAMILY}_{tag}_n{n}_y{y_max}")
+        waves_per_simd = info.occupancy(meta_max.vgpr_count, meta_max.group_segment_fixed_size + lds, waves)
+        groups_per_cu = max(1, min(MAX_GROUPS_PER_CU, waves_per_simd * info.simds_per_cu // waves))
+        yt = ytile(n, m, cu_count * groups_per_cu * waves)
+        tiles = -(-m // yt)
+        grid = max(1, min(cu_count * groups_per_cu, -(-tiles // waves)))
+        name = f"{FAMILY}_{tag}_n{n}_y{yt}"
+        fn, meta = module.kernel(name)
+        return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=lds,
+                         info={"kernel": name, "ytile": yt, "k_chunk": kc, "lds_bytes": lds,
+                               "groups_per_cu": groups_per_cu, "grid": grid, "staged_once": kc >= k})
+
+    return _plans.get(key, build)
+
+
+def plan_info(device: Device, dtype: Any, n: int, m: int, k: int) -> dict[str, Any]:
+    """The configuration a call of this shape gets on ``device`` (for tests and benchmarks)."""
+    return dict(_plan(device, _DTYPE_TAG[np.dtype(dtype)], n, m, k).info)
+
+
+def _launch(device: Device, plan: LaunchPlan, ptrs: tuple[int, int, int, int], m: int, k: int,
+            x_stride: int, w_stride: int, bias_stride: int, stream: int) -> None:
+    kernarg = plan.kernarg((*ptrs, m, k, x_stride, w_stride, bias_stride, plan.info["k_chunk"]))
+    device.launch(plan.function, plan.grid, plan.block, kernarg, plan.shared_mem, stream)
+
+
+def _padded_rows(a: np.ndarray, k: int) -> np.ndarray:
+    """a as C-contiguous rows of ceil(K / 8) * 8 elements (zero padding)."""
+    stride = -(-k // 8) * 8
+    if a.shape[1] == stride and a.flags.c_contiguous:
+        return a
+    padded = np.zeros((a.shape[0], stride), dtype=a.dtype)
+    padded[:, :k] = a
+    return padded
+
+
+def _run_host(xv: tensors.TensorView, wv: tensors.TensorView, bv: tensors.TensorView | None,
+              ov: tensors.TensorView | None, n: int, m: int, k: int, tag: str, out_shape: tuple[int, ...]) -> Any:
+    device = current_device()
+    if m == 0 or n == 0:
+        return ov.obj if ov is not None else tensors.to_kind(np.empty(out_shape, xv.dtype), xv)
+    x_host = _padded_rows(xv.host_array().reshape(n, k), k)
+    w_host = _padded_rows(wv.host_array(), k)
+    pool = scratch.pool(device, 0)
+    item = xv.itemsize
+    x_d = pool.buffer("skinny_gemm.x", x_host.nbytes)
+    w_d = pool.buffer("skinny_gemm.w", w_host.nbytes)
+    y_d = pool.buffer("skinny_gemm.y", n * m * item)
+    device.copy_to_device(x_d, x_host, x_host.nbytes)
+    device.copy_to_device(w_d, w_host, w_host.nbytes)
+    b_d, b_stride = 0, 0
+    if bv is not None:
+        b_host = np.ascontiguousarray(bv.host_array().reshape(-1, m))
+        b_d = pool.buffer("skinny_gemm.bias", b_host.nbytes)
+        device.copy_to_device(b_d, b_host, b_host.nbytes)
+        b_stride = m if b_host.shape[0] > 1 else 0
+    plan = _plan(device, tag, n, m, k)
+    _launch(device, plan, (x_d, w_d, b_d, y_d), m, k, x_host.shape[1], w_host.shape[1], b_stride, 0)
+    y = ov.host_array() if ov is not None else np.empty(out_shape, dtype=xv.dtype)
+    device.copy_to_host(y, y_d, n * m * item)
+    device.synchronize(0)
+    return ov.obj if ov is not None else tensors.to_kind(y, xv)
+
+
+def _run_device(xv: tensors.TensorView, wv: tensors.TensorView, bv: tensors.TensorView | None,
+                ov: tensors.TensorView | None, n: int, m: int, k: int, tag: str, out_shape: tuple[int, ...]) -> Any:
+    device = hip_device(xv.device_id)
+    out, yv = (ov.obj, ov) if ov is not None else tensors.new_output(xv, out_shape, xv.dtype)
+    if m == 0 or n == 0:
+        return out
+    x_stride = _row_stride(xv)
+    w_stride = wv.strides[0]
+    _require(xv.strides[-1] == 1 or k == 1, "x must be contiguous along K")
+    _require(wv.strides[1] == 1 or k == 1, "w must be contiguous along K (unit column stride)")
+    _require((n == 1 or x_stride >= k) and x_stride % 8 == 0,
+             f"x's row stride must be a multiple of 8 elements (16 bytes) and >= K; got {x_stride}")
+    _require((m == 1 or w_stride >= k) and w_stride % 8 == 0,
+             f"w's row stride must be a multiple of 8 elements (16 bytes) and >= K; got {w_stride}")
+    _require(xv.ptr % 16 == 0 and wv.ptr % 16 == 0, "x and w must start at 16-byte aligned addresses")
+    b_stride = 0
+    if bv is not None:
+        _require(bv.strides[-1] == 1 or m == 1, "bias must be contiguous along M")
+        if len(bv.shape) == 2 and bv.shape[0] > 1:
+            b_stride = bv.strides[0]
+            _require(b_stride >= m, f"bias rows must not overlap; got row stride {b_stride} for M={m}")
+    stream = tensors.torch_current_stream(xv)
+    ptrs = (xv.ptr, wv.ptr, bv.ptr if bv is not None else 0, yv.ptr)
+    _launch(device, _plan(device, tag, n, m, k), ptrs, m, k, x_stride, w_stride, b_stride, stream)
+    return out
+
+
+def _row_stride(xv: tensors.TensorView) -> int:
+    """Stride between the N rows of x viewed as [N, K]; leading dims must flatten without a copy."""
+    if len(xv.shape) == 1:
+        return -(-xv.shape[0] // 8) * 8        # one row: any multiple of 8 will do
+    dims = [(d, s) for d, s in zip(xv.shape[:-1], xv.strides[:-1], strict=True) if d != 1]
+    if not dims:
+        return -(-xv.shape[-1] // 8) * 8
+    for (_, outer), (inner_n, inner) in zip(dims, dims[1:], strict=False):
+        _require(outer == inner * inner_n,
+                 f"x's leading dims {xv.shape[:-1]} (strides {xv.strides[:-1]}) do not flatten to rows "
+                 "without a copy; pass x.reshape(-1, K).contiguous()")
+    return dims[-1][1]
+
+
+def _require(ok: bool, what: str) -> None:
+    if not ok:
+        raise InputValueError(f"skinny_gemm on a GPU tensor: {what} (host inputs have no layout limits)")
+
+
+def skinny_gemm_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """The exact semantics: every product and the sum taken exactly (float64: 16-bit products
+    are exact and K terms lose < K * 2**-53 relative), bias ([M], [1, M] or [N, M]) added,
+    then round-to-nearest-even to the input dtype (for bfloat16 ml_dtypes goes through
+    float32, a double rounding that can move an exact tie by one ulp). x is ``[..., K]``; the
+    result is ``[..., M]``."""
+    xa = np.asarray(x)
+    dtype = xa.dtype
+    w64 = np.asarray(w).astype(np.float64)
+    x64 = xa.astype(np.float64).reshape(-1, w64.shape[1])
+    y = x64 @ w64.T
+    if bias is not None:
+        y = y + np.asarray(bias).astype(np.float64).reshape(-1, w64.shape[0])
+    return y.astype(dtype).reshape(*xa.shape[:-1], w64.shape[0])

@@ -1,0 +1,273 @@
+// Skinny GEMM for decode, small N: y[n, m] = sum_k x[n, k] * W[m, k] (+ bias), for
+// N = 1..8 tokens, fp16 or bf16 in and out, fp32 accumulation, one rounding to the output
+// type at the end (bias added in fp32 before it).
+//
+// Arguments (device pointers to 16-bit elements; strides in elements):
+//   x        [N, x_stride]  activations, row n at x + n * x_stride; only K columns are read
+//   w        [M, w_stride]  weights, row m at w + m * w_stride; only K columns are read
+//   bias     null, or bias[n * bias_stride + m]: bias_stride 0 broadcasts one [M] row over
+//                           the tokens, bias_stride >= M gives one row per token ([N, M])
+//   y        [N, M]         output, contiguous
+//   M, K     any positive values below 2**31
+//   x_stride, w_stride      >= K, multiples of 8 (16 bytes); x, w 16-byte aligned
+//   kc       K columns staged in LDS per pass: a multiple of 8; either >= K (x staged once
+//            per workgroup) or a multiple of 8 * wave size (x streamed in K-chunks)
+//
+// Launch: kernel skinny_gemm_<dtype>_n<N>_y<YTILE>, block (256, 1, 1), any grid (the op
+// uses a persistent grid of about one or two workgroups per CU), dynamic LDS
+// N * kc * 2 bytes (the op sizes kc from the arch's LDS per workgroup).
+//
+// Work split: a work unit is a tile of YTILE consecutive output rows x all N tokens,
+// owned by one wave, which reduces over the whole K across its lanes: lane l takes the
+// 8-element (16-byte) chunks g with g % wave == l, in increasing g, 4 weight loads in
+// flight (4 / YTILE unrolled steps), dot2 into N * YTILE fp32 accumulators, then one
+// fixed xor-butterfly reduce-scatter (DPP inside 16-lane rows; ds_swizzle / permlanex16 /
+// ds_bpermute across them) that leaves each output in its own lanes. Waves stride over
+// tiles: wave v of workgroup b takes tiles (b * waves + v) + i * (gridDim.x * waves).
+// Because a chunk's lane and a lane's order depend only on the arch's wave size (kc is a
+// multiple of 8 * wave when x is streamed), and the butterfly tree does not depend on how
+// many outputs share it, every output is bitwise the same for any grid, YTILE, kc or CU
+// count.
+//
+// x goes through LDS (x[n, k0 + j] at xs[n * kc + j]) so every token's slice is read from
+// global memory once per workgroup and pass, not once per wave. All barriers sit in
+// loops whose trip counts are uniform over the workgroup (tile loop by workgroup, K-pass
+// loop by K), so every wave reaches every barrier; waves without a tile only stage.
+//
+// Bounds: rows past M are clamped to M - 1 for loading and never written; every row
+// < M of every tile is written by exactly one lane. The K % 8 tail is read element-wise
+// (W and x), so nothing past column K is touched; x's tail chunk is zero-padded in LDS.
+//
+// Variants: N = 1..8, YTILE in {1, 2, 4} with N * YTILE <= 16, dtype f16 / bf16.
+//
+// Budget: N * YTILE <= 16 fp32 accumulators, 4 weight chunks (16 VGPRs) in flight per
+// lane (U = 4 / YTILE unrolled steps), one x chunk per token per step. gfx11/12 are held
+// to 96 VGPRs (amdgpu_waves_per_eu(16): full occupancy); the build reports 54-94 there,
+// 62-98 on gfx942/gfx950 (4+ waves per SIMD) except bf16 on gfx942, which widens bf16
+// pairs in VALU registers: up to 204 (2 waves per SIMD, still the op's two workgroups per
+// CU). No spills, no scratch, no static LDS; dynamic LDS N * kc * 2 <= the arch's LDS per
+// workgroup (hsaco/manifest.json has the per-kernel counts; tests/test_skinny_gemm.py
+// asserts them).
+#include "hipskinny/common.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWaves = kThreads / hs::kWave;
+constexpr int kInFlight = 4;  // 16-byte weight loads per lane per unrolled step
+
+// The first `count` (1..7) elements at p, zero-extended to a 16-byte chunk; nothing at or
+// past p + count is read.
+__device__ inline hs::u32x4 load_partial(const uint16_t* p, int count) {
+  uint32_t d[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    if (e < count) d[e >> 1] |= (uint32_t)p[e] << (16 * (e & 1));
+  return hs::u32x4{d[0], d[1], d[2], d[3]};
+}
+
+constexpr int pow2_at_least(int n) { return n <= 1 ? 1 : 2 * pow2_at_least((n + 1) / 2); }
+
+// v from lane (lane ^ D). Permutations only (every source lane exists).
+template <int D>
+__device__ inline float xor_lane(float v) {
+  const int i = __builtin_bit_cast(int, v);
+  int r;
+  if constexpr (D == 1) {
+    r = __builtin_amdgcn_update_dpp(0, i, 0xB1, 0xf, 0xf, true);  // quad_perm [1,0,3,2]
+  } else if constexpr (D == 2) {
+    r = __builtin_amdgcn_update_dpp(0, i, 0x4E, 0xf, 0xf, true);  // quad_perm [2,3,0,1]
+#if HS_GFX9
+  } else if constexpr (D == 4) {  // row_half_mirror (lane ^ 7), then quad_perm [3,2,1,0] (^ 3)
+    r = __builtin_amdgcn_update_dpp(0, __builtin_amdgcn_update_dpp(0, i, 0x141, 0xf, 0xf, true), 0x1B, 0xf, 0xf, true);
+  } else if constexpr (D == 8) {  // row_mirror (lane ^ 15), then row_half_mirror (^ 7)
+    r = __builtin_amdgcn_update_dpp(0, __builtin_amdgcn_update_dpp(0, i, 0x140, 0xf, 0xf, true), 0x141, 0xf, 0xf, true);
+  } else if constexpr (D == 16) {
+    r = __builtin_amdgcn_ds_swizzle(i, 0x401f);  // bit mode, xor_mask 16 within 32 lanes
+  } else {
+    static_assert(D == 32, "wave64 lanes");
+    r = __builtin_amdgcn_ds_bpermute(4 * ((int)(threadIdx.x % hs::kWave) ^ 32), i);
+#else
+  } else if constexpr (D == 4 || D == 8) {
+    r = __builtin_amdgcn_update_dpp(0, i, 0x160 + D, 0xf, 0xf, true);  // row_xmask:D
+  } else {
+    static_assert(D == 16, "wave32 lanes");
+    r = __builtin_amdgcn_permlanex16(i, i, 0x76543210u, 0xfedcba98u, false, false);  // other row, same lane
+#endif
+  }
+  return __builtin_bit_cast(float, r);
+}
+
+// Sum P values over the wave, leaving value j in lanes [j * wave / P, (j + 1) * wave / P).
+// Every step pairs lane l with l ^ D for D = wave/2, ..., 1 (the xor butterfly); the
+// first log2(P) steps also halve the values each lane keeps (it keeps the half its bit
+// D selects and sends the other). Each output is therefore the same butterfly tree over
+// the same lane partials whatever P is, so the result does not depend on N or YTILE.
+template <int D, int P>
+__device__ inline float reduce_scatter(float* v, int lane) {
+  if constexpr (D == 0) {
+    return v[0];
+  } else if constexpr (P > 1) {
+    constexpr int H = P / 2;
+    const bool upper = (lane & D) != 0;
+#pragma unroll
+    for (int i = 0; i < H; ++i) {
+      const float send = upper ? v[i] : v[i + H];
+      const float keep = upper ? v[i + H] : v[i];
+      v[i] = keep + xor_lane<D>(send);
+    }
+    return reduce_scatter<D / 2, H>(v, lane);
+  } else {
+    v[0] = v[0] + xor_lane<D>(v[0]);
+    return reduce_scatter<D / 2, 1>(v, lane);
+  }
+}
+
+// Copy x[:, k0 : k0 + len] into LDS rows of kc / 8 chunks (zero past column K).
+template <int N>
+__device__ void stage(hs::u32x4* xs, const uint16_t* __restrict__ x, int64_t x_stride, int K, int k0,
+                      int len, int row_chunks) {
+  const int chunks = (len + 7) >> 3;
+#pragma unroll 1  // rolled: keeps N row addresses out of the main loop's registers
+  for (int n = 0; n < N; ++n) {
+    for (int c = threadIdx.x; c < chunks; c += kThreads) {
+      const int k = k0 + 8 * c;
+      const uint16_t* src = x + n * x_stride + k;
+      xs[n * row_chunks + c] = (k + 8 <= K) ? hs::load16(src) : load_partial(src, K - k);
+    }
+  }
+}
+
+template <typename T, int N, int YTILE, int U>
+__device__ inline void step(float (&acc)[N][YTILE], const hs::u32x4 (&wv)[U][YTILE], const hs::u32x4* xs,
+                            int row_chunks, int c) {
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      const hs::u32x4 xv = xs[n * row_chunks + c + u * hs::kWave];
+#pragma unroll
+      for (int r = 0; r < YTILE; ++r)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[n][r] = hs::dot2<T>(wv[u][r][j], xv[j], acc[n][r]);
+    }
+}
+
+// This lane's share of x[:, k0 : k0 + len] . W[rows, k0 : k0 + len].
+template <typename T, int N, int YTILE>
+__device__ inline void accumulate(float (&acc)[N][YTILE], const hs::u32x4* xs,
+                                  const uint16_t* const (&wrow)[YTILE], int K, int k0, int len,
+                                  int row_chunks, int lane) {
+  constexpr int U = kInFlight / YTILE;
+  const int full = len >> 3;
+  int c = lane;
+  for (; c + (U - 1) * hs::kWave < full; c += U * hs::kWave) {
+    hs::u32x4 wv[U][YTILE];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < YTILE; ++r) wv[u][r] = hs::load16_stream(wrow[r] + k0 + 8 * (c + u * hs::kWave));
+    step<T, N, YTILE, U>(acc, wv, xs, row_chunks, c);
+  }
+  for (; c < full; c += hs::kWave) {
+    hs::u32x4 wv[1][YTILE];
+#pragma unroll
+    for (int r = 0; r < YTILE; ++r) wv[0][r] = hs::load16_stream(wrow[r] + k0 + 8 * c);
+    step<T, N, YTILE, 1>(acc, wv, xs, row_chunks, c);
+  }
+  // The K % 8 tail chunk (only in the last pass) belongs to the lane whose sequence
+  // reaches it, like any other chunk; W is read element-wise up to column K.
+  if ((len & 7) != 0 && c == full) {
+    hs::u32x4 wv[1][YTILE];
+#pragma unroll
+    for (int r = 0; r < YTILE; ++r) wv[0][r] = load_partial(wrow[r] + k0 + 8 * c, K - (k0 + 8 * c));
+    step<T, N, YTILE, 1>(acc, wv, xs, row_chunks, c);
+  }
+}
+
+template <typename T, int N, int YTILE>
+__device__ void skinny_gemm(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
+                            const uint16_t* __restrict__ bias, uint16_t* __restrict__ y, int M, int K,
+                            int64_t x_stride, int64_t w_stride, int64_t bias_stride, int kc) {
+  static_assert(N * YTILE <= hs::kWave, "one output per lane at the write");
+  extern __shared__ hs::u32x4 xs[];
+
+  const int lane = threadIdx.x % hs::kWave;
+  const int wave = threadIdx.x / hs::kWave;
+  const int row_chunks = kc >> 3;
+  const int tiles = (M + YTILE - 1) / YTILE;
+  const bool staged_once = kc >= K;
+
+  if (staged_once) {
+    stage<N>(xs, x, x_stride, K, 0, K, row_chunks);
+    __syncthreads();
+  }
+  for (int first = blockIdx.x * kWaves; first < tiles; first += gridDim.x * kWaves) {
+    const int tile = first + wave;
+    const bool active = tile < tiles;
+    const int m0 = tile * YTILE;
+    const uint16_t* wrow[YTILE];
+#pragma unroll
+    for (int r = 0; r < YTILE; ++r) wrow[r] = w + (int64_t)min(m0 + r, M - 1) * w_stride;
+
+    float acc[N][YTILE];
+#pragma unroll
+    for (int n = 0; n < N; ++n)
+#pragma unroll
+      for (int r = 0; r < YTILE; ++r) acc[n][r] = 0.0f;
+
+    for (int k0 = 0; k0 < K; k0 += kc) {
+      const int len = min(kc, K - k0);
+      if (!staged_once) {
+        __syncthreads();  // every wave is done reading the previous pass
+        stage<N>(xs, x, x_stride, K, k0, len, row_chunks);
+        __syncthreads();
+      }
+      if (active) accumulate<T, N, YTILE>(acc, xs, wrow, K, k0, len, row_chunks, lane);
+    }
+
+    if (active) {
+      // Reduce-scatter: lane l ends with output j = l / (wave / P) summed over the wave.
+      constexpr int P = pow2_at_least(N * YTILE);
+      float v[P];
+#pragma unroll
+      for (int j = 0; j < P; ++j) v[j] = j < N * YTILE ? acc[j / YTILE][j % YTILE] : 0.0f;
+      float mine = reduce_scatter<hs::kWave / 2, P>(v, lane);
+      constexpr int kGroup = hs::kWave / P;
+      const int j = lane / kGroup, n = j / YTILE, row = m0 + j % YTILE;
+      if (lane % kGroup == 0 && j < N * YTILE && row < M) {
+        if (bias != nullptr) mine += hs::to_float<T>(bias[n * bias_stride + row]);
+        y[(int64_t)n * M + row] = hs::from_float<T>(mine);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+#if HS_GFX9
+#define HS_SKINNY_ATTRS
+#else
+// <= 96 VGPRs: the full 16 waves per SIMD, and no s_sendmsg(MSG_DEALLOC_VGPRS) at the end
+// (gfx11/12 code below full occupancy ends with it; the emulator does not execute it yet).
+#define HS_SKINNY_ATTRS __attribute__((amdgpu_waves_per_eu(16)))
+#endif
+
+#define HS_SKINNY(T, TAG, N, YT)                                                             \
+  extern "C" __global__ void __launch_bounds__(kThreads) HS_SKINNY_ATTRS                     \
+  skinny_gemm_##TAG##_n##N##_y##YT(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w, \
+                                   const uint16_t* __restrict__ bias, uint16_t* __restrict__ y,   \
+                                   int M, int K, int64_t x_stride, int64_t w_stride,              \
+                                   int64_t bias_stride, int kc) {                                 \
+    skinny_gemm<T, N, YT>(x, w, bias, y, M, K, x_stride, w_stride, bias_stride, kc);             \
+  }
+
+// YTILE 4 only while N * YTILE <= 16: larger tiles do not fit 96 VGPRs on gfx11/12.
+#define HS_SKINNY_N4(T, TAG, N) HS_SKINNY(T, TAG, N, 1) HS_SKINNY(T, TAG, N, 2) HS_SKINNY(T, TAG, N, 4)
+#define HS_SKINNY_N2(T, TAG, N) HS_SKINNY(T, TAG, N, 1) HS_SKINNY(T, TAG, N, 2)
+#define HS_SKINNY_ALL(T, TAG)                                                                    \
+  HS_SKINNY_N4(T, TAG, 1) HS_SKINNY_N4(T, TAG, 2) HS_SKINNY_N4(T, TAG, 3) HS_SKINNY_N4(T, TAG, 4) \
+  HS_SKINNY_N2(T, TAG, 5) HS_SKINNY_N2(T, TAG, 6) HS_SKINNY_N2(T, TAG, 7) HS_SKINNY_N2(T, TAG, 8)
+
+HS_SKINNY_ALL(hs::f16, f16)
+HS_SKINNY_ALL(hs::bf16, bf16)
