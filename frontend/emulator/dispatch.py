@@ -13,6 +13,7 @@ import time
 from collections import Counter
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from ..codeobject import Kernel
 from ..errors import EmulatorError, EmulatorFault
@@ -34,6 +35,14 @@ class Workgroup:
         self.mem = mem
         self.stats = stats
         self.waves: list[Wave] = []
+        self._lds_windows: dict[int, np.ndarray] = {}
+
+    def lds_window(self, size: int) -> np.ndarray:
+        """A view of the LDS whose row k is bytes k..k+size-1 (one row per lane access)."""
+        w = self._lds_windows.get(size)
+        if w is None:
+            w = self._lds_windows[size] = as_strided(self.lds, (max(len(self.lds) - size + 1, 0), size), (1, 1))
+        return w
 
 
 def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, int, int],
@@ -138,9 +147,11 @@ def _run_group(program: Program, group: Workgroup, counts: list[int], rng: rando
 def _step(program: Program, w: Wave, counts: list[int], budget: int, max_steps: int) -> None:
     """Run `w` until it blocks, ends, or has executed `budget` instructions."""
     handlers = program.handlers
+    running = RUNNING
     n = 0
+    i = w.pc
     try:
-        while w.state == RUNNING and n < budget:
+        while w.state == running and n < budget:
             i = w.pc
             w.pc = i + 1
             handlers[i](w)

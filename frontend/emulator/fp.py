@@ -67,7 +67,7 @@ def quiet(x: np.ndarray) -> np.ndarray:
     """Set the quiet bit of every NaN in a float16/32/64 array (other values unchanged)."""
     x = np.asarray(x)
     nan = np.isnan(x)
-    if not nan.any():
+    if not np.count_nonzero(nan):
         return x
     ut = {2: np.uint16, 4: np.uint32, 8: np.uint64}[x.dtype.itemsize]
     qbit = {2: 0x0200, 4: 0x00400000, 8: 0x0008000000000000}[x.dtype.itemsize]
@@ -82,8 +82,11 @@ _TINY = {np.dtype(np.float16): np.float16(2.0 ** -14), np.dtype(np.float32): np.
 def flush_denorm(x: np.ndarray) -> np.ndarray:
     """Replace denormals by zeros of the same sign (for units that do not deliver denormals)."""
     x = np.asarray(x)
-    den = (np.abs(x) < _TINY[x.dtype]) & (x != 0)
-    if not den.any():
+    den = np.abs(x) < _TINY[x.dtype]
+    if not np.count_nonzero(den):           # (zeros count here too; they are excluded below)
+        return x
+    den &= x != 0
+    if not np.count_nonzero(den):
         return x
     return np.where(den, np.copysign(np.zeros_like(x), x), x)
 
@@ -105,7 +108,7 @@ def round_to_odd(s: np.ndarray, err: np.ndarray) -> np.ndarray:
     Inexact: truncate toward zero (s itself, or one ulp less in magnitude when the
     exact value is below |s|) and set the last significand bit."""
     inexact = (err != 0) & np.isfinite(err)
-    if not inexact.any():
+    if not np.count_nonzero(inexact):
         return s
     bits = s.view(np.int64)
     below = (err < 0) != (s < 0)
@@ -121,9 +124,15 @@ def sum_rto(terms: list[np.ndarray]) -> np.ndarray:
     Non-finite terms give the ordinary IEEE sum.
     """
     s = terms[0]
-    errs: np.ndarray | float = 0.0
+    es = []
     for t in terms[1:]:
         s, e = two_sum(s, t)
+        es.append(e)
+    if es and not any(np.count_nonzero(e) for e in es):
+        # every addition exact (so s is finite and errs below is +0.0): the steps below give s + 0.0
+        return s + 0.0
+    errs: np.ndarray | float = 0.0
+    for e in es:
         errs = errs + e
     s2, e2 = two_sum(s, errs)
     return round_to_odd(np.where(np.isfinite(errs), s2, s), e2)

@@ -10,9 +10,11 @@ address and the nearest allocation.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NoReturn
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from ..errors import EmulatorFault
 
@@ -25,10 +27,21 @@ class Allocation:
     base: int
     data: np.ndarray        # uint8, len = size
     label: str
+    _windows: dict[int, tuple[np.ndarray, np.uint64, np.uint64]] = field(default_factory=dict, repr=False,
+                                                                         compare=False)
 
     @property
     def end(self) -> int:
         return self.base + len(self.data)
+
+    def window(self, size: int) -> tuple[np.ndarray, np.uint64, np.uint64]:
+        """(view whose row k is bytes k..k+size-1, base, last row) for lane accesses of `size` bytes."""
+        w = self._windows.get(size)
+        if w is None:
+            st = self.data.strides[0]
+            w = self._windows[size] = (as_strided(self.data, (len(self.data) - size + 1, size), (st, st)),
+                                       np.uint64(self.base), np.uint64(len(self.data) - size))
+        return w
 
 
 class Memory:
@@ -114,37 +127,49 @@ class Memory:
         return a.data[addr - a.base: addr - a.base + nbytes]
 
     # lane access ------------------------------------------------------------------
-    def _locate(self, addrs: np.ndarray, size: int, active: np.ndarray) -> tuple[Allocation, np.ndarray]:
-        """The allocation all active lanes fall into and their offsets (fast path: one allocation)."""
+    def _rows(self, addrs: np.ndarray, size: int, active: np.ndarray, all_active: bool
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """A window of the allocation every active lane's access falls into, and each active lane's row
+        in it (one `size`-byte access per row). Faults name the first bad lane."""
+        if addrs.dtype != np.uint64:
+            addrs = addrs.astype(np.uint64)
+        a = addrs if all_active else addrs[active]
+        if len(a):
+            alloc = self.find(int(a[0]), size)
+            if alloc is not None:
+                window, base, last = alloc.window(size)
+                rows = a - base                       # addresses below the base wrap to huge rows
+                if not np.count_nonzero(rows > last):
+                    return window, rows
+        self._fault(addrs, size, active)
+
+    def _fault(self, addrs: np.ndarray, size: int, active: np.ndarray) -> NoReturn:
         lanes = np.flatnonzero(active)
-        a_act = addrs[lanes]
-        lo, hi = int(a_act.min()), int(a_act.max())
-        alloc = self.find(lo, 1)
-        if alloc is not None and hi + size <= alloc.end:
-            return alloc, (addrs - np.uint64(alloc.base)).astype(np.int64)
-        for lane in lanes:                    # slow path: name the first bad lane
+        for lane in lanes:
             addr = int(addrs[lane])
             if self.find(addr, size) is None:
                 raise EmulatorFault(f"lane {lane} accessed {size} bytes at 0x{addr:x}, outside "
                                     f"every allocation; {self.nearest(addr)}")
+        a_act = addrs[lanes]
+        lo, hi = int(a_act.min()), int(a_act.max())
         raise EmulatorFault(f"one access spans several allocations ({lo:#x}..{hi:#x}); "
                             "the emulator requires each instruction's lanes to stay within one allocation")
 
-    def load(self, addrs: np.ndarray, size: int, active: np.ndarray) -> np.ndarray:
-        """(lanes, size) uint8 of the bytes each active lane reads; inactive lanes read 0."""
+    def load(self, addrs: np.ndarray, size: int, active: np.ndarray, all_active: bool = False) -> np.ndarray:
+        """(lanes, size) uint8 of the bytes each active lane reads; inactive lanes read 0.
+        `all_active` says every lane is active (the caller knows it cheaply)."""
+        if not all_active and not np.count_nonzero(active):
+            return np.zeros((len(addrs), size), np.uint8)
+        window, rows = self._rows(addrs, size, active, all_active)
+        if all_active:
+            return window[rows]
         out = np.zeros((len(addrs), size), np.uint8)
-        if not active.any():
-            return out
-        alloc, offs = self._locate(addrs, size, active)
-        idx = offs[active][:, None] + np.arange(size)
-        out[active] = alloc.data[idx]
+        out[active] = window[rows]
         return out
 
-    def store(self, addrs: np.ndarray, data: np.ndarray, active: np.ndarray) -> None:
+    def store(self, addrs: np.ndarray, data: np.ndarray, active: np.ndarray, all_active: bool = False) -> None:
         """Write (lanes, size) uint8 for active lanes; later lanes win on overlap, as in hardware order."""
-        if not active.any():
+        if not all_active and not np.count_nonzero(active):
             return
-        size = data.shape[1]
-        alloc, offs = self._locate(addrs, size, active)
-        idx = offs[active][:, None] + np.arange(size)
-        alloc.data[idx] = data[active]
+        window, rows = self._rows(addrs, data.shape[1], active, all_active)
+        window[rows] = data if all_active else data[active]

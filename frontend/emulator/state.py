@@ -3,8 +3,15 @@
 Scalar registers live in one uint32 array indexed by `SREG` names below (not by
 the hardware encoding, which differs between generations): s0..s105, then VCC,
 TTMPs, M0, NULL and EXEC. Vector registers are a (256, wave_size) uint32 array;
-on gfx9 the AGPRs are a second one. EXEC is kept in its two SGPR slots and the
-lane mask derived from it on demand (cached by value).
+on gfx9 the AGPRs are a second one.
+
+EXEC lives in `Wave.exec` (a Python int) and its per-lane bool mask in
+`Wave.mask`; both are mirrored into the two EXEC SGPR slots, so any read of
+exec as a register sees it. Every write to EXEC must go through `set_exec` (or
+`sset`, which routes EXEC slots there): writing ``w.s[EXEC_LO]`` directly leaves
+the mask stale. Lane masks are shared read-only arrays cached by value
+(`lane_mask`); the all-lanes one is a fixed object (`Wave.full`), so handlers
+test ``mask is w.full`` to skip masked copies.
 """
 
 from __future__ import annotations
@@ -117,13 +124,52 @@ def const_bits(op: Operand, width: int) -> int:
     return v & ((1 << width) - 1)   # negative inline ints sign-extend to the operand width
 
 
+_FULL: dict[int, np.ndarray] = {}
+_MASKS: dict[int, dict[int, np.ndarray]] = {32: {}, 64: {}}
+_MASK_CACHE_LIMIT = 4096
+_BITS_TO_BOOL = bytes.maketrans(b"01", b"\x00\x01")
+_BOOL_TO_BITS = bytes.maketrans(b"\x00\x01", b"01")
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+def lane_mask(n: int, value: int) -> np.ndarray:
+    """The per-lane bools of an n-bit lane mask: a shared, read-only array (do not modify)."""
+    cache = _MASKS[n]
+    m = cache.get(value)
+    if m is None:
+        if value == (1 << n) - 1:
+            m = _FULL.get(n)
+            if m is None:
+                m = _FULL[n] = _frozen(np.ones(n, bool))
+        else:   # bit i of value -> lane i (frombuffer of bytes is read-only already)
+            m = np.frombuffer(format(value, f"0{n}b")[::-1].encode().translate(_BITS_TO_BOOL), bool)
+        if len(cache) >= _MASK_CACHE_LIMIT:
+            cache.clear()
+        cache[value] = m
+    return m
+
+
 class Wave:
-    """Registers, program counter and status of one wavefront."""
+    """Registers, program counter and status of one wavefront.
+
+    `vf` / `vi` (`sf` / `si`) are float32 / int32 views of the VGPR file `v` (the
+    SGPR file `s`), and `s64[k]` is the SGPR pair s[2k:2k+1], so typed operands need
+    no per-instruction view. None of these arrays is ever rebound.
+    """
 
     def __init__(self, n: int, gfx9: bool, group: Any, index: int) -> None:
         self.n = n
         self.s = np.zeros(NUM_SREGS, np.uint32)
+        self.sf = self.s.view(np.float32)
+        self.si = self.s.view(np.int32)
+        self.s64 = self.s.view(np.uint64)   # SGPR pairs s[2k:2k+1] (always even-aligned) as one uint64
         self.v = np.zeros((256, n), np.uint32)
+        self.vf = self.v.view(np.float32)
+        self.vi = self.v.view(np.int32)
         self.a = np.zeros((256, n), np.uint32) if gfx9 else None
         self.scc = 0
         self.pc = 0                   # index into the program's instruction list
@@ -131,36 +177,43 @@ class Wave:
         self.group = group            # the Workgroup (LDS, barrier)
         self.index = index            # wave index inside the workgroup
         self.lanes = np.arange(n, dtype=np.uint64)
-        self._exec_key = -1
-        self._exec_mask = np.zeros(n, bool)
+        self.full = lane_mask(n, (1 << n) - 1)
+        self.exec = 0
+        self.mask = lane_mask(n, 0)
         self.steps = 0
 
     def exec_value(self) -> int:
-        lo = int(self.s[EXEC_LO])
-        return lo | (int(self.s[EXEC_HI]) << 32) if self.n == 64 else lo
+        return self.exec
 
     def set_exec(self, value: int) -> None:
-        self.s[EXEC_LO] = value & 0xFFFFFFFF
+        value &= (1 << self.n) - 1
+        self.exec = value
+        self.mask = lane_mask(self.n, value)
         if self.n == 64:
-            self.s[EXEC_HI] = (value >> 32) & 0xFFFFFFFF
+            self.s64[EXEC_LO >> 1] = value
+        else:
+            self.s[EXEC_LO] = value
+
+    def exec_from_sgprs(self) -> None:
+        """Re-derive EXEC after a write that went to its SGPR slots."""
+        self.set_exec(int(self.s64[EXEC_LO >> 1]) if self.n == 64 else int(self.s[EXEC_LO]))
 
     def exec_mask(self) -> np.ndarray:
-        e = self.exec_value()
-        if e != self._exec_key:
-            self._exec_key = e
-            self._exec_mask = ((np.uint64(e) >> self.lanes) & np.uint64(1)).astype(bool)
-        return self._exec_mask
+        return self.mask
 
     def mask_bits(self, lanes: np.ndarray) -> int:
         """A per-lane bool array as an integer mask (bit i = lane i)."""
-        return int(np.packbits(lanes.astype(np.uint8), bitorder="little").view(
-            np.uint64 if self.n == 64 else np.uint32)[0])
+        if lanes.dtype != np.bool_:
+            lanes = lanes.astype(bool)
+        return int(lanes.tobytes().translate(_BOOL_TO_BITS)[::-1], 2)
 
     def sget(self, index: int, count: int = 1) -> int:
         if index == NULL:
             return 0
         if count == 1:
             return int(self.s[index])
+        if not index & 1:
+            return int(self.s64[index >> 1])
         return int(self.s[index]) | (int(self.s[index + 1]) << 32)
 
     def sset(self, index: int, value: int, count: int = 1) -> None:
@@ -169,6 +222,8 @@ class Wave:
         self.s[index] = value & 0xFFFFFFFF
         if count == 2:
             self.s[index + 1] = (value >> 32) & 0xFFFFFFFF
+        if index + count > EXEC_LO:
+            self.exec_from_sgprs()
 
 
 Reader = Callable[[Wave], Any]

@@ -26,39 +26,53 @@ def _mods(inst: Inst) -> dict[str, int]:
     return out
 
 
-def _lds_index(w: Wave, addrs: np.ndarray, size: int, mask: np.ndarray) -> np.ndarray:
-    """(active lanes, size) byte indices into the workgroup's LDS, checked."""
+def _lds_rows(w: Wave, addrs: np.ndarray, size: int, mask: np.ndarray, full: bool) -> np.ndarray:
+    """The byte offset of each active lane's access (rows of `Workgroup.lds_window`), checked."""
     g = w.group
-    a = addrs[mask].astype(np.int64)
-    if a.size and (a.min() < 0 or a.max() + size > g.lds_size):
+    a = np.asarray(addrs, np.int64)
+    if not full:
+        a = a[mask]
+    limit = g.lds_size - size
+    if limit < 0 or np.count_nonzero(a.view(np.uint64) > np.uint64(limit)):     # negative offsets wrap high
         lane = int(np.flatnonzero(mask)[np.argmax((a < 0) | (a + size > g.lds_size))])
         raise EmulatorFault(f"lane {lane} accessed {size} LDS bytes at offset {int(addrs[lane])}, outside the "
                             f"workgroup's {g.lds_size} bytes of LDS")
-    return a[:, None] + np.arange(size)
+    return a
 
 
 def _read(w: Wave, addrs: np.ndarray, size: int, mask: np.ndarray) -> np.ndarray:
-    out = np.zeros((w.n, size), np.uint8)
-    if mask.any():
-        idx = _lds_index(w, addrs, size, mask)
-        g = w.group
-        if g.lds_written is not None and not g.lds_written[idx].all():
-            lane = int(np.flatnonzero(mask)[np.flatnonzero(~g.lds_written[idx].all(axis=1))[0]])
+    full = mask is w.full
+    active = w.n if full else int(np.count_nonzero(mask))
+    if not active:
+        return np.zeros((w.n, size), np.uint8)
+    rows = _lds_rows(w, addrs, size, mask, full)
+    g = w.group
+    if g.lds_written is not None:
+        written = g.lds_written[rows[:, None] + np.arange(size)]
+        if not written.all():
+            lane = int(np.flatnonzero(mask)[np.flatnonzero(~written.all(axis=1))[0]])
             raise EmulatorFault(f"strict LDS: lane {lane} read uninitialized LDS at offset {int(addrs[lane])}")
-        out[mask] = g.lds[idx]
-        g.stats.bytes_loaded["lds"] += size * int(mask.sum())
+    vals = g.lds_window(size)[rows]
+    if full:
+        out = vals
+    else:
+        out = np.zeros((w.n, size), np.uint8)
+        out[mask] = vals
+    g.stats.bytes_loaded["lds"] += size * active
     return out
 
 
 def _write(w: Wave, addrs: np.ndarray, data: np.ndarray, mask: np.ndarray) -> None:
-    if mask.any():
+    full = mask is w.full
+    active = w.n if full else int(np.count_nonzero(mask))
+    if active:
         size = data.shape[1]
-        idx = _lds_index(w, addrs, size, mask)
+        rows = _lds_rows(w, addrs, size, mask, full)
         g = w.group
-        g.lds[idx] = data[mask]
+        g.lds_window(size)[rows] = data if full else data[mask]     # later lanes win on overlap
         if g.lds_written is not None:
-            g.lds_written[idx] = True
-        g.stats.bytes_stored["lds"] += size * int(mask.sum())
+            g.lds_written[rows[:, None] + np.arange(size)] = True
+        g.stats.bytes_stored["lds"] += size * active
 
 
 _LOAD = {"ds_read_b32": (4, "full"), "ds_load_b32": (4, "full"), "ds_read_b64": (8, "full"),

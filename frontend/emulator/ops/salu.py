@@ -8,7 +8,7 @@ import numpy as np
 
 from ...errors import EmulatorError, EmulatorFault
 from ..listing import Inst
-from ..state import AT_BARRIER, DONE, NULL, VCC_HI, VCC_LO, Operand, Wave, const_bits, parse_operand
+from ..state import AT_BARRIER, DONE, EXEC_LO, NULL, VCC_HI, VCC_LO, Operand, Wave, const_bits, parse_operand
 from . import DecodeContext, Handler, register
 
 M32, M64 = 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
@@ -23,6 +23,9 @@ def sreader(op: Operand, width: int) -> Callable[[Wave], int]:
         if i == NULL:
             return lambda w: 0
         if width == 64:
+            if not i & 1:
+                k = i >> 1
+                return lambda w: int(w.s64[k])
             return lambda w: int(w.s[i]) | (int(w.s[i + 1]) << 32)
         return lambda w: int(w.s[i])
     if op.kind == "const":
@@ -42,7 +45,17 @@ def swriter(op: Operand, width: int) -> Callable[[Wave, int], None]:
     i = op.index
     if i == NULL:
         return lambda w, v: None
+    count = 2 if width == 64 else 1
+    if i + count > EXEC_LO:                 # EXEC (or a pair ending in it): keep its mask in step
+        return lambda w, v: w.sset(i, v, count)
     if width == 64:
+        if not i & 1:
+            k = i >> 1
+
+            def write_pair(w: Wave, v: int) -> None:
+                w.s64[k] = v & M64
+            return write_pair
+
         def write64(w: Wave, v: int) -> None:
             w.s[i] = v & M32
             w.s[i + 1] = (v >> 32) & M32
@@ -301,11 +314,11 @@ register("s_cmp_lg_u64", cls="salu")(_cmp(64, False, _CMP["lg"]))
 
 # --- SALU float (gfx1151, gfx1201) ----------------------------------------------------
 def _f32(v: int) -> np.float32:
-    return np.array([v], np.uint32).view(np.float32)[0]
+    return np.uint32(v).view(np.float32)
 
 
 def _bits(f: np.float32) -> int:
-    return int(np.array([f], np.float32).view(np.uint32)[0])
+    return int(np.float32(f).view(np.uint32))
 
 
 def _fmax(a: np.float32, b: np.float32) -> np.float32:
@@ -336,9 +349,8 @@ for _name, _fn in _FBIN.items():
         ops = _ops(inst)
         d, a, b = swriter(ops[0], 32), sreader(ops[1], 32), sreader(ops[2], 32)
 
-        def run(w: Wave) -> None:
-            with np.errstate(all="ignore"):
-                d(w, _bits(np.float32(fn(_f32(a(w)), _f32(b(w))))))
+        def run(w: Wave) -> None:      # (run_launch silences numpy's float warnings for the whole launch)
+            d(w, _bits(np.float32(fn(_f32(a(w)), _f32(b(w))))))
         return run
     register(_name, cls="salu")(_ffac)
 
@@ -392,7 +404,7 @@ for _op_name, _fn in _SAVEEXEC.items():
             mask = (1 << width) - 1
 
             def run(w: Wave) -> None:
-                old = w.exec_value()
+                old = w.exec
                 new = fn(a(w), old) & mask
                 d(w, old)
                 w.set_exec(new)
@@ -438,11 +450,14 @@ def _sload(dwords: int):
     def factory(inst: Inst, ctx: DecodeContext) -> Handler:
         address, dst = _smem_address(inst)
         nbytes = 4 * dwords
+        to_exec = dst + dwords > EXEC_LO
 
         def run(w: Wave) -> None:
             addr = address(w) & ~3          # scalar loads ignore the low two address bits
             data = w.group.mem.view(addr, nbytes)
             w.s[dst:dst + dwords] = data.view(np.uint32)
+            if to_exec:
+                w.exec_from_sgprs()
             w.group.stats.bytes_loaded["scalar"] += nbytes
         return run
     return factory
@@ -458,7 +473,7 @@ def _sload_sub(size: int, signed: bool):
 
         def run(w: Wave) -> None:
             v = int.from_bytes(w.group.mem.view(address(w), size).tobytes(), "little")
-            w.s[dst] = (_sext(v, 8 * size) if signed else v) & M32
+            w.sset(dst, (_sext(v, 8 * size) if signed else v) & M32)
             w.group.stats.bytes_loaded["scalar"] += size
         return run
     return factory
@@ -493,8 +508,8 @@ register("s_cbranch_scc0", cls="branch")(_branch(lambda w: w.scc == 0))
 register("s_cbranch_scc1", cls="branch")(_branch(lambda w: w.scc != 0))
 register("s_cbranch_vccz", cls="branch")(_branch(lambda w: _vcc(w) == 0))
 register("s_cbranch_vccnz", cls="branch")(_branch(lambda w: _vcc(w) != 0))
-register("s_cbranch_execz", cls="branch")(_branch(lambda w: w.exec_value() == 0))
-register("s_cbranch_execnz", cls="branch")(_branch(lambda w: w.exec_value() != 0))
+register("s_cbranch_execz", cls="branch")(_branch(lambda w: w.exec == 0))
+register("s_cbranch_execnz", cls="branch")(_branch(lambda w: w.exec != 0))
 
 
 @register("s_endpgm", cls="branch")

@@ -233,20 +233,36 @@ vop("v_sub_i32 v_sub_nc_i32", Spec("i32", ("i32", "i32"), lambda a, b: a - b,
                                    int_clamp=lambda a, b: _sat_i32(_i64(a) - b)))
 
 
-def _carry(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(low 32 bits, carry/borrow) of an exact int64 result."""
-    return (x & M32).astype(U32), (x < 0) | (x > M32)
+# Carry / borrow out of 32-bit unsigned arithmetic, in uint32 (wrapping) with the carry recovered by
+# comparison: a + b wraps exactly when the sum is below a; a - b borrows exactly when b > a.
+def _add_co(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r = a + b
+    return r, r < a
 
 
-vop("v_add_co_u32", Spec("u32", ("u32", "u32"), lambda a, b: _carry(_i64(a) + b), sdst=True))
-vop("v_sub_co_u32", Spec("u32", ("u32", "u32"), lambda a, b: _carry(_i64(a) - b), sdst=True))
-vop("v_subrev_co_u32", Spec("u32", ("u32", "u32"), lambda a, b: _carry(_i64(b) - a), sdst=True))
-vop("v_addc_co_u32 v_add_co_ci_u32",
-    Spec("u32", ("u32", "u32"), lambda a, b, c: _carry(_i64(a) + b + c), sdst=True, cin="printed"))
-vop("v_subb_co_u32 v_sub_co_ci_u32",
-    Spec("u32", ("u32", "u32"), lambda a, b, c: _carry(_i64(a) - b - c), sdst=True, cin="printed"))
+def _sub_co(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return a - b, b > a
+
+
+def _addc(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    t = a + b
+    r = t + c                       # wraps only from 0xFFFFFFFF + 1
+    return r, (t < a) | (r < t)
+
+
+def _subb(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    t = a - b
+    r = t - c                       # wraps only from 0 - 1
+    return r, (b > a) | (r > t)
+
+
+vop("v_add_co_u32", Spec("u32", ("u32", "u32"), _add_co, sdst=True))
+vop("v_sub_co_u32", Spec("u32", ("u32", "u32"), _sub_co, sdst=True))
+vop("v_subrev_co_u32", Spec("u32", ("u32", "u32"), lambda a, b: _sub_co(b, a), sdst=True))
+vop("v_addc_co_u32 v_add_co_ci_u32", Spec("u32", ("u32", "u32"), _addc, sdst=True, cin="printed"))
+vop("v_subb_co_u32 v_sub_co_ci_u32", Spec("u32", ("u32", "u32"), _subb, sdst=True, cin="printed"))
 vop("v_subbrev_co_u32 v_subrev_co_ci_u32",
-    Spec("u32", ("u32", "u32"), lambda a, b, c: _carry(_i64(b) - a - c), sdst=True, cin="printed"))
+    Spec("u32", ("u32", "u32"), lambda a, b, c: _subb(b, a, c), sdst=True, cin="printed"))
 
 
 def _mad_u64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

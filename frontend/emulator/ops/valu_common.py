@@ -24,7 +24,7 @@ import numpy as np
 
 from ...errors import EmulatorError
 from ..listing import Inst
-from ..state import NULL, VCC_LO, Operand, Wave, const_bits, parse_operand
+from ..state import EXEC_LO, NULL, VCC_LO, Operand, Wave, const_bits, lane_mask, parse_operand
 from . import DecodeContext
 
 Reader = Callable[[Wave], np.ndarray]
@@ -224,16 +224,35 @@ class Dpp:
             row_mask = int(d.get("row_mask", "0xf"), 0)
             bank_mask = int(d.get("bank_mask", "0xf"), 0)
             self.enabled = (((row_mask >> _rows(n)) & 1) != 0) & (((bank_mask >> (pos // 4)) & 1) != 0)
+        # With every lane active (exe all ones) the masks below are constants, computed once:
+        # the value of an invalid source lane where it reads 0, and the lanes written.
+        self.keep = np.where(self.valid, np.uint32(0xFFFFFFFF), np.uint32(0))
+        self.zero_invalid = self.dpp8 or self.bound_ctrl
+        if self.zero_invalid:
+            full_lanes = self.enabled
+        else:
+            full_lanes = self.enabled & self.valid
+        full_lanes.flags.writeable = False
+        self.full_lanes = None if full_lanes.all() else full_lanes     # None: all lanes (the wave's full mask)
 
     def write_mask(self, w: Wave) -> np.ndarray:
         """Lanes the instruction writes: active, row/bank enabled, and (without bound_ctrl) a valid source."""
-        exe = w.exec_mask()
+        exe = w.mask
+        if exe is w.full:
+            return w.full if self.full_lanes is None else self.full_lanes
         if self.dpp8:
             return exe
         if self.bound_ctrl:
             return exe & self.enabled
         valid = self.valid & exe[self.src] if self.check_inactive else self.valid
         return exe & self.enabled & valid
+
+    def values(self, w: Wave, row: np.ndarray) -> np.ndarray:
+        """src0 (a uint32 VGPR row) as seen by each lane."""
+        if w.mask is w.full:        # no source lane is inactive: only invalid ones may read 0
+            vals = row.take(self.src)
+            return vals & self.keep if self.zero_invalid else vals
+        return self.fetch(w, row)[0]
 
     def fetch(self, w: Wave, row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(src0 values as seen by each lane, lanes that may be written)."""
@@ -344,8 +363,10 @@ def raw_reader(op: Operand, width: int, ctx: DecodeContext, *, hi: bool = False,
         if cnt != 1:
             raise EmulatorError(f"operand {op.text} is an SGPR tuple where one register is expected")
 
+        bcast = np.full(n, i)            # take() broadcasts one SGPR faster than np.full
+
         def base(w: Wave) -> np.ndarray:
-            return np.full(w.n, w.s[i], np.uint32)
+            return w.s.take(bcast)
     elif op.kind == "const":
         if hi and width == 16:
             raise EmulatorError(f"high half of constant {op.text} selected (generation-dependent, not "
@@ -414,7 +435,7 @@ def read_operand(tok: str, typ: str, ctx: DecodeContext, *, hi: bool = False, dp
         half = width == 16 or op.half is not None
 
         def r_dpp(w: Wave) -> np.ndarray:
-            vals, _ = dpp.fetch(w, w.v[i])
+            vals = dpp.values(w, w.v[i])
             if half:
                 return (vals >> 16) if hi_ else (vals & 0xFFFF)
             return vals
@@ -427,6 +448,96 @@ def read_operand(tok: str, typ: str, ctx: DecodeContext, *, hi: bool = False, dp
             return apply_fmods(base(w), eff_w, absm, neg)
         return rm, op
     return r, op
+
+
+# ---------------------------------------------------------------------------
+# typed operand access (the fast path of the lane-wise builder)
+
+_ROWS = {"u32": "v", "b32": "v", "f32": "vf", "i32": "vi"}       # Wave views of the VGPR file by type
+_WIDE = frozenset({"u64", "b64", "i64", "f64"})
+
+
+def typed_reader(tok: str, typ: str, ctx: DecodeContext, *, hi: bool = False, dpp: Dpp | None = None,
+                 sdwa_sel: str | None = None, bitmods: bool = False) -> Reader:
+    """`read_operand` followed by `to_typed`: a reader of the operand as typed per-lane values.
+
+    A plain operand (no modifiers, DPP, SDWA, half or sext) of a 32/64-bit type
+    is read straight from the register file (a typed view of the VGPR row, a pair
+    of words gathered into one uint64, a broadcast SGPR, a constant typed once);
+    anything else goes through the generic reader and conversion."""
+    r, op = read_operand(tok, typ, ctx, hi=hi, dpp=dpp, sdwa_sel=sdwa_sel, bitmods=bitmods)
+    plain = (not (op.neg or op.abs or hi or dpp or sdwa_sel or strip_sext(tok)[1]) and op.half is None
+             and (typ in _ROWS or typ in _WIDE))
+    if not plain:
+        return lambda w: to_typed(r(w), typ)
+    dt = _NP[typ]
+    n = ctx.wave_size
+    if op.kind == "const":
+        arr = to_typed(const_array(op, WIDTH[typ], n, typ), typ)
+        return lambda w: arr
+    rows = _ROWS.get(typ)
+    if op.kind == "v" and rows is not None:
+        i = op.index
+        if rows == "v":
+            return lambda w: w.v[i]
+        if rows == "vf":
+            return lambda w: w.vf[i]
+        return lambda w: w.vi[i]
+    if op.kind == "v":                        # 64-bit: the register pair as one uint64 per lane
+        i = op.index
+
+        def pair(w: Wave) -> np.ndarray:
+            out = np.empty(n, np.uint64)
+            words = out.view(np.uint32)
+            words[0::2] = w.v[i]
+            words[1::2] = w.v[i + 1]
+            return out
+        return pair if dt is np.uint64 else lambda w: pair(w).view(dt)
+    if op.kind == "s" and typ in _WIDE and op.count == 2 and not op.index & 1:
+        bcast = np.full(n, op.index >> 1)
+        if dt is np.uint64:
+            return lambda w: w.s64.take(bcast)
+        return lambda w: w.s64.take(bcast).view(dt)
+    if op.kind == "s" and typ in _ROWS:
+        bcast = np.full(n, op.index)
+        if rows == "v":
+            return lambda w: w.s.take(bcast)
+        if rows == "vf":
+            return lambda w: w.sf.take(bcast)
+        return lambda w: w.si.take(bcast)
+    return lambda w: to_typed(r(w), typ)
+
+
+def typed_writer(op: Operand, typ: str, ctx: DecodeContext, *, hi: bool = False, zero_high16: bool = False,
+                 sdwa: tuple[str, str] | None = None) -> Callable[[Wave, Any, np.ndarray], None]:
+    """`to_raw` followed by `vgpr_writer`: writes a typed result to a VGPR destination in `mask`'s lanes.
+
+    A plain 32/64-bit VGPR destination is written through the typed view (no
+    conversion to raw bits), with a plain store when `mask` is all lanes."""
+    raw_write = vgpr_writer(op, WIDTH[typ], ctx, hi=hi, zero_high16=zero_high16, sdwa=sdwa)
+    if op.kind != "v" or op.half is not None or hi or sdwa is not None or not (typ in _ROWS or typ in _WIDE):
+        return lambda w, val, mask: raw_write(w, to_raw(val, typ), mask)
+    dt = _NP[typ]
+    d = op.index
+    if typ in _WIDE:
+        def write64(w: Wave, val: Any, mask: np.ndarray) -> None:
+            words = np.ascontiguousarray(np.asarray(val, dt)).view(np.uint32)
+            if mask is w.full:
+                w.v[d] = words[0::2]
+                w.v[d + 1] = words[1::2]
+            else:
+                np.copyto(w.v[d], words[0::2], where=mask)
+                np.copyto(w.v[d + 1], words[1::2], where=mask)
+        return write64
+    rows = _ROWS[typ]
+
+    def write(w: Wave, val: Any, mask: np.ndarray) -> None:
+        row = getattr(w, rows)[d]
+        if mask is w.full:
+            row[...] = np.asarray(val, dt)
+        else:
+            np.copyto(row, np.asarray(val, dt), where=mask)
+    return write
 
 
 # ---------------------------------------------------------------------------
@@ -452,11 +563,16 @@ def mask_reader(op: Operand, ctx: DecodeContext) -> Callable[[Wave], np.ndarray]
         lanes = ((np.uint64(bits) >> np.arange(ctx.wave_size, dtype=np.uint64)) & np.uint64(1)).astype(bool)
         return lambda w: lanes
     check_mask_operand(op, ctx, "mask operand")
-    i, cnt = op.index, (2 if ctx.wave_size == 64 else 1)
-
-    def read(w: Wave) -> np.ndarray:
-        return ((np.uint64(w.sget(i, cnt)) >> w.lanes) & np.uint64(1)).astype(bool)
-    return read
+    i, n = op.index, ctx.wave_size
+    if i == NULL:
+        none = lane_mask(n, 0)
+        return lambda w: none
+    if n == 32:
+        return lambda w: lane_mask(32, int(w.s[i]))
+    if not i & 1:
+        k = i >> 1
+        return lambda w: lane_mask(64, int(w.s64[k]))
+    return lambda w: lane_mask(64, int(w.s[i]) | (int(w.s[i + 1]) << 32))
 
 
 def mask_writer(op: Operand, ctx: DecodeContext) -> Callable[[Wave, np.ndarray], None]:
@@ -465,6 +581,17 @@ def mask_writer(op: Operand, ctx: DecodeContext) -> Callable[[Wave, np.ndarray],
     i, cnt = op.index, (2 if ctx.wave_size == 64 else 1)
     if i == NULL:
         return lambda w, lanes: None
+    if i + cnt <= EXEC_LO:                  # (EXEC goes through sset, which keeps its lane mask in step)
+        if cnt == 1:
+            def write32(w: Wave, lanes: np.ndarray) -> None:
+                w.s[i] = w.mask_bits(lanes)
+            return write32
+        if not i & 1:
+            k = i >> 1
+
+            def write64(w: Wave, lanes: np.ndarray) -> None:
+                w.s64[k] = w.mask_bits(lanes)
+            return write64
 
     def write(w: Wave, lanes: np.ndarray) -> None:
         w.sset(i, w.mask_bits(lanes), cnt)
@@ -504,9 +631,13 @@ def vgpr_writer(op: Operand, width: int, ctx: DecodeContext, *, hi: bool = False
 
         def w64(w: Wave, val: np.ndarray, mask: np.ndarray) -> None:
             v = getattr(w, file_)
-            u = np.asarray(val, np.uint64)
-            np.copyto(v[d], (u & np.uint64(0xFFFFFFFF)).astype(np.uint32), where=mask)
-            np.copyto(v[d + 1], (u >> np.uint64(32)).astype(np.uint32), where=mask)
+            words = np.ascontiguousarray(np.asarray(val, np.uint64)).view(np.uint32)
+            if mask is w.full:
+                v[d] = words[0::2]
+                v[d + 1] = words[1::2]
+            else:
+                np.copyto(v[d], words[0::2], where=mask)
+                np.copyto(v[d + 1], words[1::2], where=mask)
         return w64
     if op.count != 1:
         raise EmulatorError(f"destination {op.text} is a tuple where one register is expected")
@@ -519,7 +650,10 @@ def vgpr_writer(op: Operand, width: int, ctx: DecodeContext, *, hi: bool = False
         return wsd
     if width == 32:
         def w32(w: Wave, val: np.ndarray, mask: np.ndarray) -> None:
-            np.copyto(getattr(w, file_)[d], np.asarray(val, np.uint32), where=mask)
+            if mask is w.full:
+                getattr(w, file_)[d] = np.asarray(val, np.uint32)
+            else:
+                np.copyto(getattr(w, file_)[d], np.asarray(val, np.uint32), where=mask)
         return w32
     if hi:
         def w16h(w: Wave, val: np.ndarray, mask: np.ndarray) -> None:

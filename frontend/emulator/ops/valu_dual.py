@@ -44,12 +44,18 @@ def _factory(inst: Inst, ctx: DecodeContext) -> Handler:
     def h(w: Wave) -> None:
         ox, mx = cx(w)
         oy, my = cy(w)
-        # results may be views of source registers (v_dual_mov_b32): copy before any write
-        ox: Any = np.array(ox, copy=True)
-        oy: Any = np.array(oy, copy=True)
+        # results may be views of source registers (v_dual_mov_b32): copy those before any write
+        ox, oy = _detached(ox), _detached(oy)
         wx(w, ox, mx)
         wy(w, oy, my)
     return h
+
+
+def _detached(x: Any) -> Any:
+    """`x`, or a copy when it may share memory with something (a view has a base; a new result has none)."""
+    if type(x) is np.ndarray and x.base is None:
+        return x
+    return np.array(x, copy=True)
 
 
 register(*(f"v_dual_{op}" for op in VOPD_OPS), cls="valu")(_factory)

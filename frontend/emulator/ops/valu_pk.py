@@ -304,25 +304,41 @@ register("v_fma_mixhi_f16", "v_mad_mixhi_f16", cls="valu")(_mix_factory("hi"))
 def dot_f32(products: list[np.ndarray], acc: np.ndarray, ctx: DecodeContext) -> np.ndarray:
     """Exact products and accumulator, one RNE rounding to f32 (gfx11 flushes a denormal result);
     a NaN gives one fixed NaN pattern (isa_notes §5.9)."""
-    r = fp.sum_rto([*products, _d(acc)]).astype(F32)
+    accd = np.asarray(acc).astype(F64)
+    if len(products) == 2:
+        # Usually both additions are exact; then sum_rto's result is the plain sum (+0.0 turns -0 into +0),
+        # which is finite, so there is no NaN to fix either.
+        s1, e1 = fp.two_sum(products[0], products[1])
+        s, e2 = fp.two_sum(s1, accd)
+        if not (np.count_nonzero(e1) or np.count_nonzero(e2)):
+            r = (s + 0.0).astype(F32)
+            return fp.flush_denorm(r) if ctx.gfx == 11 else r
+    r = fp.sum_rto([*products, accd]).astype(F32)
     nan = np.isnan(r)
-    if nan.any():
+    if np.count_nonzero(nan):
         r = np.where(nan, F32(np.nan), r)
     return fp.flush_denorm(r) if ctx.gfx == 11 else r
 
 
-def _halves(raw: np.ndarray, typ: str) -> tuple[np.ndarray, np.ndarray]:
-    lo = to_typed(raw & 0xFFFF, typ)
-    hi = to_typed(raw >> 16, typ)
-    return _d(lo), _d(hi)
+def _halves_f64(raw: np.ndarray, typ: str) -> np.ndarray:
+    """The 16-bit halves of packed registers as float64, interleaved: [lane0.lo, lane0.hi, lane1.lo, ...]."""
+    if not (type(raw) is np.ndarray and raw.dtype == U32 and raw.flags.c_contiguous):
+        raw = np.ascontiguousarray(raw, U32)
+    if typ == "f16":
+        return raw.view(F16).astype(F64)
+    return (raw.view(np.uint16).astype(U32) << U32(16)).view(F32).astype(F64)   # bf16: top half of an f32
+
+
+def pair_products(a: np.ndarray, b: np.ndarray, typ: str) -> list[np.ndarray]:
+    """[a.lo * b.lo, a.hi * b.hi] of packed f16/bf16 registers, exact in float64."""
+    p = _halves_f64(a, typ) * _halves_f64(b, typ)
+    return [p[0::2], p[1::2]]
 
 
 def _dot2c(typ: str) -> Callable[..., Callable[..., np.ndarray]]:
     def make(ctx: DecodeContext, mods: dict[str, str]) -> Callable[..., np.ndarray]:
         def f(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-            a0, a1 = _halves(a, typ)
-            b0, b1 = _halves(b, typ)
-            return dot_f32([a0 * b0, a1 * b1], c, ctx)
+            return dot_f32(pair_products(a, b, typ), c, ctx)
         return f
     return make
 
@@ -384,6 +400,10 @@ def _dot_factory(spec: Dot) -> Callable[[Inst, DecodeContext], Handler]:
             el = [[_word_reader(s[i], ctx, 16, sel[i], inst), _word_reader(s[i], ctx, 16, sel_hi[i], inst)]
                   for i in range(2)]
             negs = [[neg_lo[i], neg_hi[i]] for i in range(2)]
+            # the usual form (lo*lo + hi*hi, no negation, registers): whole registers, products at once
+            packed = ([_f32_reader(s[i], ctx, inst) for i in range(2)]
+                      if sel[:2] == (0, 0) and sel_hi[:2] == (1, 1) and not any(neg_lo[:2]) and not any(neg_hi[:2])
+                      and all(op.kind in ("v", "s") for op in s[:2]) else None)
         else:
             # 4/8-element dots are not "packed" in the op_sel sense: op_sel_hi carries nothing
             if any(sel):
@@ -396,6 +416,7 @@ def _dot_factory(spec: Dot) -> Callable[[Inst, DecodeContext], Handler]:
                 raise fail(inst, "neg_lo/neg_hi on this dot product are not implemented")
             el = [[_f32_reader(s[i], ctx, inst)] for i in range(2)]
             negs = [[0], [0]]
+            packed = None
         # accumulator
         if spec.result in ("f32", "i32", "u32"):
             if sel[2] or neg_hi[2] or (spec.kind in ("f16x2", "bf16x2") and not sel_hi[2]):
@@ -422,7 +443,9 @@ def _dot_factory(spec: Dot) -> Callable[[Inst, DecodeContext], Handler]:
 
         def compute(w: Wave) -> tuple[Any, np.ndarray]:
             accv = _flip(acc_r(w), acc_w, acc_neg)
-            if spec.kind in ("f16x2", "bf16x2"):
+            if packed is not None:
+                prods = pair_products(packed[0](w), packed[1](w), typ)
+            elif spec.kind in ("f16x2", "bf16x2"):
                 a = [_d(to_typed(_flip(r(w), 16, bool(ng)), typ)) for r, ng in zip(el[0], negs[0], strict=True)]
                 b = [_d(to_typed(_flip(r(w), 16, bool(ng)), typ)) for r, ng in zip(el[1], negs[1], strict=True)]
                 prods = [a[0] * b[0], a[1] * b[1]]

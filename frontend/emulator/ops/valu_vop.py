@@ -34,10 +34,8 @@ from .valu_common import (
     mask_reader,
     mask_writer,
     parse_mods,
-    read_operand,
-    to_raw,
-    to_typed,
-    vgpr_writer,
+    typed_reader,
+    typed_writer,
 )
 
 
@@ -87,9 +85,30 @@ def _check_mods(inst: Inst, enc: str, m: Mods, ctx: DecodeContext) -> None:
         raise fail(inst, "op_sel with SDWA")
 
 
+@dataclass(frozen=True)
+class Lanewise:
+    """One decoded lane-wise op: `call(w)` computes the result from the sources, `write(w, out, mask)`
+    stores it in the lanes of `mask` (EXEC, or the write mask of a DPP control)."""
+
+    call: Callable[[Wave], Any]
+    write: Write
+    dpp: Dpp | None = None
+
+    def compute(self, w: Wave) -> tuple[Any, np.ndarray]:
+        return self.call(w), (w.mask if self.dpp is None else self.dpp.write_mask(w))
+
+    def handler(self) -> Handler:
+        # Float exceptions are the kernel's business: run_launch ignores numpy's warnings for
+        # the whole launch (a per-instruction np.errstate cost about a third of the time).
+        call, write, dpp = self.call, self.write, self.dpp
+        if dpp is None:
+            return lambda w: write(w, call(w), w.mask)
+        return lambda w: write(w, call(w), dpp.write_mask(w))
+
+
 def build(spec: Spec, name: str, enc: str, operands: tuple[str, ...], modifiers: tuple[str, ...],
-          ctx: DecodeContext, inst: Inst) -> tuple[Compute, Write]:
-    """Decode one lane-wise op into (compute, write)."""
+          ctx: DecodeContext, inst: Inst) -> Lanewise:
+    """Decode one lane-wise op."""
     m = parse_mods(inst, modifiers, allow=spec.allow)
     _check_mods(inst, enc, m, ctx)
     try:
@@ -123,17 +142,15 @@ def build(spec: Spec, name: str, enc: str, operands: tuple[str, ...], modifiers:
     dst_hi = bool(op_sel[nsrc]) if len(op_sel) == nsrc + 1 else False
     dpp = Dpp(inst, m.dpp, ctx) if m.dpp else None
     try:
-        readers = []
+        getters = []
         for i, (tok, typ) in enumerate(zip(ops, spec.srcs[:nsrc], strict=True)):
             sel = m.sdwa.get(f"src{i}_sel", "DWORD") if enc == "sdwa" and i < 2 else None
-            r, op = read_operand(tok, typ, ctx, hi=bool(op_sel[i]) if i < len(op_sel) else False,
-                                 dpp=dpp if i == 0 else None, sdwa_sel=sel, bitmods=spec.bitmods)
+            getters.append(typed_reader(tok, typ, ctx, hi=bool(op_sel[i]) if i < len(op_sel) else False,
+                                        dpp=dpp if i == 0 else None, sdwa_sel=sel, bitmods=spec.bitmods))
             if enc == "sdwa" and i >= 2:
                 raise fail(inst, "SDWA with more than two sources")
-            readers.append((r, typ))
         if spec.acc:
-            r, _ = read_operand(dst_tok, spec.srcs[-1], ctx, hi=dst_hi)
-            readers.append((r, spec.srcs[-1]))
+            getters.append(typed_reader(dst_tok, spec.srcs[-1], ctx, hi=dst_hi))
         dst_op = parse_operand(dst_tok)
         dtyp = spec.dst
         assert dtyp is not None
@@ -144,13 +161,12 @@ def build(spec: Spec, name: str, enc: str, operands: tuple[str, ...], modifiers:
             if enc == "sdwa" else None
         zero16 = (ctx.gfx == 9 and width == 16 and not dst_hi and not spec.preserve16
                   and name not in GFX9_PRESERVE16)
-        dwrite = vgpr_writer(dst_op, width, ctx, hi=dst_hi, zero_high16=zero16, sdwa=sdwa_dst)
+        dwrite = typed_writer(dst_op, dtyp, ctx, hi=dst_hi, zero_high16=zero16, sdwa=sdwa_dst)
         cwrite = mask_writer(parse_operand(sdst_tok), ctx) if sdst_tok is not None else None
-        cread = None
         if cin_tok is not None:
-            cread = mask_reader(parse_operand(cin_tok), ctx)
+            getters.append(mask_reader(parse_operand(cin_tok), ctx))
         elif spec.cin in ("optional", "vcc"):
-            cread = mask_reader(implicit_vcc(ctx), ctx)
+            getters.append(mask_reader(implicit_vcc(ctx), ctx))
     except EmulatorError as e:
         raise fail(inst, str(e)) from None
 
@@ -163,27 +179,38 @@ def build(spec: Spec, name: str, enc: str, operands: tuple[str, ...], modifiers:
     fclamp = m.clamp and dtyp in FLOAT_TYPES
     omod = m.omod
     post = (lambda x: float_omod_clamp(x, omod, fclamp)) if (fclamp or omod != 1.0) else None
-    wave_fn = spec.wave_fn
-
-    def compute(w: Wave) -> tuple[Any, np.ndarray]:
-        args = [to_typed(r(w), t) for r, t in readers]
-        if cread is not None:
-            args.append(cread(w))
-        out = fn(w, *args) if wave_fn else fn(*args)
-        mask = dpp.write_mask(w) if dpp is not None else w.exec_mask()
-        return out, mask
+    call = _caller(fn, getters, spec.wave_fn)
+    if cwrite is None and post is None:
+        return Lanewise(call, dwrite, dpp)
 
     def write(w: Wave, out: Any, mask: np.ndarray) -> None:
         if cwrite is not None:
             res, carry = out
-            cwrite(w, np.asarray(carry, bool) & mask)
+            carry = np.asarray(carry, bool)
+            cwrite(w, carry if mask is w.full and carry.shape == mask.shape else carry & mask)
         else:
             res = out
         if post is not None:
             res = post(np.asarray(res, np.dtype(_float_dtype(dtyp))))
-        dwrite(w, to_raw(res, dtyp), mask)
+        dwrite(w, res, mask)
 
-    return compute, write
+    return Lanewise(call, write, dpp)
+
+
+def _caller(fn: Callable[..., Any], getters: list[Callable[[Wave], Any]], wave_fn: bool) -> Callable[[Wave], Any]:
+    """w -> fn(*sources) (fn(w, *sources) for `wave_fn`), unrolled for the usual source counts."""
+    if wave_fn:
+        return lambda w: fn(w, *[g(w) for g in getters])
+    if len(getters) == 1:
+        (g0,) = getters
+        return lambda w: fn(g0(w))
+    if len(getters) == 2:
+        g0, g1 = getters
+        return lambda w: fn(g0(w), g1(w))
+    if len(getters) == 3:
+        g0, g1, g2 = getters
+        return lambda w: fn(g0(w), g1(w), g2(w))
+    return lambda w: fn(*[g(w) for g in getters])
 
 
 def _float_dtype(t: str) -> type:
@@ -194,7 +221,7 @@ def _float_dtype(t: str) -> type:
 # VOPC
 
 def _build_cmp(spec: Spec, fn: Callable[..., Any], name: str, enc: str, ops: list[str], m: Mods,
-               ctx: DecodeContext, inst: Inst) -> tuple[Compute, Write]:
+               ctx: DecodeContext, inst: Inst) -> Lanewise:
     cmpx = name.startswith("v_cmpx_")
     nsrc = len(spec.srcs)
     if len(ops) == nsrc + 1:
@@ -213,34 +240,34 @@ def _build_cmp(spec: Spec, fn: Callable[..., Any], name: str, enc: str, ops: lis
     if op_sel and len(op_sel) not in (nsrc, nsrc + 1):
         raise fail(inst, f"op_sel has {len(op_sel)} entries for {nsrc} sources")
     try:
-        readers = []
+        getters = []
         for i, (tok, typ) in enumerate(zip(ops, spec.srcs, strict=True)):
             sel = m.sdwa.get(f"src{i}_sel", "DWORD") if enc == "sdwa" else None
-            r, _ = read_operand(tok, typ, ctx, hi=bool(op_sel[i]) if i < len(op_sel) else False, sdwa_sel=sel)
-            readers.append((r, typ))
+            getters.append(typed_reader(tok, typ, ctx, hi=bool(op_sel[i]) if i < len(op_sel) else False,
+                                        sdwa_sel=sel))
         dwrite = mask_writer(parse_operand(dst_tok), ctx) if dst_tok is not None else None
     except EmulatorError as e:
         raise fail(inst, str(e)) from None
+    lanewise = _caller(fn, getters, False)
 
-    def compute(w: Wave) -> tuple[Any, np.ndarray]:
-        return np.asarray(fn(*[to_typed(r(w), t) for r, t in readers]), bool), w.exec_mask()
+    def call(w: Wave) -> np.ndarray:
+        return np.asarray(lanewise(w), bool)
 
     def write(w: Wave, res: np.ndarray, mask: np.ndarray) -> None:
-        lanes = res & mask
+        lanes = res if mask is w.full and res.shape == mask.shape else res & mask
         if dwrite is not None:
             dwrite(w, lanes)
         if cmpx:
             w.set_exec(w.mask_bits(lanes))
 
-    return compute, write
+    return Lanewise(call, write)
 
 
 # ---------------------------------------------------------------------------
 # registration
 
 def make_handler(compute: Compute, write: Write) -> Handler:
-    # Float exceptions are the kernel's business: run_launch ignores numpy's warnings for
-    # the whole launch (a per-instruction np.errstate cost about a third of the time).
+    # (no np.errstate here either: see Lanewise.handler)
     def handler(w: Wave) -> None:
         out, mask = compute(w)
         write(w, out, mask)
@@ -254,7 +281,7 @@ def vop(names: str | tuple[str, ...], spec: Spec, cls: str = "valu", *, e64_dpp:
 
     def factory(inst: Inst, ctx: DecodeContext) -> Handler:
         base, enc = split_encoding(inst.mnemonic)
-        return make_handler(*build(spec, base, enc, inst.operands, inst.modifiers, ctx, inst))
+        return build(spec, base, enc, inst.operands, inst.modifiers, ctx, inst).handler()
 
     all_names: list[str] = []
     for n in names:
@@ -272,5 +299,5 @@ def build_by_name(name: str, operands: tuple[str, ...], modifiers: tuple[str, ..
         spec, cls = SPECS[name]
     except KeyError:
         raise fail(inst, f"{name} is not implemented") from None
-    c, w = build(spec, name, enc, operands, modifiers, ctx, inst)
-    return c, w, cls
+    op = build(spec, name, enc, operands, modifiers, ctx, inst)
+    return op.compute, op.write, cls

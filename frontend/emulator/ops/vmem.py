@@ -31,8 +31,14 @@ def address_reader(vaddr: Operand, saddr: Operand, offset: int) -> Callable[[Wav
         if vaddr.count != 2:
             raise EmulatorError("a global address without an SGPR base needs a VGPR pair")
 
+        off = _U64(offset & 0xFFFFFFFFFFFFFFFF)
+
         def full(w: Wave) -> np.ndarray:
-            return (w.v[v].astype(_U64) | (w.v[v + 1].astype(_U64) << _U64(32))) + _U64(offset & 0xFFFFFFFFFFFFFFFF)
+            out = np.empty(w.n, _U64)
+            words = out.view(np.uint32)
+            words[0::2] = w.v[v]
+            words[1::2] = w.v[v + 1]
+            return out + off if offset else out
         return full
     base = sreader(saddr, 64)
 
@@ -62,6 +68,9 @@ def place_loaded(w: Wave, dst: int, raw: np.ndarray, how: str, mask: np.ndarray)
     """Write (lanes, nbytes) loaded bytes into VGPRs starting at `dst`."""
     if how == "full":
         words = raw.view(np.uint32)
+        if mask is w.full:
+            w.v[dst:dst + words.shape[1]] = words.T
+            return
         for j in range(words.shape[1]):
             np.copyto(w.v[dst + j], words[:, j], where=mask)
         return
@@ -93,10 +102,10 @@ def _global_load(size: int, how: str):
         dst, addr = ops[0].index, address_reader(ops[1], ops[2] if len(ops) > 2 else Operand("off"), _offset(inst))
 
         def run(w: Wave) -> None:
-            mask = w.exec_mask()
-            raw = w.group.mem.load(addr(w), size, mask)
+            mask = w.mask
+            raw = w.group.mem.load(addr(w), size, mask, mask is w.full)
             place_loaded(w, dst, raw, how, mask)
-            w.group.stats.bytes_loaded["global"] += size * int(mask.sum())
+            w.group.stats.bytes_loaded["global"] += size * w.exec.bit_count()
         return run
     return factory
 
@@ -107,9 +116,9 @@ def _global_store(size: int, how: str):
         addr, src = address_reader(ops[0], ops[2] if len(ops) > 2 else Operand("off"), _offset(inst)), ops[1].index
 
         def run(w: Wave) -> None:
-            mask = w.exec_mask()
-            w.group.mem.store(addr(w), store_bytes(w, src, size, how), mask)
-            w.group.stats.bytes_stored["global"] += size * int(mask.sum())
+            mask = w.mask
+            w.group.mem.store(addr(w), store_bytes(w, src, size, how), mask, mask is w.full)
+            w.group.stats.bytes_stored["global"] += size * w.exec.bit_count()
         return run
     return factory
 
