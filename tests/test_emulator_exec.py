@@ -1,0 +1,119 @@
+"""EXEC bookkeeping of the emulator's Wave (a Python int plus a cached lane mask, mirrored
+into the EXEC SGPRs) and the write paths that depend on it: every way an instruction
+can write EXEC must update the mask, and the all-lanes fast paths must leave inactive
+lanes untouched exactly like the masked ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hipskinny.emulator.listing import Inst, parse_instruction
+from hipskinny.emulator.ops import DecodeContext, load_all, lookup
+from hipskinny.emulator.state import EXEC_HI, EXEC_LO, Wave, lane_mask
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+ARCH = {"gfx942": (9, 64, "fnuz"), "gfx1100": (11, 32, None), "gfx1201": (12, 32, "ocp")}
+
+
+def wave(arch: str, exec_mask: int | None = None) -> Wave:
+    gfx, n, _ = ARCH[arch]
+    w = Wave(n, gfx == 9, None, 0)
+    w.set_exec((1 << n) - 1 if exec_mask is None else exec_mask)
+    return w
+
+
+def run(text: str, w: Wave, arch: str) -> None:
+    load_all()
+    gfx, n, f8 = ARCH[arch]
+    mnemonic, ops, mods = parse_instruction(text)
+    found = lookup(mnemonic)
+    assert found is not None, mnemonic
+    found[0](Inst(0x1000, 8, text, mnemonic, ops, mods, b""), DecodeContext(arch, gfx, n, f8, {}, {}))(w)
+
+
+def lanes_of(w: Wave) -> int:
+    return sum(1 << int(i) for i in np.flatnonzero(w.mask))
+
+
+def test_lane_masks_are_shared_read_only_and_full_is_one_object() -> None:
+    m = lane_mask(64, 0xF0)
+    assert m is lane_mask(64, 0xF0) and not m.flags.writeable
+    assert list(np.flatnonzero(m)) == [4, 5, 6, 7]
+    w = wave("gfx942")
+    assert w.mask is w.full and w.full.all() and not w.full.flags.writeable
+    w.set_exec(0x3)
+    w.set_exec((1 << 64) - 1)
+    assert w.mask is w.full
+    assert lane_mask(32, (1 << 32) - 1) is wave("gfx1100").full
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1100"])
+def test_exec_mirrored_into_sgprs_both_ways(arch: str) -> None:
+    n = ARCH[arch][1]
+    w = wave(arch, exec_mask=0x1234_5678_9ABC_DEF0 & ((1 << n) - 1))
+    assert w.s[EXEC_LO] == 0x9ABC_DEF0
+    if w.n == 64:
+        assert w.s[EXEC_HI] == 0x1234_5678
+        assert w.sget(EXEC_LO, 2) == w.exec == 0x1234_5678_9ABC_DEF0
+    assert lanes_of(w) == w.exec
+    w.sset(EXEC_LO, 0x0000_00FF)              # a write to exec_lo through the SGPR file
+    assert w.exec & 0xFFFF_FFFF == 0xFF and lanes_of(w) == w.exec
+
+
+def test_salu_writes_to_exec_update_the_mask() -> None:
+    w = wave("gfx942")
+    w.s[2], w.s[3] = 0x0000_000F, 0x8000_0000
+    run("s_mov_b64 exec, s[2:3]", w, "gfx942")
+    assert w.exec == 0x8000_0000_0000_000F and lanes_of(w) == w.exec
+    w.s[4], w.s[5] = 0x3, 0
+    run("s_and_saveexec_b64 s[6:7], s[4:5]", w, "gfx942")
+    assert w.sget(6, 2) == 0x8000_0000_0000_000F and w.exec == 0x3 and lanes_of(w) == 0x3
+    run("s_or_b64 exec, exec, s[6:7]", w, "gfx942")
+    assert w.exec == 0x8000_0000_0000_000F and lanes_of(w) == w.exec
+    w1 = wave("gfx1100")
+    w1.s[9] = 0x0F0F
+    run("s_mov_b32 exec_lo, s9", w1, "gfx1100")
+    assert w1.exec == 0x0F0F and lanes_of(w1) == 0x0F0F
+    run("s_mov_b32 exec_hi, 0", w1, "gfx1100")       # wave32: exec_hi is not part of EXEC
+    assert w1.exec == 0x0F0F
+
+
+def test_vector_writes_to_exec_update_the_mask() -> None:
+    w = wave("gfx942")
+    w.v[1] = np.arange(64, dtype=np.uint32)
+    run("v_cmp_gt_u32_e64 exec, 5, v1", w, "gfx942")       # an SGPR-pair destination that is EXEC
+    assert w.exec == 0x1F and lanes_of(w) == 0x1F
+    w1 = wave("gfx1201")
+    w1.v[2][:] = 0x00FF
+    run("v_readfirstlane_b32 exec_lo, v2", w1, "gfx1201")
+    assert w1.exec == 0xFF and lanes_of(w1) == 0xFF
+
+
+@pytest.mark.parametrize("exec_mask", [None, 0x0000_FFFF_0000_00F1])
+def test_fast_and_masked_writes_agree(exec_mask: int | None) -> None:
+    """Typed 32/64-bit results, carries, compares, DPP and loads of the fast path leave inactive lanes
+    (and their carry bits) alone."""
+    w = wave("gfx942", exec_mask)
+    rng = np.random.default_rng(7)
+    w.v[:16] = rng.integers(0, 2**32, (16, 64), dtype=np.uint64).astype(np.uint32)
+    w.v[1] = np.float32(1.5).view(np.uint32)
+    before = w.v.copy()
+    active = w.mask.copy()
+    run("v_add_f32_e32 v10, v1, v1", w, "gfx942")
+    run("v_add_co_u32_e32 v11, vcc, v2, v3", w, "gfx942")
+    carry = w.sget(106, 2)
+    run("v_lshlrev_b64 v[12:13], 3, v[4:5]", w, "gfx942")
+    run("v_mov_b32_dpp v14, v5 row_shr:1 row_mask:0xf bank_mask:0xf bound_ctrl:1", w, "gfx942")
+    for r in (10, 11, 12, 13, 14):
+        assert np.array_equal(w.v[r][~active], before[r][~active]), r
+    assert np.all(w.v[10][active] == np.float32(3.0).view(np.uint32))
+    s = w.v[2].astype(np.uint64) + w.v[3]
+    assert np.array_equal(w.v[11][active], (s & 0xFFFF_FFFF).astype(np.uint32)[active])
+    assert carry == sum(1 << i for i in range(64) if active[i] and s[i] >> 32)
+    full = (before[4].astype(np.uint64) | before[5].astype(np.uint64) << np.uint64(32)) << np.uint64(3)
+    assert np.array_equal(w.v[12][active], (full & 0xFFFF_FFFF).astype(np.uint32)[active])
+    assert np.array_equal(w.v[13][active], (full >> np.uint64(32)).astype(np.uint32)[active])
+    shifted = np.where(np.arange(64) % 16 == 0, 0, np.roll(before[5], 1))
+    assert np.array_equal(w.v[14][active], shifted[active])
