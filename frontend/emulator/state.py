@@ -157,8 +157,9 @@ class Wave:
     """Registers, program counter and status of one wavefront.
 
     `vf` / `vi` (`sf` / `si`) are float32 / int32 views of the VGPR file `v` (the
-    SGPR file `s`), and `s64[k]` is the SGPR pair s[2k:2k+1], so typed operands need
-    no per-instruction view. None of these arrays is ever rebound.
+    SGPR file `s`), and `s64[k]` is the SGPR pair s[2k:2k+1] (low word first: the host is
+    little-endian, as every byte view in the emulator assumes), so typed operands need no
+    per-instruction view. None of these arrays is ever rebound.
     """
 
     def __init__(self, n: int, gfx9: bool, group: Any, index: int) -> None:
