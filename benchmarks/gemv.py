@@ -28,6 +28,7 @@ from hipskinny import registry  # noqa: E402
 from hipskinny.arch import ARCHS, SHIPPED_ARCHS  # noqa: E402
 from hipskinny.emulator import EmulatedDevice  # noqa: E402
 from hipskinny.ops import gemv as op  # noqa: E402
+from hipskinny.ops._common import DTYPE_TAG  # noqa: E402
 
 # (model, layer, M, K) at N = 1, from shared/reference/shapes.md.
 SHAPES = [
@@ -48,7 +49,7 @@ def measure(arch: str, m: int, k: int, dtype, groups: int) -> dict:
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, k)).astype(dtype)
     w = rng.standard_normal((rows, k)).astype(dtype)
-    name = f"gemv_{op._DTYPE_TAG[np.dtype(dtype)]}_r{r}"
+    name = f"gemv_{DTYPE_TAG[np.dtype(dtype)]}_r{r}"
     fn, meta = registry.load(dev, "gemv").kernel(name)
     from hipskinny.launch import make_plan
 

@@ -12,19 +12,18 @@ from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from .. import registry, scratch, tensors
 from ..devices import current_device, hip_device
 from ..devices.base import Device
-from ..errors import InputTypeError, InputValueError
+from ..errors import InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
+from ._common import check_16bit_dtypes
 
 FAMILY = "gemv"
 THREADS = 256
 ROWS_PER_GROUP = (8, 4, 2, 1)       # kernel variants, largest first
-_DTYPE_TAG = {np.dtype(np.float16): "f16", np.dtype(ml_dtypes.bfloat16): "bf16"}
 _MAX_DIM = 2**31 - 1
 _plans = PlanCache()
 
@@ -62,12 +61,7 @@ def gemv(x: Any, w: Any, bias: Any = None, *, out: Any = None) -> Any:
 
 def _check_shapes(xv: tensors.TensorView, wv: tensors.TensorView,
                   bv: tensors.TensorView | None) -> tuple[int, int, str]:
-    for name, v in (("x", xv), ("w", wv)) + ((("bias", bv),) if bv is not None else ()):
-        if v.dtype not in _DTYPE_TAG:
-            raise InputTypeError(f"gemv: {name} has dtype {v.dtype}; supported: float16, bfloat16")
-    if not (xv.dtype == wv.dtype and (bv is None or bv.dtype == xv.dtype)):
-        got = ", ".join(f"{n}={v.dtype}" for n, v in (("x", xv), ("w", wv), ("bias", bv)) if v is not None)
-        raise InputTypeError(f"gemv: x, w and bias must share one dtype (float16 or bfloat16); got {got}")
+    tag = check_16bit_dtypes("gemv", xv, wv, bv)
     if len(wv.shape) != 2:
         raise InputValueError(f"gemv: w must be 2-D [M, K]; got shape {wv.shape}")
     m, k = wv.shape
@@ -79,7 +73,7 @@ def _check_shapes(xv: tensors.TensorView, wv: tensors.TensorView,
         raise InputValueError(f"gemv: bias must be [M] or [1, M] with M={m}; got shape {bv.shape}")
     if m > _MAX_DIM or k > _MAX_DIM:
         raise InputValueError(f"gemv: M and K must be below 2**31; got M={m}, K={k}")
-    return m, k, _DTYPE_TAG[xv.dtype]
+    return m, k, tag
 
 
 def _plan(device: Device, tag: str, m: int, k: int, w_stride: int) -> LaunchPlan:

@@ -48,14 +48,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from .. import registry, scratch, tensors
 from ..devices import current_device, hip_device
 from ..devices.base import Device
-from ..errors import InputTypeError, InputValueError
+from ..errors import InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
+from ._common import DTYPE_TAG, check_16bit_dtypes
 
 FAMILY = "skinny_gemm"
 THREADS = 256
@@ -63,7 +63,6 @@ MAX_N = 8
 YTILES = (4, 2, 1)                  # kernel variants, largest first ...
 MAX_TILE_OUTPUTS = 16               # ... built while N * YTILE <= 16 (96 VGPRs on gfx11/12)
 MAX_GROUPS_PER_CU = 2
-_DTYPE_TAG = {np.dtype(np.float16): "f16", np.dtype(ml_dtypes.bfloat16): "bf16"}
 _MAX_DIM = 2**31 - 1
 _plans = PlanCache()
 log = logging.getLogger(__name__)
@@ -137,12 +136,7 @@ def _large_n(xv: tensors.TensorView, wv: tensors.TensorView, bv: tensors.TensorV
 
 def _check_shapes(xv: tensors.TensorView, wv: tensors.TensorView,
                   bv: tensors.TensorView | None) -> tuple[int, int, int, str]:
-    for name, v in (("x", xv), ("w", wv)) + ((("bias", bv),) if bv is not None else ()):
-        if v.dtype not in _DTYPE_TAG:
-            raise InputTypeError(f"skinny_gemm: {name} has dtype {v.dtype}; supported: float16, bfloat16")
-    if not (xv.dtype == wv.dtype and (bv is None or bv.dtype == xv.dtype)):
-        got = ", ".join(f"{n}={v.dtype}" for n, v in (("x", xv), ("w", wv), ("bias", bv)) if v is not None)
-        raise InputTypeError(f"skinny_gemm: x, w and bias must share one dtype (float16 or bfloat16); got {got}")
+    tag = check_16bit_dtypes("skinny_gemm", xv, wv, bv)
     if len(wv.shape) != 2:
         raise InputValueError(f"skinny_gemm: w must be 2-D [M, K]; got shape {wv.shape}")
     m, k = wv.shape
@@ -158,7 +152,7 @@ def _check_shapes(xv: tensors.TensorView, wv: tensors.TensorView,
         raise InputValueError(f"skinny_gemm: M and K must be below 2**31; got M={m}, K={k}")
     if k == 0:
         raise InputValueError("skinny_gemm: K must be at least 1")
-    return n, m, k, _DTYPE_TAG[xv.dtype]
+    return n, m, k, tag
 
 
 def _plan(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
@@ -190,7 +184,7 @@ def _plan(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
 
 def plan_info(device: Device, dtype: Any, n: int, m: int, k: int) -> dict[str, Any]:
     """The configuration a call of this shape gets on ``device`` (for tests and benchmarks)."""
-    return dict(_plan(device, _DTYPE_TAG[np.dtype(dtype)], n, m, k).info)
+    return dict(_plan(device, DTYPE_TAG[np.dtype(dtype)], n, m, k).info)
 
 
 def _launch(device: Device, plan: LaunchPlan, ptrs: tuple[int, int, int, int], m: int, k: int,
