@@ -297,13 +297,6 @@ def check_f8(got: np.ndarray, want: np.ndarray, fmt, what: str, inputs: Callable
     assert not msgs, f"{what} ({np.dtype(fmt).name}): {len(bad)} wrong\n" + "\n".join(msgs)
 
 
-# The emulator does not take MODE.FP16_OVFL from the kernel descriptor yet (COMPUTE_PGM_RSRC1 bit 26 is
-# decoded by hipskinny.codeobject but never reaches the conversion ops). Strict: once it does, these
-# tests pass and the marker must go.
-FP16_OVFL_GAP = pytest.mark.xfail(strict=True, raises=AssertionError,
-                                  reason="emulator ignores the descriptor's FP16_OVFL (MODE) bit")
-
-
 # --- the reference rules against the hand-worked tables (no device) -----------------------------
 
 def test_reference_rules_match_hand_tables():
@@ -417,7 +410,6 @@ def test_rounding(arch):
     assert (fma.view(np.uint32) != mul_add.view(np.uint32))[np.isfinite(fma)].sum() >= 10
 
 
-@FP16_OVFL_GAP
 @pytest.mark.parametrize("arch", ALL_ARCHS)
 def test_rounding_fp16_overflow_mode(arch):
     """MODE.FP16_OVFL = 1 from the kernel descriptor: finite f16 overflow clamps to +-65504."""
@@ -508,7 +500,6 @@ def test_fp8_encode(arch):
     check_f8(hi >> 24, f8_encode(y, e5m2), e5m2, "v_cvt_pk_bf8_f32 S1 -> byte 3", show(y, yb))
 
 
-@FP16_OVFL_GAP
 @pytest.mark.parametrize("arch", FP8_ARCHS)
 def test_fp8_encode_saturating_mode(arch):
     """MODE.FP16_OVFL = 1 (kernel descriptor): finite values past the maximum give +-max."""

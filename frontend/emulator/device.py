@@ -125,8 +125,7 @@ class EmulatedDevice(Device):
         mapped = self.memory.view(base, code.image_size)
         for seg in code.load_segments:
             mapped[seg.vaddr:seg.vaddr + seg.memsz] = np.frombuffer(code.segment_bytes(seg), np.uint8)
-        program = Program(code, _listing_for(bytes(image)), arch_info(code.arch))
-        program.ctx.extra["image_base"] = base
+        program = Program(code, _listing_for(bytes(image)), arch_info(code.arch), image_base=base)
         return EmulatedModule(code, program, base)
 
     def get_function(self, module: EmulatedModule, name: str) -> tuple[EmulatedModule, Kernel]:

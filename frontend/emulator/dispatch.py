@@ -18,6 +18,7 @@ from numpy.lib.stride_tricks import as_strided
 from ..codeobject import Kernel
 from ..errors import EmulatorError, EmulatorFault
 from .memory import Memory
+from .ops import Handler
 from .program import Program
 from .state import AT_BARRIER, DONE, RUNNING, TTMP0, Wave
 from .stats import LaunchStats
@@ -60,6 +61,7 @@ def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, i
     if not 0 < threads <= kernel.max_flat_workgroup_size:
         raise EmulatorError(f"kernel {kernel.name}: block {block} is outside 1..{kernel.max_flat_workgroup_size} "
                             "threads")
+    handlers = program.handlers_for(kernel)       # refuses a MODE the emulator does not implement
     stats = LaunchStats(kernel=kernel.name, arch=program.arch.name)
     entry = program.entry_index(kd.entry)
     user = {"dispatch_ptr": packet_addr, "queue_ptr": queue_addr, "kernarg_segment_ptr": kernarg_addr,
@@ -107,7 +109,7 @@ def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, i
                 w.set_exec((1 << len(lane_ids)) - 1)
                 w.pc = entry
                 group.waves.append(w)
-            _run_group(program, group, counts, rng, max_wave_steps)
+            _run_group(program, handlers, group, counts, rng, max_wave_steps)
             stats.workgroups += 1
             stats.waves += nwaves
     stats.seconds = time.perf_counter() - start
@@ -123,8 +125,8 @@ def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, i
     return stats
 
 
-def _run_group(program: Program, group: Workgroup, counts: list[int], rng: random.Random | None,
-               max_steps: int) -> None:
+def _run_group(program: Program, handlers: list[Handler], group: Workgroup, counts: list[int],
+               rng: random.Random | None, max_steps: int) -> None:
     waves = group.waves
     while True:
         runnable = [w for w in waves if w.state == RUNNING]
@@ -138,15 +140,15 @@ def _run_group(program: Program, group: Workgroup, counts: list[int], rng: rando
             continue
         if rng is None:
             for w in runnable:
-                _step(program, w, counts, max_steps, max_steps)
+                _step(program, handlers, w, counts, max_steps, max_steps)
         else:
             w = rng.choice(runnable)
-            _step(program, w, counts, rng.randint(1, 64), max_steps)
+            _step(program, handlers, w, counts, rng.randint(1, 64), max_steps)
 
 
-def _step(program: Program, w: Wave, counts: list[int], budget: int, max_steps: int) -> None:
+def _step(program: Program, handlers: list[Handler], w: Wave, counts: list[int], budget: int,
+          max_steps: int) -> None:
     """Run `w` until it blocks, ends, or has executed `budget` instructions."""
-    handlers = program.handlers
     running = RUNNING
     n = 0
     i = w.pc

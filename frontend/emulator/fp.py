@@ -187,6 +187,26 @@ def to_f16(x: np.ndarray) -> np.ndarray:
     return quiet(x.astype(np.float16))
 
 
+F16_MAX = np.float16(65504.0)
+
+
+def saturate_f16(r: np.ndarray, *sources: object) -> np.ndarray:
+    """MODE.FP16_OVFL = 1: an f16 result that overflowed to +-inf becomes +-65504, unless the
+    lane had an infinite float source (a "true" inf stays). NaN is unchanged.
+
+    `sources` are the lane's typed operands (arrays or scalars; non-float ones are ignored).
+    """
+    r = np.asarray(r, np.float16)
+    over = np.isinf(r)
+    if not np.count_nonzero(over):
+        return r
+    for src in sources:
+        a = np.asarray(src)
+        if a.dtype.kind == "f":
+            over = over & ~np.isinf(a)
+    return np.where(over, np.where(np.signbit(r), -F16_MAX, F16_MAX), r).astype(np.float16)
+
+
 def f32_to_f16_rtz(x: np.ndarray) -> np.ndarray:
     """f32 to f16 rounding toward zero (v_cvt_pkrtz); overflow saturates to max finite."""
     x = np.asarray(x, np.float32)

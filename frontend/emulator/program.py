@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import bisect
+import dataclasses
 
 from ..arch import ArchInfo
-from ..codeobject import CodeObject
+from ..codeobject import CodeObject, Kernel
 from ..errors import EmulatorError
 from .listing import Inst, parse_listing
+from .mode import FloatMode, float_mode
 from .ops import CLASSES, DecodeContext, Handler, load_all, lookup
 from .state import Wave
 
 
 class Program:
-    def __init__(self, code: CodeObject, listing_text: str, arch: ArchInfo) -> None:
+    """`image_base`: where the code object's vaddr 0 is in emulated memory (needed by the PC-reading
+    and PC-writing instructions; may also be set later in ``ctx.extra["image_base"]``)."""
+
+    def __init__(self, code: CodeObject, listing_text: str, arch: ArchInfo, image_base: int | None = None) -> None:
         load_all()
         self.code = code
         self.arch = arch
@@ -22,20 +27,39 @@ class Program:
         self._label_addrs = sorted((addr, name) for name, addr in labels.items())
         gfx = int(arch.name[3:-2]) if arch.name.startswith("gfx1") else 9
         self.ctx = DecodeContext(arch.name, gfx, arch.wave_size, arch.fp8_format, self.index_of)
-        self.handlers: list[Handler] = []
-        self.classes: list[int] = []
-        for inst in self.insts:
-            fn, cls = self._decode(inst)
-            self.handlers.append(fn)
-            self.classes.append(CLASSES.index(cls))
+        if image_base is not None:
+            self.ctx.extra["image_base"] = image_base
+        self.handlers, self.classes = self._decode_all(self.ctx)
+        # MODE bits that change semantics are decode-time constants: one handler list per MODE.
+        self._by_mode: dict[FloatMode, list[Handler]] = {}
 
-    def _decode(self, inst: Inst) -> tuple[Handler, str]:
+    def handlers_for(self, kernel: Kernel) -> list[Handler]:
+        """The handlers to run `kernel` with its descriptor's MODE (EmulatorError if not supported)."""
+        mode = float_mode(kernel, self.arch.name, self.ctx.gfx)
+        if mode == FloatMode():
+            return self.handlers
+        found = self._by_mode.get(mode)
+        if found is None:
+            ctx = dataclasses.replace(self.ctx, extra={**self.ctx.extra, **dataclasses.asdict(mode)})
+            found = self._by_mode[mode] = self._decode_all(ctx)[0]
+        return found
+
+    def _decode_all(self, ctx: DecodeContext) -> tuple[list[Handler], list[int]]:
+        handlers: list[Handler] = []
+        classes: list[int] = []
+        for inst in self.insts:
+            fn, cls = self._decode(inst, ctx)
+            handlers.append(fn)
+            classes.append(CLASSES.index(cls))
+        return handlers, classes
+
+    def _decode(self, inst: Inst, ctx: DecodeContext) -> tuple[Handler, str]:
         found = lookup(inst.mnemonic)
         if found is None:
             return self._failing(inst, f"instruction {inst.mnemonic!r} is not implemented by the emulator"), "other"
         factory, cls = found
         try:
-            return factory(inst, self.ctx), cls
+            return factory(inst, ctx), cls
         except (EmulatorError, KeyError, ValueError) as e:
             # Decode problems surface when (and only if) the instruction executes.
             return self._failing(inst, f"cannot emulate {inst.text!r}: {e}"), cls

@@ -290,14 +290,16 @@ def _f64_to_f32_rto(x: np.ndarray) -> np.ndarray:
     return np.where(inexact, odd, r)
 
 
-def _to_bits(x: np.ndarray, typ: str) -> np.ndarray:
-    """Round float64 (already round-to-odd) once to `typ`; raw bits as uint32, NaN canonical."""
+def _to_bits(x: np.ndarray, typ: str, fp16_ovfl: bool = False) -> np.ndarray:
+    """Round float64 (already round-to-odd) once to `typ`; raw bits as uint32, NaN canonical.
+    `fp16_ovfl` (MODE.FP16_OVFL): an f16 overflow of a finite sum gives +-max."""
     nan = np.isnan(x)
     if typ == "f32":
         bits = x.astype(np.float32).view(np.uint32)
         qnan = F32_QNAN
     elif typ == "f16":
-        bits = fp.to_f16(x).view(np.uint16).astype(np.uint32)
+        r16 = fp.to_f16(x)
+        bits = (fp.saturate_f16(r16, x) if fp16_ovfl else r16).view(np.uint16).astype(np.uint32)
         qnan = F16_QNAN
     else:
         bits = fp.f32_to_bf16_bits(_f64_to_f32_rto(x))
@@ -446,6 +448,7 @@ def matrix_factory(inst: Inst, ctx: DecodeContext) -> Handler:
     a_elem, b_elem = form.a_elem, form.b_elem
     check_exec = _exec_check(inst, form.lanes)
     half = form.lanes // 2
+    sat = bool(ctx.extra.get("fp16_ovfl"))
 
     def handler(w: Wave) -> None:
         check_exec(w)
@@ -457,7 +460,7 @@ def matrix_factory(inst: Inst, ctx: DecodeContext) -> Handler:
         a = dec_a(_elements(ra, bits_a))[a_elem, a_lane]
         b = dec_b(_elements(rb, bits_b))[b_elem, b_lane]
         out = _block_sums(a, b, read_c(w), form, pa, pb)
-        write_d(w, _to_bits(out, form.d_type))
+        write_d(w, _to_bits(out, form.d_type, sat))
 
     return handler
 

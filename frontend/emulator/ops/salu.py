@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -413,10 +414,18 @@ for _op_name, _fn in _SAVEEXEC.items():
         register(f"s_{_op_name}_saveexec_b{_w}", cls="salu")(_sefac)
 
 
+def _image_base(ctx: DecodeContext) -> int:
+    """Where the code object's vaddr 0 lives in emulated memory (PC values are absolute)."""
+    try:
+        return ctx.extra["image_base"]
+    except KeyError:
+        raise EmulatorError("the program was decoded without its load address (Program(image_base=...))") from None
+
+
 @register("s_getpc_b64", cls="salu")
 def _getpc(inst: Inst, ctx: DecodeContext) -> Handler:
     d = swriter(parse_operand(inst.operands[0]), 64)
-    value = ctx.extra["image_base"] + inst.addr + 4
+    value = _image_base(ctx) + inst.addr + 4
     return lambda w: d(w, value)
 
 
@@ -510,6 +519,69 @@ register("s_cbranch_vccz", cls="branch")(_branch(lambda w: _vcc(w) == 0))
 register("s_cbranch_vccnz", cls="branch")(_branch(lambda w: _vcc(w) != 0))
 register("s_cbranch_execz", cls="branch")(_branch(lambda w: w.exec == 0))
 register("s_cbranch_execnz", cls="branch")(_branch(lambda w: w.exec != 0))
+
+
+# --- calls and returns: PCs are absolute addresses; a target must start an instruction ----
+def _jumper(ctx: DecodeContext) -> Callable[[int], int]:
+    """absolute address -> instruction index (EmulatorFault if no instruction starts there)."""
+    base, index_of = _image_base(ctx), ctx.index_of
+
+    def index(target: int) -> int:
+        i = index_of.get(target - base)
+        if i is None:
+            raise EmulatorFault(f"jump to 0x{target:x}, which is not the start of an instruction of this code "
+                                f"object (loaded at 0x{base:x})")
+        return i
+    return index
+
+
+@register("s_setpc_b64", cls="branch")
+def _setpc(inst: Inst, ctx: DecodeContext) -> Handler:
+    src, index = sreader(parse_operand(inst.operands[0]), 64), _jumper(ctx)
+
+    def run(w: Wave) -> None:
+        w.pc = index(src(w))
+    return run
+
+
+@register("s_swappc_b64", cls="branch")
+def _swappc(inst: Inst, ctx: DecodeContext) -> Handler:
+    ops = _ops(inst)
+    d, src, index = swriter(ops[0], 64), sreader(ops[1], 64), _jumper(ctx)
+    ret = _image_base(ctx) + inst.addr + inst.size
+
+    def run(w: Wave) -> None:
+        target = src(w)             # read before the write: the pairs may be the same
+        d(w, ret)
+        w.pc = index(target)
+    return run
+
+
+@register("s_call_b64", cls="branch")
+def _call(inst: Inst, ctx: DecodeContext) -> Handler:
+    d = swriter(parse_operand(inst.operands[0]), 64)
+    target = ctx.branch_target(inst, int(inst.operands[1], 0))     # PC + 4 + 4 * simm16, like s_branch
+    ret = _image_base(ctx) + inst.addr + inst.size
+
+    def run(w: Wave) -> None:
+        d(w, ret)
+        w.pc = target
+    return run
+
+
+# Messages: only gfx11+'s MSG_DEALLOC_VGPRS (the wave gives its VGPRs back before s_endpgm; nothing
+# to model here). Any other message has effects the emulator does not provide.
+_SENDMSG = re.compile(r"^sendmsg\((?P<name>[A-Za-z0-9_]+)")
+
+
+@register("s_sendmsg", cls="other")
+def _sendmsg(inst: Inst, ctx: DecodeContext) -> Handler:
+    m = _SENDMSG.match(inst.operands[0]) if inst.operands else None
+    name = m.group("name") if m else " ".join(inst.operands)
+    if name != "MSG_DEALLOC_VGPRS" or ctx.gfx < 11:
+        raise EmulatorError(f"s_sendmsg message {name} is not implemented by the emulator "
+                            "(only MSG_DEALLOC_VGPRS on gfx11/gfx12)")
+    return _nop(inst, ctx)
 
 
 @register("s_endpgm", cls="branch")

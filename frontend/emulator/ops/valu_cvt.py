@@ -69,8 +69,16 @@ def _f16bits(x: np.ndarray) -> np.ndarray:
 
 vop("v_cvt_pkrtz_f16_f32 v_cvt_pk_rtz_f16_f32",
     Spec("b32", ("f32", "f32"), lambda a, b: _pack16(_f16bits(fp.f32_to_f16_rtz(a)), _f16bits(fp.f32_to_f16_rtz(b)))))
-vop("v_cvt_pk_f16_f32", Spec("b32", ("f32", "f32"), lambda a, b: _pack16(_f16bits(fp.to_f16(a)),
-                                                                          _f16bits(fp.to_f16(b)))))
+
+
+def _cvt_pk_f16_f32(ctx: Any, mods: dict[str, str]) -> Callable[..., np.ndarray]:
+    if ctx.extra.get("fp16_ovfl"):      # MODE.FP16_OVFL: finite overflow saturates
+        return lambda a, b: _pack16(_f16bits(fp.saturate_f16(fp.to_f16(a), a)),
+                                    _f16bits(fp.saturate_f16(fp.to_f16(b), b)))
+    return lambda a, b: _pack16(_f16bits(fp.to_f16(a)), _f16bits(fp.to_f16(b)))
+
+
+vop("v_cvt_pk_f16_f32", Spec("b32", ("f32", "f32"), _cvt_pk_f16_f32, ctx_fn=True))
 # bf16 packing rounds to nearest even regardless of MODE, NaN quieted (S0 -> bits 15:0)
 vop("v_cvt_pk_bf16_f32", Spec("b32", ("f32", "f32"), lambda a, b: _pack16(fp.f32_to_bf16_bits(a),
                                                                            fp.f32_to_bf16_bits(b))))
@@ -115,7 +123,7 @@ def _f32_from_f8(which: int) -> Callable[..., Callable[[np.ndarray], np.ndarray]
 def _pk_f8_from_f32(which: int) -> Callable[..., Callable[..., np.ndarray]]:
     def make(ctx: Any, mods: dict[str, str]) -> Callable[..., np.ndarray]:
         fmt = _formats(ctx)[which]
-        sat = bool(ctx.extra.get("fp16_ovfl", False))    # MODE.FP16_OVFL: 0 in our kernels
+        sat = bool(ctx.extra.get("fp16_ovfl", False))    # MODE.FP16_OVFL (kernel descriptor)
 
         def f(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             # S0 -> low byte, S1 -> high byte of the selected 16-bit word (the other word is kept)

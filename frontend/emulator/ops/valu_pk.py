@@ -149,10 +149,13 @@ def _pk_factory(spec: Pk) -> Callable[[Inst, DecodeContext], Handler]:
             raise fail(inst, str(e)) from None
         clamp = m.clamp
         fn, elem = spec.fn, spec.elem
+        sat = elem == "f16" and bool(ctx.extra.get("fp16_ovfl"))     # MODE.FP16_OVFL
 
         def half(w: Wave, readers: list[Callable[[Wave], np.ndarray]], negs: tuple[int, ...]) -> np.ndarray:
             args = [to_typed(_flip(r(w), width, bool(ng)), elem) for r, ng in zip(readers, negs, strict=True)]
             res = np.asarray(fn(*args))
+            if sat:
+                res = fp.saturate_f16(res, *args)
             if clamp:
                 res = float_omod_clamp(res, 1.0, True)
             return np.asarray(res, to_typed(np.zeros(1, U32), elem).dtype).view(
@@ -273,6 +276,7 @@ def _mix_factory(result: str) -> Callable[[Inst, DecodeContext], Handler]:
         except EmulatorError as e:
             raise fail(inst, str(e)) from None
         clamp = m.clamp
+        sat = bool(ctx.extra.get("fp16_ovfl"))     # MODE.FP16_OVFL (f16 results only)
 
         def compute(w: Wave) -> tuple[Any, np.ndarray]:
             vals = []
@@ -285,6 +289,8 @@ def _mix_factory(result: str) -> Callable[[Inst, DecodeContext], Handler]:
                 out = float_omod_clamp(res, 1.0, True) if clamp else res
                 return out.view(U32), w.exec_mask()
             res16 = fp.to_f16(x)
+            if sat:
+                res16 = fp.saturate_f16(res16, *vals)
             if clamp:
                 res16 = float_omod_clamp(res16, 1.0, True)
             return res16.view(np.uint16).astype(U32), w.exec_mask()
@@ -440,6 +446,7 @@ def _dot_factory(spec: Dot) -> Callable[[Inst, DecodeContext], Handler]:
         if clamp and spec.kind == "int":
             raise fail(inst, "clamp (saturation) on an integer dot product is not implemented")
         fmts = fp.f8_formats(ctx.fp8) if spec.kind == "f8x4" else None
+        sat = spec.result == "f16" and bool(ctx.extra.get("fp16_ovfl"))     # MODE.FP16_OVFL
 
         def compute(w: Wave) -> tuple[Any, np.ndarray]:
             accv = _flip(acc_r(w), acc_w, acc_neg)
@@ -465,9 +472,12 @@ def _dot_factory(spec: Dot) -> Callable[[Inst, DecodeContext], Handler]:
                 if clamp:
                     r = float_omod_clamp(r, 1.0, True)
                 return r.view(U32), w.exec_mask()
-            x = fp.sum_rto([*prods, _d(to_typed(accv, spec.result))])
+            accd = _d(to_typed(accv, spec.result))
+            x = fp.sum_rto([*prods, accd])
             if spec.result == "f16":
                 r16 = fp.to_f16(x)
+                if sat:
+                    r16 = fp.saturate_f16(r16, *prods, accd)
                 if clamp:
                     r16 = float_omod_clamp(r16, 1.0, True)
                 return r16.view(np.uint16).astype(U32), w.exec_mask()

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import EmulatorError
+from .. import fp
 from ..listing import Inst
 from ..state import Wave, parse_operand
 from . import DecodeContext, Handler, register
@@ -176,9 +177,14 @@ def build(spec: Spec, name: str, enc: str, operands: tuple[str, ...], modifiers:
         fn = spec.int_clamp
     if m.omod != 1.0 and dtyp not in FLOAT_TYPES:
         raise fail(inst, "output modifier on a non-float result")
+    if dtyp == "f16" and ctx.extra.get("fp16_ovfl"):
+        fn = _saturating_f16(fn, spec.wave_fn)
     fclamp = m.clamp and dtyp in FLOAT_TYPES
     omod = m.omod
     post = (lambda x: float_omod_clamp(x, omod, fclamp)) if (fclamp or omod != 1.0) else None
+    if post is not None and omod != 1.0 and dtyp == "f16" and ctx.extra.get("fp16_ovfl"):
+        scaled = post
+        post = lambda x: fp.saturate_f16(scaled(x), x)  # noqa: E731  (an inf before omod is a true inf)
     call = _caller(fn, getters, spec.wave_fn)
     if cwrite is None and post is None:
         return Lanewise(call, dwrite, dpp)
@@ -195,6 +201,13 @@ def build(spec: Spec, name: str, enc: str, operands: tuple[str, ...], modifiers:
         dwrite(w, res, mask)
 
     return Lanewise(call, write, dpp)
+
+
+def _saturating_f16(fn: Callable[..., Any], wave_fn: bool) -> Callable[..., Any]:
+    """`fn` under MODE.FP16_OVFL: overflow of finite sources saturates (fp.saturate_f16)."""
+    if wave_fn:
+        return lambda w, *srcs: fp.saturate_f16(fn(w, *srcs), *srcs)
+    return lambda *srcs: fp.saturate_f16(fn(*srcs), *srcs)
 
 
 def _caller(fn: Callable[..., Any], getters: list[Callable[[Wave], Any]], wave_fn: bool) -> Callable[[Wave], Any]:
