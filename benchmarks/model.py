@@ -1,60 +1,86 @@
-"""The performance model: what a launch costs on real hardware, from emulator counts.
+"""The performance model: a roofline over what a launch did, per arch.
 
-Decode kernels are memory-bound, so the floor is bytes / DRAM bandwidth. The
-other two roofs are instruction issue (VALU wave-instructions over the rate the
-SIMDs can issue them) and, for later kernels, matrix work. Every number here is
-derived from `ArchInfo` (the single per-arch table) and the emulator's counts;
-nothing is timed on a GPU.
+Decode kernels are memory-bound, so the floor is the minimum bytes (every weight,
+activation and output byte once) over peak DRAM bandwidth. The roofs are
+
+* memory: global bytes the kernel moved / peak DRAM bandwidth;
+* VALU issue: VALU + transcendental wave-instructions / the GPU's single-issue rate;
+* matrix: MFMA/WMMA FLOPs / the dense fp16/bf16 matrix rate (8-bit types at twice it);
+* LDS: LDS bytes read and written / LDS bandwidth.
+
+The predicted time is the largest roof (perfect overlap of the others). Assumptions,
+stated again in the report: every byte comes from DRAM at its peak rate (no L2/MALL
+hits, which makes x re-reads cost full price, and no shortfall from imperfect
+streaming); work is spread evenly over all CUs (no tail of a last, partial wave of
+workgroups); latency is hidden (enough waves in flight); launch overhead (~µs) is not
+included; scalar, branch and wait instructions are free. Rates are from `ArchInfo`,
+the package's single per-arch table. Nothing here is timed on a GPU.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hipskinny.arch import ArchInfo
 
-# Peak engine clock of the flagship product per arch, GHz (archs.md §4).
-CLOCK_GHZ = {"gfx942": 2.1, "gfx950": 2.4, "gfx1100": 2.5, "gfx1151": 2.9, "gfx1201": 2.97}
+_MATRIX_SHAPE = re.compile(r"_(\d+)x(\d+)x(\d+)(?:_?(\d+)b)?")
 
 
-def wave_issue_rate(arch: ArchInfo, cu_count: int) -> float:
-    """VALU wave-instructions per second the whole GPU can issue.
+def matrix_flops(mnemonic: str) -> int:
+    """FLOPs of one MFMA/WMMA wave-instruction from its mnemonic (``v_mfma_f32_4x4x4_16b_f16``:
+    16 blocks of 4x4x4; ``v_wmma_f32_16x16x16_f16``: one 16x16x16); 0 if it names no shape."""
+    m = _MATRIX_SHAPE.search(mnemonic)
+    if not m:
+        return 0
+    blocks = int(m.group(4) or 1)
+    return 2 * int(m.group(1)) * int(m.group(2)) * int(m.group(3)) * blocks
 
-    gfx9: four SIMD16 per CU, a wave64 instruction occupies a SIMD for 4 cycles -> one
-    wave-instruction per CU per cycle. gfx11/12: two SIMD32 per CU, one wave32
-    instruction per SIMD per cycle (VOPD dual issue ignored: a lower bound on throughput).
-    """
-    per_cu_per_cycle = 1.0 if arch.wave_size == 64 else 2.0
-    return cu_count * per_cu_per_cycle * CLOCK_GHZ[arch.name] * 1e9
+
+def matrix_seconds(arch: ArchInfo, mnemonics: Mapping[str, float], cu_count: int) -> float:
+    """Time the matrix units need for these matrix instructions (8-bit inputs at twice the rate)."""
+    rate = arch.matrix_flops_rate(cu_count)
+    if rate <= 0:
+        return 0.0
+    total = 0.0
+    for name, count in mnemonics.items():
+        if name.startswith(("v_mfma", "v_wmma", "v_smfmac", "v_swmmac")):
+            fast = any(t in name for t in ("fp8", "bf8", "i8", "iu8", "iu4", "f8f6f4"))
+            total += matrix_flops(name) * count / (2 if fast else 1)
+    return total / rate
 
 
-@dataclass
+@dataclass(frozen=True)
 class Prediction:
-    bytes_moved: int
-    bytes_min: int
-    valu: int
-    seconds_memory: float
-    seconds_issue: float
+    seconds_memory: float       # bytes moved / bandwidth
+    seconds_floor: float        # minimum bytes / bandwidth
+    seconds_valu: float
+    seconds_matrix: float
+    seconds_lds: float
 
     @property
-    def traffic_ratio(self) -> float:
-        return self.bytes_moved / self.bytes_min
+    def roofs(self) -> dict[str, float]:
+        return {"memory": self.seconds_memory, "valu": self.seconds_valu, "matrix": self.seconds_matrix,
+                "lds": self.seconds_lds}
+
+    @property
+    def bound(self) -> str:
+        """The roof that dominates."""
+        return max(self.roofs.items(), key=lambda kv: kv[1])[0]
 
     @property
     def seconds(self) -> float:
-        return max(self.seconds_memory, self.seconds_issue)
+        return max(self.roofs.values())
 
     @property
     def floor_ratio(self) -> float:
-        """Predicted time over the bandwidth floor (bytes_min / bandwidth)."""
-        return self.seconds / (self.seconds_memory / self.traffic_ratio)
+        """Predicted time over the pure-bandwidth floor."""
+        return self.seconds / self.seconds_floor if self.seconds_floor > 0 else float("inf")
 
 
-def predict(arch: ArchInfo, cu_count: int, bytes_moved: int, bytes_min: int, valu: int) -> Prediction:
+def predict(arch: ArchInfo, cu_count: int, *, bytes_moved: float, bytes_min: float, valu: float,
+            mnemonics: Mapping[str, float], lds_bytes: float) -> Prediction:
     bw = arch.peak_bandwidth_gbs * 1e9
-    return Prediction(bytes_moved, bytes_min, valu, bytes_moved / bw, valu / wave_issue_rate(arch, cu_count))
-
-
-def balance_point(arch: ArchInfo, cu_count: int) -> float:
-    """VALU wave-instructions per byte of DRAM bandwidth the SIMDs can sustain."""
-    return wave_issue_rate(arch, cu_count) / (arch.peak_bandwidth_gbs * 1e9)
+    return Prediction(bytes_moved / bw, bytes_min / bw, valu / arch.valu_issue_rate(cu_count),
+                      matrix_seconds(arch, mnemonics, cu_count), lds_bytes / arch.lds_bandwidth(cu_count))

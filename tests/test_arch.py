@@ -59,3 +59,32 @@ def test_occupancy_vgpr_term(arch, vgprs, waves):
 def test_occupancy_lds_term(arch, lds, threads, waves):
     info = ARCHS[arch]
     assert info.occupancy(32, lds, threads // info.wave_size) == waves
+
+
+def test_occupancy_terms_add_the_gfx9_sgpr_limit():
+    info = ARCHS["gfx942"]
+    assert info.occupancy_terms(64, 100, 0, 4) == {"cap": 8, "vgpr": 8, "sgpr": 8}
+    assert min(info.occupancy_terms(64, 102, 0, 4).values()) == 7          # code_objects.md §5
+    terms = ARCHS["gfx1100"].occupancy_terms(97, 105, 32768, 8)
+    assert "sgpr" not in terms and min(terms.values()) == ARCHS["gfx1100"].occupancy(97, 32768, 8)
+
+
+# Derived rates against archs.md §5 (matrix TFLOPS) and §10 (lane-instructions per byte, single issue).
+@pytest.mark.parametrize("arch, matrix_tflops, lane_instr_per_byte", [
+    ("gfx942", 1307.4, 7.7), ("gfx950", 2516.6, 4.9), ("gfx1100", 122.9, 16.0), ("gfx1151", 59.4, 29.0),
+    ("gfx1201", 194.6, 19.0),
+])
+def test_hardware_rates_match_the_fact_sheet(arch, matrix_tflops, lane_instr_per_byte):
+    info = ARCHS[arch]
+    assert info.matrix_flops_rate() / 1e12 == pytest.approx(matrix_tflops, rel=1e-3)
+    assert info.balance_point() * info.wave_size == pytest.approx(lane_instr_per_byte, rel=0.01)
+    assert info.valu_issue_rate(1) == pytest.approx(64 / info.wave_size * info.clock_ghz * 1e9)
+    assert info.lds_bandwidth() > info.peak_bandwidth_gbs * 1e9
+
+
+def test_every_hardware_number_has_a_source():
+    from hipskinny.arch import HW_SOURCES
+
+    for arch, info in ARCHS.items():
+        assert info.product and info.clock_ghz > 0 and info.matrix_flops_per_clk_cu > 0
+        assert set(HW_SOURCES[arch]) >= {"cu_count", "bandwidth", "clock", "simds", "matrix", "lds"}

@@ -1,0 +1,487 @@
+"""The performance report: every kernel family x arch x real decode shape.
+
+    python -m benchmarks.report                  # writes benchmarks/RESULTS.md and RESULTS.json
+    python -m benchmarks.report --check          # small shapes, asserts the invariants (CI)
+
+Families and archs come from ``hsaco/manifest.json``; the kernel a shape gets comes from
+the op's ``plan_info``, and the launch goes through the public API, so new kernels and
+families show up without changes here. Static numbers are read from the code objects
+and their listings (static.py), dynamic ones from the emulator (dynamic.py), times from
+the roofline (model.py). No time here is measured on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from hipskinny import registry
+from hipskinny.arch import ARCHS, HW_SOURCES
+
+from . import ROOT, dynamic, overhead
+from .model import predict
+from .shapes import CHECK_SHAPES, SHAPES, Shape, n_values
+from .static import KernelStatic, family_static, inst_class, kernel_sort_key
+
+DTYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
+LINEARITY_TOL = 0.02        # per-row counts at c and 2c CUs may differ by this much (partial groups)
+HERE = Path(__file__).resolve().parent
+
+ASSUMPTIONS = """\
+* **Times are predictions of a model, not measurements**: no AMD GPU was used. Counts
+  (bytes, instructions) are exact for what the emulator ran; the rates they are divided
+  by are the flagship products' peak figures in the table above.
+* Predicted time = the largest of four roofs: global bytes moved / peak DRAM bandwidth;
+  VALU (+ transcendental) wave-instructions / single-issue rate (64 lanes per CU per
+  clock; no credit for VOPD dual issue or packed math); MFMA/WMMA FLOPs / dense fp16
+  matrix rate; LDS bytes / LDS bandwidth. The other roofs are assumed to overlap fully.
+* Every byte the kernel loads is charged at DRAM speed: activation re-reads that real
+  hardware serves from L2/MALL count in full, so the memory roof is pessimistic for
+  traffic ratios above 1. Peak bandwidth is not reachable in practice (gfx1151 measures
+  ~83% of its 256 GB/s); the floor ratio, not the absolute time, is the kernel's figure.
+* Work is spread evenly over all CUs (no tail from a last partial wave of workgroups),
+  latency is hidden, and launch overhead (a few µs per kernel) is not included: shapes
+  whose floor is below ~5 µs are launch-bound in practice whatever the table says.
+* Scalar, branch, wait and LDS-issue instructions cost nothing beyond their roofs.
+"""
+
+SAMPLING = """\
+Real shapes are too large to emulate whole at ~10^5 wave-instructions/s, so each one runs
+on a *scaled-down GPU*: the same arch with c CUs instead of C (the device's CU count and
+the flagship CU count its `ArchInfo` reports, which some plans use) and M' ~ M·c/C weight
+rows, same N and K. The ops size their launches from M / CU count, so the sample executes
+the same kernel and configuration with the same work per wave as the real launch. This is
+checked, not assumed: every entry of the op's `plan_info` for the sample must equal the
+real one (configuration: kernel, tile sizes, K-chunks, shards, ...) or scale by M/M'
+(grid, work units, scratch bytes) within 0.1%. c is the smallest CU count from the one
+giving M' >= {min_rows} rows (up to 8x it) that passes, M' a whole number of 128-, 64-, ...
+or 1-row blocks; counts are then scaled by M/M' (column `CUs/rows` in the tables). When no
+c passes, the closest within 2% is used and its error reported, else the whole GPU is
+emulated (or, above a budget, the row is reported as skipped). The traffic ratio is the
+sample's own bytes over its own minimum (every weight, activation and output byte once),
+so it is >= 1 whenever the kernel reads each byte at least once. A sample over {cap:,} weight
+elements (the lm_heads on the RDNA parts: few CUs leave thousands of rows per CU even at
+c = 1) is not run whole: two runs on the same c-CU grid with R and R/2 rows fit every count
+as a fixed part plus a part per row, evaluated at M' (`CUs/rows (fit R/2+R)`); this cuts
+the emulated work per workgroup, to keep the full report near 20 minutes. Linearity check:
+for each (code-object family, arch) the tallest unfitted shape is repeated at 2c CUs and 2M' rows; per-row
+bytes, VALU, LDS and matrix counts must agree within {tol:.0%}. All families are sampled
+this way: GEMV (one workgroup per R rows), small-N skinny GEMM (persistent grid, waves
+stride over row tiles) and split-K skinny GEMM (persistent grid over 128-row x K-shard
+units) all depend on M only through M / CU count.
+"""
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def families_by_arch() -> dict[tuple[str, str], dict[str, Any]]:
+    m = registry.manifest()
+    return {(e["family"], e["arch"]): e for e in m["code_objects"].values()}
+
+
+def evaluate(meas: dynamic.Measurement, static: dict[str, KernelStatic], family: str | None,
+             itemsize: int) -> dict[str, Any]:
+    """One result row: the real shape's numbers from a measurement."""
+    row: dict[str, Any] = {"op": meas.op, "family": None, "arch": meas.arch, "n": meas.n, "m": meas.m, "k": meas.k,
+                           "status": meas.status, "message": meas.message, "plan": meas.info}
+    if meas.status != "ok" or meas.sample is None:
+        return row
+    info = ARCHS[meas.arch]
+    cus = info.default_cu_count
+    s = meas.sample
+    st = s.stats
+    sample_moved = st.bytes_loaded["global"] + st.bytes_stored["global"]
+    sample_min = itemsize * (s.rows * meas.k + meas.n * meas.k + meas.n * s.rows)
+    ratio = sample_moved / sample_min
+    real_min = itemsize * (meas.m * meas.k + meas.n * meas.k + meas.n * meas.m)
+    sc = meas.scaled()
+    valu = sc["instructions"].get("valu", 0) + sc["instructions"].get("trans", 0)
+    weight_bytes = itemsize * meas.m * meas.k
+    pred = predict(info, cus, bytes_moved=ratio * real_min, bytes_min=real_min, valu=valu,
+                   mnemonics=sc["mnemonics"], lds_bytes=sc["lds_bytes"])
+    kernel = meas.info.get("kernel", "")
+    ks = static.get(kernel)
+    dyn_lds = int(meas.info.get("lds_bytes", 0))
+    occ_terms = ks.occupancy_with(dyn_lds) if ks else {}
+    row.update({
+        "family": family, "kernel": kernel, "sample": {"cus": s.cus, "rows": s.rows, "scale": meas.scale,
+                                     "wave_instructions": st.total_instructions, "seconds": st.seconds,
+                                     "plan_error": meas.plan_error, "fitted_from_rows": meas.fitted},
+        "bytes_min": real_min, "bytes_moved": ratio * real_min, "traffic_ratio": ratio,
+        "instructions": dict(sc["instructions"]), "valu": valu, "matrix": sc["instructions"].get("matrix", 0),
+        "lds_instructions": sc["instructions"].get("lds", 0), "lds_bytes": sc["lds_bytes"],
+        "valu_per_weight_byte": valu / weight_bytes, "balance_point": info.balance_point(cus),
+        "occupancy": min(occ_terms.values()) if occ_terms else None, "occupancy_terms": occ_terms,
+        "predicted_us": pred.seconds * 1e6, "floor_us": pred.seconds_floor * 1e6, "bound": pred.bound,
+        "floor_ratio": pred.floor_ratio, "roofs_us": {k: v * 1e6 for k, v in pred.roofs.items()},
+        "linearity": meas.linearity(),
+        "main_loop_valu_per_byte": ks.loop_valu_per_byte if ks else None,
+    })
+    return row
+
+
+def consistency(meas: dynamic.Measurement, ks: KernelStatic | None) -> list[str]:
+    """Static vs dynamic: the kernel ran only instructions its listing holds, and classifying
+    the executed mnemonics the static way gives the emulator's per-class counts."""
+    if meas.sample is None:
+        return []
+    where = f"{meas.op}/{meas.arch} N={meas.n} {meas.m}x{meas.k}"
+    if ks is None:
+        return [f"{where}: plan chose {meas.info.get('kernel')!r}, which no shipped code object holds"]
+    st = meas.sample.stats
+    errors = []
+    extra = set(st.mnemonics) - ks.mnemonics
+    if extra:
+        errors.append(f"{where}: executed {sorted(extra)} not in {ks.name}'s listing")
+    by_class: dict[str, float] = defaultdict(float)
+    for mnem, count in st.mnemonics.items():
+        by_class[inst_class(mnem)] += count
+    dyn = {c: v for c, v in st.instructions.items() if v}
+    if by_class.keys() - dyn.keys() or any(abs(by_class[c] - v) > 1e-6 * max(1.0, abs(v)) for c, v in dyn.items()):
+        errors.append(f"{where}: static classes {dict(by_class)} != dynamic {dict(st.instructions)}")
+    if ks.loop and st.instructions.get("vmem_load", 0) < ks.loop.get("vmem_load", 0):
+        errors.append(f"{where}: fewer loads ran than one main-loop iteration holds")
+    return errors
+
+
+def run(archs: list[str], op_names: list[str] | None, shapes: tuple[Shape, ...], dtype_name: str, check: bool,
+        min_rows: int, overhead_seconds: float, log: Any = sys.stderr) -> dict[str, Any]:
+    dtype = DTYPES[dtype_name]
+    itemsize = np.dtype(dtype).itemsize
+    pairs = {key: e for key, e in families_by_arch().items() if key[1] in archs}
+    families = sorted({f for f, _ in pairs})
+    op_list = op_names or dynamic.ops()
+    statics = {(f, a): {k.name: k for k in family_static(a, f)} for f, a in sorted(pairs)}
+    rows: list[dict[str, Any]] = []
+    failures: list[str] = []
+    rate: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    t0 = time.perf_counter()
+    # One linearity check per (code-object family, arch), on the tallest shape (the most typical).
+    order = sorted(shapes, key=lambda s: -s.m)
+    for op in op_list:
+        for arch in archs:
+            linear_done: set[str] = set()
+            for shape in order:
+                for n in n_values(op, check):
+                    try:
+                        kernel = dynamic.plan_info(op, dynamic.device(arch, ARCHS[arch].default_cu_count), dtype,
+                                                   n, shape.m, shape.k).get("kernel", "")
+                    except Exception:           # noqa: BLE001 - measure() reports it
+                        kernel = ""
+                    family = dynamic.kernel_family(kernel, families)
+                    meas = dynamic.measure(op, arch, dtype, n, shape.m, shape.k, min_rows=min_rows,
+                                           linearity=family is not None and family not in linear_done)
+                    ks = statics.get((family, arch), {}).get(kernel) if family else None
+                    row = evaluate(meas, statics.get((family, arch), {}) if family else {}, family, itemsize)
+                    row.update({"model": shape.model, "layer": shape.layer})
+                    rows.append(row)
+                    if meas.sample is not None:
+                        for s in (meas.sample, meas.check):
+                            if s is not None:
+                                rate[arch][0] += s.stats.total_instructions
+                                rate[arch][1] += s.stats.seconds
+                        if meas.check is not None and family:
+                            linear_done.add(family)
+                        failures += consistency(meas, ks)
+                    what = (f"{row['kernel']} ratio {row['traffic_ratio']:.3f} {row['bound']}"
+                            if meas.status == "ok" else meas.message[:70])
+                    print(f"{op:12} {arch:8} {shape.label:28} N={n:<3} {meas.status:11} {what} "
+                          f"[{time.perf_counter() - t0:.0f}s]", file=log, flush=True)
+    failures += invariants(rows, statics, archs)
+    static_rows = [k.row() for f, a in sorted(statics, key=lambda fa: (archs.index(fa[1]), fa[0]))
+                   for k in sorted(statics[f, a].values(), key=lambda k: kernel_sort_key(k.name))]
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", "frontend", "kernels", "hsaco")
+    return {
+        "command": "python -m benchmarks.report" + (" --check" if check else ""),
+        "date": datetime.date.today().isoformat(), "commit": _git("rev-parse", "--short", "HEAD"),
+        "uncommitted": [ln.split(maxsplit=1)[1] for ln in status.splitlines() if ln.strip()] if status != "unknown"
+        else [],
+        "dtype": dtype_name, "min_rows": min_rows, "linearity_tol": LINEARITY_TOL,
+        "archs": {a: _arch_row(a) for a in archs},
+        "rows": rows, "static": static_rows,
+        "python_overhead": overhead.measure(op_list, overhead_seconds),
+        "emulator_rate": {a: {"wave_instructions": v[0], "seconds": v[1], "per_second": v[0] / v[1] if v[1] else 0}
+                          for a, v in rate.items()},
+        "failures": failures, "seconds": time.perf_counter() - t0,
+    }
+
+
+def _arch_row(arch: str) -> dict[str, Any]:
+    a = ARCHS[arch]
+    return {"product": a.product, "cu_count": a.default_cu_count, "simds_per_cu": a.simds_per_cu,
+            "wave_size": a.wave_size, "clock_ghz": a.clock_ghz, "bandwidth_gbs": a.peak_bandwidth_gbs,
+            "valu_wave_instr_per_s": a.valu_issue_rate(), "matrix_tflops_fp16": a.matrix_flops_rate() / 1e12,
+            "lds_tbs": a.lds_bandwidth() / 1e12, "lds_per_workgroup": a.lds_per_workgroup,
+            "balance_point": a.balance_point(), "sources": HW_SOURCES.get(arch, {})}
+
+
+def invariants(rows: list[dict[str, Any]], statics: dict[tuple[str, str], dict[str, KernelStatic]],
+               archs: list[str]) -> list[str]:
+    out = []
+    for r in rows:
+        where = f"{r['op']}/{r['arch']} {r['model']} {r['layer']} N={r['n']}"
+        if r["status"] == "error":
+            out.append(f"{where}: {r['message']}")
+        if r["status"] != "ok":
+            continue
+        if r["family"] is None:
+            out.append(f"{where}: kernel {r['kernel']!r} belongs to no shipped code object")
+        if r["traffic_ratio"] < 1:
+            out.append(f"{where}: traffic ratio {r['traffic_ratio']:.4f} < 1")
+        if r["linearity"] is not None and r["linearity"] > LINEARITY_TOL:
+            out.append(f"{where}: per-row counts differ by {r['linearity']:.1%} between c and 2c CUs")
+        if r["sample"]["plan_error"] > dynamic.SAMPLE_TOL:
+            out.append(f"{where}: the sample's plan is {r['sample']['plan_error']:.1%} off the scaled real one")
+        if not r["occupancy"] or r["occupancy"] < 1:
+            out.append(f"{where}: occupancy {r['occupancy']}")
+        if r["plan"].get("lds_bytes", 0) > ARCHS[r["arch"]].lds_per_workgroup:
+            out.append(f"{where}: LDS {r['plan']['lds_bytes']} over the arch limit")
+    for (family, arch), kernels in statics.items():
+        if not kernels:
+            out.append(f"{family}/{arch}: code object has no kernels")
+        for k in kernels.values():
+            if k.vgpr_spills or k.sgpr_spills or k.private_segment:
+                out.append(f"{family}/{arch} {k.name}: spills {k.vgpr_spills}/{k.sgpr_spills}, "
+                           f"private segment {k.private_segment} B")
+            if k.manifest_occupancy is not None and k.manifest_occupancy != ARCHS[arch].occupancy(
+                    k.vgpr, k.lds_static, 256 // k.wave_size):
+                out.append(f"{family}/{arch} {k.name}: manifest occupancy {k.manifest_occupancy} disagrees "
+                           "with the code object's registers")
+            if not k.loop:
+                out.append(f"{family}/{arch} {k.name}: no main loop found in the listing")
+        if not any(r["status"] == "ok" and r["family"] == family and r["arch"] == arch for r in rows):
+            out.append(f"{family}/{arch}: shipped, but no op's plan ran one of its kernels on these shapes")
+        if not any(r["family"] == family and r["arch"] == arch and r["linearity"] is not None for r in rows
+                   if r["status"] == "ok") and any(r["status"] == "ok" and r["family"] == family
+                                                   and r["arch"] == arch and r["sample"]["cus"] < ARCHS[arch]
+                                                   .default_cu_count for r in rows):
+            out.append(f"{family}/{arch}: sampled but never linearity-checked")
+    return out
+
+
+# --- Markdown ------------------------------------------------------------------------------------
+
+def _f(x: float | None, digits: int = 3) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def _us(x: float) -> str:
+    return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 1000 else f"{x:,.0f}"
+
+
+def _sample(s: dict[str, Any]) -> str:
+    fit = s.get("fitted_from_rows")
+    return f"{s['cus']}/{s['rows']}" + (f" (fit {fit[0]}+{fit[1]})" if fit else "")
+
+
+def _config(plan: dict[str, Any]) -> str:
+    skip = {"kernel", "grid", "lds_bytes", "k_chunk", "units", "partial_bytes", "counter_bytes"}
+    return ", ".join(f"{k}={v}" for k, v in plan.items() if k not in skip)
+
+
+def markdown(rep: dict[str, Any]) -> str:
+    out = [f"# Performance report ({rep['dtype']})", "",
+           f"Produced by `{rep['command']}` on {rep['date']} at commit `{rep['commit']}` "
+           f"({rep['seconds'] / 60:.1f} min on a 2-core CPU)"
+           + (f"; uncommitted changes then in: {', '.join(rep['uncommitted'])}" if rep["uncommitted"] else "")
+           + ".", "",
+           "**Every time in this file is predicted by a roofline model from exact emulator counts; "
+           "none was measured on a GPU** (no AMD GPU exists where this project is built).", "",
+           "## Hardware numbers (`hipskinny.arch.ARCHS`, one flagship product per arch)", "",
+           "| arch | product | CUs | SIMDs/CU | wave | clock GHz | DRAM GB/s | VALU wave-instr/s | "
+           "fp16 matrix TFLOPS | LDS TB/s | balance (VALU/B) |", "|" + "---|" * 11]
+    for a, h in rep["archs"].items():
+        out.append(f"| {a} | {h['product']} | {h['cu_count']} | {h['simds_per_cu']} | {h['wave_size']} | "
+                   f"{h['clock_ghz']} | {h['bandwidth_gbs']:,.0f} | {h['valu_wave_instr_per_s'] / 1e12:.3f} T | "
+                   f"{h['matrix_tflops_fp16']:,.1f} | {h['lds_tbs']:.1f} | {h['balance_point']:.3f} |")
+    out += ["", "Sources (tags of `shared/reference/archs.md`):", ""]
+    for a, h in rep["archs"].items():
+        out.append(f"- {a}: " + "; ".join(f"{k}: {v}" for k, v in h["sources"].items()))
+    out += ["", "Balance point: VALU wave-instructions the SIMDs issue while one byte arrives at peak "
+            "bandwidth. A kernel spending fewer VALU instructions per weight byte can stay bandwidth-bound.",
+            "", "## Model and its assumptions", "", ASSUMPTIONS, "## How real shapes are emulated", "",
+            SAMPLING.format(min_rows=rep["min_rows"], tol=rep["linearity_tol"], cap=dynamic.ROW_CAP_ELEMENTS)]
+    out += _findings(rep)
+    for op in sorted({r["op"] for r in rep["rows"]}):
+        out += _op_tables(rep, op)
+    out += _static_tables(rep)
+    out += _checks(rep)
+    out += _overhead(rep)
+    out += ["## Emulator rate", "", "Wave-instructions per second of host time over every emulated launch of this "
+            "run (machine shared with other work).", "", "| arch | wave-instructions | seconds | per second |",
+            "|---|---|---|---|"]
+    for a, v in rep["emulator_rate"].items():
+        out.append(f"| {a} | {v['wave_instructions']:,.0f} | {v['seconds']:.1f} | {v['per_second']:,.0f} |")
+    return "\n".join(out) + "\n"
+
+
+def _findings(rep: dict[str, Any]) -> list[str]:
+    out = ["## Summary per op, arch and N", "",
+           "Over the shapes of `benchmarks/shapes.py`.", "",
+           "| op | arch | N | traffic ratio (min–max) | predicted / floor (min–max) | bounds | "
+           "VALU per weight byte / balance (max) |", "|---|---|---|---|---|---|---|"]
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+    for r in rep["rows"]:
+        if r["status"] == "ok":
+            groups[r["op"], r["arch"], r["n"]].append(r)
+    for (family, arch, n), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], list(rep["archs"]).index(
+            kv[0][1]), kv[0][2])):
+        tr = [r["traffic_ratio"] for r in rs]
+        fr = [r["floor_ratio"] for r in rs]
+        bounds = defaultdict(int)
+        for r in rs:
+            bounds[r["bound"]] += 1
+        use = max(r["valu_per_weight_byte"] / r["balance_point"] for r in rs)
+        out.append(f"| {family} | {arch} | {n} | {min(tr):.3f}–{max(tr):.3f} | {min(fr):.2f}–{max(fr):.2f} | "
+                   + ", ".join(f"{b} {c}" for b, c in sorted(bounds.items())) + f" | {use:.2f} |")
+    ok = [r for r in rep["rows"] if r["status"] == "ok"]
+    if ok:
+        out += ["", "Notable (generated):", ""]
+        not_mem = [r for r in ok if r["bound"] != "memory"]
+        out.append(f"- {len(not_mem)} of {len(ok)} rows are bound by something other than DRAM traffic"
+                   + (": " + "; ".join(f"{r['op']} {r['arch']} {r['model']} {r['layer']} N={r['n']} "
+                                       f"({r['bound']}, {r['floor_ratio']:.2f}x floor)" for r in not_mem[:12])
+                      + (" ..." if len(not_mem) > 12 else "") if not_mem else "") + ".")
+        worst = sorted(ok, key=lambda r: -r["traffic_ratio"])[:5]
+        out.append("- Highest traffic ratios: " + "; ".join(
+            f"{r['op']} {r['arch']} {r['model']} {r['layer']} N={r['n']} {r['traffic_ratio']:.3f}" for r in worst)
+            + ".")
+        big = [r for r in ok if r["m"] * r["k"] >= 1 << 24]
+        if big:
+            best = min(r["floor_ratio"] for r in big)
+            out.append(f"- On the large layers (M·K >= 16M weights) predicted time is {best:.2f}–"
+                       f"{max(r['floor_ratio'] for r in big):.2f}x the bandwidth floor.")
+    return out + [""]
+
+
+def _op_tables(rep: dict[str, Any], op: str) -> list[str]:
+    rows = [r for r in rep["rows"] if r["op"] == op]
+    out = [f"## hipskinny.{op}", "",
+           "traffic = bytes moved / minimum; VALU/B = VALU wave-instructions per weight byte (balance in the "
+           "hardware table); LDS/W = LDS bytes per weight byte; occ = waves per SIMD with the launch's LDS; "
+           "floor = minimum bytes / bandwidth; pred = roofline (µs, **predicted, not measured**).", "",
+           "| arch | shape (M×K) | N | kernel | config | CUs/rows | occ | traffic | VALU/B | LDS/W | matrix | "
+           "floor µs | pred µs | bound | /floor |", "|" + "---|" * 15]
+    unsupported: dict[tuple[int, str], list[str]] = defaultdict(list)
+    for r in rows:
+        if r["status"] != "ok":
+            unsupported[r["n"], f"{r['status']}: {r['message']}"].append(f"{r['arch']} {r['model']} {r['layer']}")
+            continue
+        wb = 2 * r["m"] * r["k"]
+        out.append(f"| {r['arch']} | {r['model']} {r['layer']} {r['m']}×{r['k']} | {r['n']} | {r['kernel']} | "
+                   f"{_config(r['plan'])} | {_sample(r['sample'])} | {r['occupancy']} | "
+                   f"{r['traffic_ratio']:.3f} | "
+                   f"{r['valu_per_weight_byte']:.4f} | {r['lds_bytes'] / wb:.2f} | {r['matrix']:,.0f} | "
+                   f"{_us(r['floor_us'])} | {_us(r['predicted_us'])} | {r['bound']} | {r['floor_ratio']:.2f} |")
+    for (n, msg), where in sorted(unsupported.items()):
+        archs = sorted({w.split()[0] for w in where})
+        out.append(f"\nN={n}: {len(where)} shape×arch rows ({', '.join(archs)}) — {msg}")
+    return out + [""]
+
+
+def _static_tables(rep: dict[str, Any]) -> list[str]:
+    used = {(r["arch"], r["kernel"]) for r in rep["rows"] if r["status"] == "ok"}
+    head = ["| arch | kernel | VGPR | AGPR | SGPR | LDS static | spills v/s | private | occupancy (limit) | "
+            "main loop: wave-instructions by class | loop bytes/lane | loop VALU/B |", "|" + "---|" * 12]
+
+    def line(k: dict[str, Any]) -> str:
+        terms = k["occupancy_terms"]
+        limit = ", ".join(t for t, v in terms.items() if v == k["occupancy"])
+        loop = ", ".join(f"{c} {v}" for c, v in sorted(k["main_loop"].items(), key=lambda kv: -kv[1]))
+        return (f"| {k['arch']} | {k['kernel']} | {k['vgpr']} | {k['agpr']} | {k['sgpr']} | {k['lds_static']} | "
+                f"{k['vgpr_spills']}/{k['sgpr_spills']} | {k['private_segment']} | {k['occupancy']} ({limit}) | "
+                f"{loop} | {k['main_loop_load_bytes_per_lane']} | {k['main_loop_valu_per_byte']:.4f} |")
+
+    out = ["## Static view of the code objects", "",
+           "From the ELF metadata and the disassembly listings. Occupancy: waves per SIMD by the rules of "
+           "`reference/code_objects.md` §5 on the static LDS (the launch's dynamic LDS is in the family tables). "
+           "Main loop: the innermost loop (backward branch) that loads the most global bytes per iteration; "
+           "loop VALU/B is its VALU wave-instructions per global byte the wave loads in one iteration.", "",
+           "### Kernels the plans above use", "", *head]
+    out += [line(k) for k in rep["static"] if (k["arch"], k["kernel"]) in used]
+    out += ["", "<details><summary>Every shipped kernel</summary>", "", *head]
+    out += [line(k) for k in rep["static"]]
+    return out + ["", "</details>", ""]
+
+
+def _checks(rep: dict[str, Any]) -> list[str]:
+    lin = [r for r in rep["rows"] if r["status"] == "ok" and r["linearity"] is not None]
+    out = ["## Checks", "",
+           "Invariants (also asserted by `--check`): traffic ratio >= 1; per-row counts linear between c and "
+           "2c CUs; every executed instruction is in the kernel's listing and the static classification of "
+           "the executed mnemonics reproduces the emulator's per-class counts; the plan's kernel is shipped; "
+           "no spills or scratch; manifest occupancy agrees with the registers; every shipped (family, arch) "
+           "has measured shapes.", "",
+           "| code-object family | arch | linearity sample | CUs c / 2c | max per-row deviation |",
+           "|---|---|---|---|---|"]
+    for r in lin:
+        out.append(f"| {r['family']} | {r['arch']} | {r['model']} {r['layer']} N={r['n']} | {r['sample']['cus']} / "
+                   f"{2 * r['sample']['cus']} | {r['linearity']:.2%} |")
+    out += ["", f"Failures: {len(rep['failures'])}", ""]
+    out += [f"- {f}" for f in rep["failures"]]
+    return out + [""]
+
+
+def _overhead(rep: dict[str, Any]) -> list[str]:
+    o = rep["python_overhead"]
+    sh = o["shape"]
+    out = ["## Python overhead per call", "",
+           f"CPU µs per call with a cached plan (N={sh['n']}, M={sh['m']}, K={sh['k']}, fp16) on a device whose "
+           "launch, copies and allocations are no-ops: validation, planning (cache hit), host staging "
+           "bookkeeping and argument packing. Median of 5 rounds. GPU-resident torch tensors skip the "
+           "staging step.", "", "| call | µs |", "|---|---|"]
+    for fam, v in o["families"].items():
+        out.append(f"| hipskinny.{fam}, numpy operands | {v['numpy_us']:.1f} |")
+        if "torch_cpu_us" in v:
+            out.append(f"| hipskinny.{fam}, torch CPU tensors | {v['torch_cpu_us']:.1f} |")
+    if "torch" in o:
+        t = o["torch"]
+        out.append(f"| bare torch dispatch: torch.add on 1-element tensors (torch {t['version']}) | "
+                   f"{t['add_us']:.1f} |")
+        out.append(f"| torch.nn.functional.linear 1×8 @ 8×8 fp32 (CPU) | {t['linear_1x8x8_us']:.1f} |")
+    return out + [""]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.report", description=__doc__.split("\n")[0])
+    p.add_argument("--check", action="store_true", help="small shapes; exit 1 if an invariant fails")
+    p.add_argument("--arch", nargs="+", default=None)
+    p.add_argument("--op", nargs="+", default=None, help="public ops to run (default: all in hipskinny.ops)")
+    p.add_argument("--dtype", choices=list(DTYPES), default="f16")
+    p.add_argument("--min-rows", type=int, default=dynamic.MIN_ROWS)
+    p.add_argument("--md", help="Markdown output (default benchmarks/RESULTS.md; none with --check)")
+    p.add_argument("--json", help="JSON output (default benchmarks/RESULTS.json; none with --check)")
+    args = p.parse_args(argv)
+    archs = args.arch or list(registry.manifest()["archs"])
+    shapes = CHECK_SHAPES if args.check else SHAPES
+    rep = run(archs, args.op, shapes, args.dtype, args.check, args.min_rows,
+              overhead_seconds=0.2 if args.check else 1.0)
+    md_path = args.md or (None if args.check else str(HERE / "RESULTS.md"))
+    json_path = args.json or (None if args.check else str(HERE / "RESULTS.json"))
+    if md_path:
+        Path(md_path).write_text(markdown(rep))
+    if json_path:
+        Path(json_path).write_text(json.dumps(rep, indent=1, default=float) + "\n")
+    for f in rep["failures"]:
+        print(f"FAIL: {f}", file=sys.stderr)
+    print(f"{len(rep['rows'])} rows, {len(rep['failures'])} failures, {rep['seconds']:.0f} s", file=sys.stderr)
+    return 1 if rep["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""Static numbers from the shipped code objects: registers, LDS, spills, scratch,
+occupancy, and the main loop's instructions by class (from the listing build_scripts
+writes next to each code object, classified exactly as the emulator counts them)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from hipskinny import registry
+from hipskinny.arch import ARCHS
+from hipskinny.codeobject import CodeObject
+from hipskinny.emulator.listing import Inst, parse_listing, read_listing
+from hipskinny.emulator.ops import load_all, lookup
+
+THREADS = 256      # every shipped kernel runs 256-thread workgroups (max_flat_workgroup_size says so)
+
+
+def inst_class(mnemonic: str) -> str:
+    """The emulator's class for a mnemonic ("unknown" if it has none)."""
+    found = lookup(mnemonic)
+    return found[1] if found else "unknown"
+
+
+_WIDTH = {"dwordx4": 16, "b128": 16, "dwordx3": 12, "b96": 12, "dwordx2": 8, "b64": 8, "dword": 4, "b32": 4,
+          "ushort": 2, "short": 2, "u16": 2, "i16": 2, "b16": 2, "short_d16": 2, "ubyte": 1, "sbyte": 1,
+          "u8": 1, "i8": 1}
+
+
+def load_bytes(mnemonic: str) -> int:
+    """Bytes per lane of a global/buffer load (0 for anything else)."""
+    if not mnemonic.startswith(("global_load", "buffer_load", "flat_load")):
+        return 0
+    parts = mnemonic.split("_")[2:]
+    for n in range(len(parts), 0, -1):       # longest suffix first: short_d16_hi -> short_d16
+        w = _WIDTH.get("_".join(parts[:n]))
+        if w:
+            return w
+    return 0
+
+
+def _branch_target(inst: Inst) -> int | None:
+    if not inst.mnemonic.startswith(("s_branch", "s_cbranch")) or not inst.operands:
+        return None
+    try:
+        simm = int(inst.operands[0], 0) & 0xFFFF
+    except ValueError:
+        return None
+    simm -= 0x10000 if simm & 0x8000 else 0
+    return inst.addr + 4 + 4 * simm
+
+
+@dataclass
+class KernelStatic:
+    arch: str
+    family: str
+    name: str
+    config: dict[str, Any]
+    vgpr: int
+    agpr: int
+    sgpr: int
+    lds_static: int
+    vgpr_spills: int
+    sgpr_spills: int
+    private_segment: int
+    wave_size: int
+    occupancy_terms: dict[str, int]
+    manifest_occupancy: int | None
+    instructions: int                                      # in the whole kernel
+    mnemonics: frozenset[str]
+    loop: dict[str, int] = field(default_factory=dict)     # main loop: class -> instructions
+    loop_load_bytes: int = 0                               # global bytes one lane loads per iteration
+    loop_span: tuple[int, int] = (0, 0)                    # byte offsets in the kernel
+
+    @property
+    def occupancy(self) -> int:
+        return min(self.occupancy_terms.values())
+
+    def occupancy_with(self, dynamic_lds: int) -> dict[str, int]:
+        info = ARCHS[self.arch]
+        return info.occupancy_terms(self.vgpr, self.sgpr, self.lds_static + dynamic_lds, THREADS // self.wave_size)
+
+    @property
+    def loop_valu_per_byte(self) -> float:
+        """VALU wave-instructions per global byte in the main loop (one wave, one iteration)."""
+        valu = self.loop.get("valu", 0) + self.loop.get("trans", 0)
+        return valu / (self.loop_load_bytes * self.wave_size) if self.loop_load_bytes else 0.0
+
+    def row(self) -> dict[str, Any]:
+        return {"arch": self.arch, "family": self.family, "kernel": self.name, "config": self.config,
+                "vgpr": self.vgpr, "agpr": self.agpr, "sgpr": self.sgpr, "lds_static": self.lds_static,
+                "vgpr_spills": self.vgpr_spills, "sgpr_spills": self.sgpr_spills,
+                "private_segment": self.private_segment, "occupancy": self.occupancy,
+                "occupancy_terms": self.occupancy_terms, "manifest_occupancy": self.manifest_occupancy,
+                "instructions": self.instructions, "main_loop": self.loop,
+                "main_loop_load_bytes_per_lane": self.loop_load_bytes, "main_loop_span": list(self.loop_span),
+                "main_loop_valu_per_byte": self.loop_valu_per_byte}
+
+
+def _main_loop(insts: list[Inst]) -> tuple[int, int] | None:
+    """Index range [first, last] of the main loop: among innermost loops (backward branches
+    whose range holds no other back edge), the one loading the most global bytes per
+    iteration, then the one with the most instructions."""
+    index = {inst.addr: i for i, inst in enumerate(insts)}
+    loops = []
+    for i, inst in enumerate(insts):
+        t = _branch_target(inst)
+        if t is not None and t <= inst.addr and t in index:
+            loops.append((index[t], i))
+    inner = [lp for lp in loops if not any(o != lp and lp[0] <= o[0] and o[1] <= lp[1] for o in loops)]
+    if not inner:
+        return None
+    return max(inner, key=lambda lp: (sum(load_bytes(x.mnemonic) for x in insts[lp[0]:lp[1] + 1]), lp[1] - lp[0]))
+
+
+def family_static(arch: str, family: str) -> list[KernelStatic]:
+    """Every kernel of one shipped code object."""
+    load_all()
+    image, entry = registry.read_verified(arch, family)
+    code = CodeObject.parse(image, f"{arch}/{family}")
+    listing = read_listing(resources.files("hipskinny.hsaco").joinpath(entry["listing"]).read_bytes())
+    insts, labels = parse_listing(listing, code)
+    starts = sorted(labels.values())
+    manifest_kernels = {k["name"]: k for k in entry["kernels"]}
+    out = []
+    info = ARCHS[arch]
+    for kern in code.kernels:
+        start = kern.entry
+        end = next((a for a in starts if a > start), 1 << 62)
+        body = [x for x in insts if start <= x.addr < end]
+        mk = manifest_kernels.get(kern.name, {})
+        ks = KernelStatic(
+            arch=arch, family=family, name=kern.name, config=dict(mk.get("config", {})),
+            vgpr=kern.vgpr_count, agpr=kern.agpr_count, sgpr=kern.sgpr_count,
+            lds_static=kern.group_segment_fixed_size, vgpr_spills=kern.vgpr_spill_count,
+            sgpr_spills=kern.sgpr_spill_count, private_segment=kern.private_segment_fixed_size,
+            wave_size=kern.descriptor.wave_size,
+            occupancy_terms=info.occupancy_terms(kern.vgpr_count, kern.sgpr_count, kern.group_segment_fixed_size,
+                                                 THREADS // kern.descriptor.wave_size),
+            manifest_occupancy=mk.get("occupancy"), instructions=len(body),
+            mnemonics=frozenset(x.mnemonic for x in body))
+        span = _main_loop(body)
+        if span is not None:
+            loop = body[span[0]:span[1] + 1]
+            ks.loop = dict(Counter(inst_class(x.mnemonic) for x in loop))
+            ks.loop_load_bytes = sum(load_bytes(x.mnemonic) for x in loop)
+            ks.loop_span = (loop[0].addr - start, loop[-1].addr - start)
+        out.append(ks)
+    return out
+
+
+def loop_signature(ks: KernelStatic) -> str:
+    """``valu 40, vmem_load 4, lds 8, ...`` in a fixed class order, for tables."""
+    order = ("valu", "trans", "matrix", "lds", "vmem_load", "salu", "smem", "branch", "other")
+    parts = [f"{c} {ks.loop[c]}" for c in order if ks.loop.get(c)]
+    parts += [f"{c} {v}" for c, v in sorted(ks.loop.items()) if c not in order and v]
+    return ", ".join(parts)
+
+
+_KERNEL_SORT = re.compile(r"(\d+)")
+
+
+def kernel_sort_key(name: str) -> list[Any]:
+    return [int(p) if p.isdigit() else p for p in _KERNEL_SORT.split(name)]

@@ -1,0 +1,85 @@
+"""The performance report's check mode: small shapes, every invariant asserted.
+
+Runs in a subprocess so that the report measures this source tree (benchmarks/ imports
+hipskinny from frontend/), whatever copy of the package the test process imported. Two
+archs (one wave64, one wave32) keep it well under a minute; `python -m benchmarks.report
+--check` covers all five.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_report_check_mode(tmp_path):
+    out = tmp_path / "report.json"
+    md = tmp_path / "report.md"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.report", "--check", "--arch", "gfx942", "gfx1151",
+                           "--json", str(out), "--md", str(md)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rep = json.loads(out.read_text())
+    assert rep["failures"] == []
+    ok = [r for r in rep["rows"] if r["status"] == "ok"]
+    assert ok and all(r["traffic_ratio"] >= 1 for r in ok)
+    assert all(r["status"] in ("ok", "unsupported") for r in rep["rows"])
+    # Every shipped (code-object family, arch) was reached by some op's plan.
+    shipped = {(k["family"], k["arch"]) for k in rep["static"]}
+    assert shipped == {(r["family"], r["arch"]) for r in ok}
+    assert any(r["linearity"] is not None for r in ok)
+    assert {"gemv", "skinny_gemm"} <= set(rep["python_overhead"]["families"])
+    text = md.read_text()
+    assert "not measured" in text or "none was measured on a GPU" in text
+
+
+def test_model_helpers():
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks.dynamic import kernel_family, mismatch
+        from benchmarks.model import matrix_flops
+        from benchmarks.static import load_bytes
+    finally:
+        sys.path.remove(str(ROOT))
+    assert matrix_flops("v_mfma_f32_16x16x16_f16") == 8192
+    assert matrix_flops("v_mfma_f32_4x4x4_16b_f16") == 2 * 4 * 4 * 4 * 16
+    assert matrix_flops("v_wmma_f32_16x16x16_f16") == 8192
+    assert load_bytes("global_load_dwordx4") == 16 and load_bytes("global_load_b128") == 16
+    assert load_bytes("global_load_ushort") == 2 and load_bytes("ds_read_b128") == 0
+    fams = ["skinny_gemm", "skinny_gemm_splitk", "gemv"]
+    assert kernel_family("skinny_gemm_splitk_f16_t1", fams) == "skinny_gemm_splitk"
+    assert kernel_family("skinny_gemm_f16_n1_y1", fams) == "skinny_gemm"
+    assert kernel_family("other_f16", fams) is None
+    real = {"kernel": "k", "ytile": 2, "grid": 608, "units": 1002}
+    assert mismatch(real, {"kernel": "k", "ytile": 2, "grid": 4, "units": 6.6}, 152) < 0.01
+    assert mismatch(real, {"kernel": "k", "ytile": 4, "grid": 4, "units": 6.6}, 152) > 0.5
+    assert mismatch(real, {"kernel": "j", "ytile": 2, "grid": 4, "units": 6.6}, 152) == float("inf")
+
+
+def test_fitted_sample_equals_the_whole_one():
+    """Two shorter runs on the same grid, fitted, give the counts of the whole sample."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        import numpy as np
+
+        import benchmarks.dynamic as d
+    finally:
+        sys.path.remove(str(ROOT))
+    cap = d.ROW_CAP_ELEMENTS
+    try:
+        d.ROW_CAP_ELEMENTS = 1 << 18
+        fitted = d.measure("skinny_gemm", "gfx1201", np.float16, 1, 64 * 1024, 512)
+        d.ROW_CAP_ELEMENTS = 1 << 40
+        whole = d.measure("skinny_gemm", "gfx1201", np.float16, 1, 64 * 1024, 512)
+    finally:
+        d.ROW_CAP_ELEMENTS = cap
+    assert fitted.fitted is not None and whole.fitted is None
+    assert fitted.sample.rows == whole.sample.rows
+    for key, value in whole.sample.per_row.items():
+        assert fitted.sample.per_row[key] == pytest.approx(value, rel=1e-9)
