@@ -37,7 +37,8 @@ class ManifestError(Exception):
 
 
 def kernel_config(name: str, family: str) -> dict[str, Any]:
-    """``<family>_<dtype>[_<key><int>]*`` -> {"dtype": ..., key: int, ...}; {} otherwise."""
+    """``<family>_<dtype>[_<key><int>]*[_<flag>]*`` (flags after at least one key) ->
+    {"dtype": ..., key: int, flag: True, ...}; {} otherwise."""
     prefix = family + "_"
     if not name.startswith(prefix):
         return {}
@@ -47,9 +48,11 @@ def kernel_config(name: str, family: str) -> dict[str, Any]:
     config: dict[str, Any] = {"dtype": dtype}
     for token in rest:
         m = _KEY_INT.fullmatch(token)
-        if m is None or m.group(1) in config:
+        # A flag only after a key<int>: "lds_reverse_missing_barrier" is not a config.
+        key, value = (m.group(1), int(m.group(2))) if m else (token, True)
+        if not key.isalpha() or key in config or (m is None and len(config) < 2):
             return {}
-        config[m.group(1)] = int(m.group(2))
+        config[key] = value
     return config
 
 

@@ -395,7 +395,9 @@ def test_bad_test_kernel_sources_are_refused(tmp_path):
     ("fused_moe_fp8_bm16", "fused_moe", {"dtype": "fp8", "bm": 16}),
     ("gemv", "gemv", {}),
     ("gemv_f16_r4_r8", "gemv", {}),          # repeated key
-    ("gemv_f16_rx", "gemv", {}),             # key without an int
+    ("gemv_f16_r4x", "gemv", {}),            # neither key<int> nor a flag
+    ("lds_reverse_missing_barrier", "lds_reverse", {}),   # a flag needs a key before it
+    ("skinny_gemm_splitk_f16_t8_atomic", "skinny_gemm_splitk", {"dtype": "f16", "t": 8, "atomic": True}),
     ("other_f16_r4", "gemv", {}),
 ])
 def test_kernel_config(name, family, config):

@@ -1,12 +1,18 @@
-"""Skinny GEMM for decode: ``y = x @ W.T + bias`` for a few tokens (N = 1..8).
+"""Skinny GEMM for decode: ``y = x @ W.T + bias`` for N = 1..128 tokens.
 
 fp16 or bf16 in and out, fp32 accumulation, bias added in fp32, one rounding at the end.
-Kernels ``skinny_gemm_<dtype>_n<N>_y<YTILE>`` (kernels/skinny_gemm.hip): each wave owns
-YTILE consecutive output rows x all N tokens and reduces over the whole K across its
-lanes; x is staged in LDS, once per workgroup when ``N * K_pad * 2`` bytes fit the arch's
-LDS per workgroup, otherwise streamed through it in K-chunks.
+Two kernel families:
 
-Configuration rules (the only place they live; arch facts come from `ArchInfo`):
+* N = 1..8, ``skinny_gemm_<dtype>_n<N>_y<YTILE>`` (kernels/skinny_gemm.hip): each wave
+  owns YTILE consecutive output rows x all N tokens and reduces over the whole K across
+  its lanes (dot2 instructions); x is staged in LDS, once per workgroup when
+  ``N * K_pad * 2`` bytes fit the arch's LDS per workgroup, otherwise streamed through it
+  in K-chunks.
+* N = 9..128, ``skinny_gemm_splitk_<dtype>_t<NT>[_atomic]`` (kernels/skinny_gemm_splitk.hip):
+  matrix units (MFMA / WMMA) on 128-feature x 16*NT-token tiles, K split into shards
+  across workgroups, shard partials reduced by the last workgroup to arrive.
+
+Configuration rules, small N (the only place they live; arch facts come from `ArchInfo`):
 
 * **K-chunk** ``kc`` (columns of x staged per pass): ``K_pad = ceil(K / 8) * 8``; if
   ``N * K_pad * 2 <= lds_per_workgroup`` then ``kc = K_pad`` (staged once), else the most
@@ -29,14 +35,39 @@ Results do not depend on the CU count, YTILE, K-chunk or grid: a lane's chunks, 
 order and the reduction tree depend only on the wave size, so ``deterministic=True`` holds
 across calls, schedules and CU counts (it is the only mode for small N).
 
+Configuration rules, larger N:
+
+* **Token tiles** ``NT``: the smallest of 1, 2, 4, 8 with ``16 * NT >= N`` (padded tokens
+  are zero in LDS and cost matrix work only).
+* **Shards**: K is cut into ``S`` shards of ``shard_len`` columns (a multiple of 128).
+  ``S`` is the smallest count that gives ``2 * default_cu_count`` (the arch's flagship,
+  *not* this device: results must not depend on the CU count) work units of 128 features,
+  limited so that a shard has at least ``128 * NT`` columns (each shard's fp32 partial
+  tile, written once and read once, then costs at most half its weight bytes; on
+  hardware the partials mostly stay in L2) and at most one shard per 128 columns.
+  ``S = 1`` skips the partials entirely.
+* **Grid**: ``min(units, CU count * groups per CU)`` persistent workgroups of 256 threads,
+  groups per CU from the kernel's VGPRs and its 32 KiB of LDS, at most 4.
+* **Scratch**: the partials (``S * ceil(M / 128) * 128 * 16 * NT`` fp32, or one slice per
+  row block for the atomic variant) and one counter per row block come from the scratch
+  pool of (device, stream), sized by the call's shapes; the kernel leaves the counters
+  (and the atomic slices) zero, so nothing is cleared per call.
+* ``deterministic=True`` sums the shard partials in shard order: bitwise equal across
+  calls, schedules and CU counts. ``deterministic=False`` adds them atomically (one slice
+  instead of S to write and read back; last bits follow arrival order); with ``S = 1``
+  both are the same kernel.
+
 Routing by N (rows of x after flattening leading dims):
 
-* N = 1..8: this kernel. N = 1 is *not* routed to `hipskinny.gemv`: gemv re-reads x once
-  per R <= 8 output rows while this kernel reads it once per workgroup (<= 2 per CU), so
-  gemv moves fewer bytes only for M < 8 * workgroups -- a few KiB at most -- and a
-  CU-count-dependent route would break bitwise equality across CU counts.
-* N > 8: torch tensors on a ROCm GPU fall back to ``torch.nn.functional.linear`` (logged at
-  debug level); anything else raises `InputValueError` naming the supported range.
+* N = 1..8: the small-N kernel. N = 1 is *not* routed to `hipskinny.gemv`: gemv re-reads
+  x once per R <= 8 output rows while this kernel reads it once per workgroup (<= 2 per
+  CU), so gemv moves fewer bytes only for M < 8 * workgroups -- a few KiB at most -- and
+  a CU-count-dependent route would break bitwise equality across CU counts.
+* N = 9..128: the split-K kernel. It needs K % 8 == 0 for device tensors (host inputs
+  are padded).
+* N > 128, or K % 8 != 0 for device tensors at N > 8: torch tensors on a ROCm GPU fall
+  back to ``torch.nn.functional.linear`` (logged at debug level); anything else raises
+  `InputValueError` naming the supported ranges.
 
 Host inputs are staged through the device's scratch pool (rows padded to 16 bytes, so any
 layout works); device tensors are used in place and must have unit stride along K, row
@@ -58,8 +89,15 @@ from ..launch import LaunchPlan, PlanCache, make_plan
 from ._common import DTYPE_TAG, check_16bit_dtypes
 
 FAMILY = "skinny_gemm"
+SPLITK_FAMILY = "skinny_gemm_splitk"
 THREADS = 256
-MAX_N = 8
+MAX_N = 8                           # small-N kernel
+SPLITK_MAX_N = 128                  # split-K kernel, N = MAX_N + 1 .. SPLITK_MAX_N
+SPLITK_ROWS = 128                   # output features per split-K work unit
+SPLITK_GROUP = 128                  # K columns per split-K instruction group (shard granule)
+SPLITK_LDS = 32 * 1024              # x staged per pass: 16 * NT tokens x 1024 / NT columns
+TOKEN_TILES = (1, 2, 4, 8)          # split-K variants: NT 16-token tiles
+MAX_SPLITK_GROUPS_PER_CU = 4
 YTILES = (4, 2, 1)                  # kernel variants, largest first ...
 MAX_TILE_OUTPUTS = 16               # ... built while N * YTILE <= 16 (96 VGPRs on gfx11/12)
 MAX_GROUPS_PER_CU = 2
@@ -90,15 +128,16 @@ def ytile(n: int, m: int, wave_slots: int) -> int:
 
 
 def skinny_gemm(x: Any, w: Any, bias: Any = None, *, deterministic: bool = True, out: Any = None) -> Any:
-    """``y = x @ w.T + bias`` for N = 1..8 tokens, like ``torch.nn.functional.linear``.
+    """``y = x @ w.T + bias`` for N = 1..128 tokens, like ``torch.nn.functional.linear``.
 
     x: ``[..., K]`` (leading dims flattened to N rows and restored on the output);
     w: ``[M, K]``; bias: ``[M]``, ``[1, M]`` or ``[N, M]`` (per token) or None. All fp16 or all
     bf16; numpy arrays, torch tensors (CPU or ROCm) or DLPack objects, all on the host or all
     on one GPU. Returns ``[..., M]`` of the input dtype in x's container kind, or writes it
-    into ``out`` (contiguous, same device) and returns that. ``deterministic``: small-N results
-    are always bitwise reproducible (across calls, schedules and CU counts); the flag is
-    accepted for the larger-N path, where a faster atomic variant may exist.
+    into ``out`` (contiguous, same device) and returns that. ``deterministic`` (default): results
+    are bitwise reproducible across calls, schedules and CU counts. ``False`` lets N > 8
+    calls whose K is split into shards add the shard partials atomically (less scratch
+    traffic; the last bits then depend on arrival order). N <= 8 is always deterministic.
     """
     xv, wv = tensors.view(x, "x"), tensors.view(w, "w")
     bv = None if bias is None else tensors.view(bias, "bias")
@@ -109,20 +148,22 @@ def skinny_gemm(x: Any, w: Any, bias: Any = None, *, deterministic: bool = True,
     if ov is not None and (ov.shape != out_shape or ov.dtype != xv.dtype or not ov.is_contiguous or ov.readonly):
         raise InputValueError(f"skinny_gemm: out must be a writable contiguous {xv.dtype} array of shape "
                               f"{out_shape}; got {ov.dtype} {ov.shape}{' (read-only)' if ov.readonly else ''}")
-    if n > MAX_N:
-        return _large_n(xv, wv, bv, ov, n)
+    atomic = not deterministic and n > MAX_N
+    if n > SPLITK_MAX_N:
+        return _unsupported(xv, wv, bv, ov, f"x has N={n} rows (tokens)")
     if xv.on_host:
-        return _run_host(xv, wv, bv, ov, n, m, k, tag, out_shape)
-    return _run_device(xv, wv, bv, ov, n, m, k, tag, out_shape)
+        return _run_host(xv, wv, bv, ov, n, m, k, tag, out_shape, atomic)
+    if n > MAX_N and k % 8 != 0:
+        return _unsupported(xv, wv, bv, ov, f"K={k} is not a multiple of 8 (needed for N > {MAX_N} on a GPU)")
+    return _run_device(xv, wv, bv, ov, n, m, k, tag, out_shape, atomic)
 
 
-def _large_n(xv: tensors.TensorView, wv: tensors.TensorView, bv: tensors.TensorView | None,
-             ov: tensors.TensorView | None, n: int) -> Any:
+def _unsupported(xv: tensors.TensorView, wv: tensors.TensorView, bv: tensors.TensorView | None,
+                 ov: tensors.TensorView | None, why: str) -> Any:
     if xv.kind == "torch" and not xv.on_host and xv.device_type == tensors.DL_ROCM:
         import torch.nn.functional as F  # noqa: N812
 
-        log.debug("skinny_gemm: N=%d is above the small-N kernel's range 1..%d; using torch.nn.functional.linear",
-                  n, MAX_N)
+        log.debug("skinny_gemm: %s is outside the kernels' range; using torch.nn.functional.linear", why)
         y = F.linear(xv.obj, wv.obj)
         if bv is not None:   # [M], [1, M] or [N, M]: F.linear takes only [M]
             y = y + bv.obj.reshape(y.shape if bv.shape[0] > 1 and len(bv.shape) == 2 else (y.shape[-1],))
@@ -130,8 +171,9 @@ def _large_n(xv: tensors.TensorView, wv: tensors.TensorView, bv: tensors.TensorV
             return y
         ov.obj.copy_(y)
         return ov.obj
-    raise InputValueError(f"skinny_gemm: x has N={n} rows (tokens); supported: N = 1..{MAX_N} "
-                          "(torch tensors on a ROCm GPU fall back to torch.nn.functional.linear above that)")
+    raise InputValueError(f"skinny_gemm: {why}; supported: N = 1..{SPLITK_MAX_N} tokens, any K for host "
+                          f"inputs, K % 8 == 0 for GPU tensors when N > {MAX_N} (torch tensors on a ROCm GPU "
+                          "fall back to torch.nn.functional.linear outside that)")
 
 
 def _check_shapes(xv: tensors.TensorView, wv: tensors.TensorView,
@@ -155,7 +197,9 @@ def _check_shapes(xv: tensors.TensorView, wv: tensors.TensorView,
     return n, m, k, tag
 
 
-def _plan(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
+def _plan(device: Device, tag: str, n: int, m: int, k: int, atomic: bool) -> LaunchPlan:
+    if n > MAX_N:
+        return _plan_splitk(device, tag, n, m, k, atomic)
     info = device.arch
     cu_count = device.properties.cu_count
     key = (device, tag, n, m, k, cu_count)
@@ -182,15 +226,71 @@ def _plan(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
     return _plans.get(key, build)
 
 
-def plan_info(device: Device, dtype: Any, n: int, m: int, k: int) -> dict[str, Any]:
+def token_tiles(n: int) -> int:
+    """16-token tiles of the split-K variant that covers N tokens."""
+    for nt in TOKEN_TILES:
+        if 16 * nt >= n:
+            return nt
+    raise InputValueError(f"skinny_gemm: N={n} is above the split-K kernel's {16 * TOKEN_TILES[-1]} tokens")
+
+
+def shard_len(default_cu_count: int, nt: int, m: int, k: int) -> int:
+    """K columns per split-K shard (see the module docstring); a multiple of 128."""
+    groups = -(-k // SPLITK_GROUP)
+    blocks = -(-m // SPLITK_ROWS)
+    wanted = -(-2 * default_cu_count // blocks)
+    most = max(1, min(groups, k // (SPLITK_GROUP * nt)))
+    shards = max(1, min(wanted, most))
+    return SPLITK_GROUP * -(-groups // shards)
+
+
+def _plan_splitk(device: Device, tag: str, n: int, m: int, k: int, atomic: bool) -> LaunchPlan:
+    info = device.arch
+    cu_count = device.properties.cu_count
+    key = (device, tag, n, m, k, cu_count, atomic)
+
+    def build() -> LaunchPlan:
+        nt = token_tiles(n)
+        length = shard_len(info.default_cu_count, nt, m, k)
+        shards = -(-k // length)
+        blocks = -(-m // SPLITK_ROWS)
+        use_atomic = atomic and shards > 1
+        name = f"{SPLITK_FAMILY}_{tag}_t{nt}{'_atomic' if use_atomic else ''}"
+        fn, meta = registry.load(device, SPLITK_FAMILY).kernel(name)
+        waves = THREADS // info.wave_size
+        waves_per_simd = info.occupancy(meta.vgpr_count, meta.group_segment_fixed_size + SPLITK_LDS, waves)
+        groups_per_cu = max(1, min(MAX_SPLITK_GROUPS_PER_CU, waves_per_simd * info.simds_per_cu // waves))
+        units = blocks * shards
+        grid = max(1, min(units, cu_count * groups_per_cu))
+        unit_floats = SPLITK_ROWS * 16 * nt
+        partial_bytes = 0 if shards == 1 else 4 * unit_floats * (blocks if use_atomic else units)
+        return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=SPLITK_LDS,
+                         info={"kernel": name, "token_tiles": nt, "shard_len": length, "shards": shards,
+                               "units": units, "groups_per_cu": groups_per_cu, "grid": grid,
+                               "lds_bytes": SPLITK_LDS, "partial_bytes": partial_bytes,
+                               "counter_bytes": 4 * blocks if shards > 1 else 0})
+
+    return _plans.get(key, build)
+
+
+def plan_info(device: Device, dtype: Any, n: int, m: int, k: int, *, deterministic: bool = True) -> dict[str, Any]:
     """The configuration a call of this shape gets on ``device`` (for tests and benchmarks)."""
-    return dict(_plan(device, DTYPE_TAG[np.dtype(dtype)], n, m, k).info)
+    return dict(_plan(device, DTYPE_TAG[np.dtype(dtype)], n, m, k, not deterministic and n > MAX_N).info)
 
 
-def _launch(device: Device, plan: LaunchPlan, ptrs: tuple[int, int, int, int], m: int, k: int,
+def _launch(device: Device, plan: LaunchPlan, ptrs: tuple[int, int, int, int], n: int, m: int, k: int,
             x_stride: int, w_stride: int, bias_stride: int, stream: int) -> None:
-    kernarg = plan.kernarg((*ptrs, m, k, x_stride, w_stride, bias_stride, plan.info["k_chunk"]))
-    device.launch(plan.function, plan.grid, plan.block, kernarg, plan.shared_mem, stream)
+    info = plan.info
+    if "shard_len" in info:
+        partials = counters = 0
+        if info["shards"] > 1:
+            pool = scratch.pool(device, stream)
+            partials = pool.buffer("skinny_gemm.partials", info["partial_bytes"])
+            counters = pool.buffer("skinny_gemm.counters", info["counter_bytes"])
+        values = (*ptrs, partials, counters, n, m, k, x_stride, w_stride, bias_stride, info["shard_len"])
+    else:
+        values = (*ptrs, m, k, x_stride, w_stride, bias_stride, info["k_chunk"])
+    device.launch(plan.function, plan.grid, plan.block, plan.kernarg(values), plan.shared_mem, stream)
 
 
 def _padded_rows(a: np.ndarray, k: int) -> np.ndarray:
@@ -204,7 +304,8 @@ def _padded_rows(a: np.ndarray, k: int) -> np.ndarray:
 
 
 def _run_host(xv: tensors.TensorView, wv: tensors.TensorView, bv: tensors.TensorView | None,
-              ov: tensors.TensorView | None, n: int, m: int, k: int, tag: str, out_shape: tuple[int, ...]) -> Any:
+              ov: tensors.TensorView | None, n: int, m: int, k: int, tag: str, out_shape: tuple[int, ...],
+              atomic: bool) -> Any:
     device = current_device()
     if m == 0 or n == 0:
         return ov.obj if ov is not None else tensors.to_kind(np.empty(out_shape, xv.dtype), xv)
@@ -223,8 +324,10 @@ def _run_host(xv: tensors.TensorView, wv: tensors.TensorView, bv: tensors.Tensor
         b_d = pool.buffer("skinny_gemm.bias", b_host.nbytes)
         device.copy_to_device(b_d, b_host, b_host.nbytes)
         b_stride = m if b_host.shape[0] > 1 else 0
-    plan = _plan(device, tag, n, m, k)
-    _launch(device, plan, (x_d, w_d, b_d, y_d), m, k, x_host.shape[1], w_host.shape[1], b_stride, 0)
+    # The zero padding past K contributes nothing, so the split-K kernel gets K rounded up to 8.
+    k_kernel = x_host.shape[1] if n > MAX_N else k
+    plan = _plan(device, tag, n, m, k_kernel, atomic)
+    _launch(device, plan, (x_d, w_d, b_d, y_d), n, m, k_kernel, x_host.shape[1], w_host.shape[1], b_stride, 0)
     y = ov.host_array() if ov is not None else np.empty(out_shape, dtype=xv.dtype)
     device.copy_to_host(y, y_d, n * m * item)
     device.synchronize(0)
@@ -232,7 +335,8 @@ def _run_host(xv: tensors.TensorView, wv: tensors.TensorView, bv: tensors.Tensor
 
 
 def _run_device(xv: tensors.TensorView, wv: tensors.TensorView, bv: tensors.TensorView | None,
-                ov: tensors.TensorView | None, n: int, m: int, k: int, tag: str, out_shape: tuple[int, ...]) -> Any:
+                ov: tensors.TensorView | None, n: int, m: int, k: int, tag: str, out_shape: tuple[int, ...],
+                atomic: bool) -> Any:
     device = hip_device(xv.device_id)
     out, yv = (ov.obj, ov) if ov is not None else tensors.new_output(xv, out_shape, xv.dtype)
     if m == 0 or n == 0:
@@ -254,7 +358,7 @@ def _run_device(xv: tensors.TensorView, wv: tensors.TensorView, bv: tensors.Tens
             _require(b_stride >= m, f"bias rows must not overlap; got row stride {b_stride} for M={m}")
     stream = tensors.torch_current_stream(xv)
     ptrs = (xv.ptr, wv.ptr, bv.ptr if bv is not None else 0, yv.ptr)
-    _launch(device, _plan(device, tag, n, m, k), ptrs, m, k, x_stride, w_stride, b_stride, stream)
+    _launch(device, _plan(device, tag, n, m, k, atomic), ptrs, n, m, k, x_stride, w_stride, b_stride, stream)
     return out
 
 

@@ -1,0 +1,357 @@
+// Skinny GEMM for decode, larger N: y[n, m] = sum_k x[n, k] * W[m, k] (+ bias) for
+// N = 9..128 tokens on the matrix units (MFMA on gfx942/gfx950, WMMA on gfx11/gfx12),
+// fp16 or bf16 in and out, fp32 accumulation, K split into shards across workgroups.
+//
+// Arguments (16-bit elements; strides in elements):
+//   x        [N, x_stride]  activations; x_stride >= K, a multiple of 8; 16-byte aligned
+//   w        [M, w_stride]  weights; w_stride >= K, a multiple of 8; 16-byte aligned
+//   bias     null, or bias[n * bias_stride + m] (bias_stride 0 broadcasts one [M] row)
+//   y        [N, M]         output, contiguous
+//   partials fp32 scratch, shards * ceil(M / 128) * 128 * 16 * NT floats (deterministic) or
+//            ceil(M / 128) * 128 * 16 * NT (atomic); unused (may be null) when shards == 1
+//   counters ceil(M / 128) uint32, zero before the launch and zero again after it
+//   N (<= 16 * NT), M, K  positive, below 2**31
+//   shard_len             columns of K per shard: a multiple of 128; shards = ceil(K / shard_len)
+//
+// Launch: skinny_gemm_splitk_<dtype>_t<NT>[_atomic], block (256, 1, 1), any grid (the op
+// uses about two workgroups per CU), dynamic LDS 16 * NT * KC * 2 = 32 KiB (KC = 1024 / NT).
+//
+// Work split: a work unit is 128 output features (a row block) x all N tokens x one K
+// shard, owned by one workgroup; units u = row_block * shards + shard, workgroups stride
+// over them. Each wave owns 128 / waves features (two 16-row tiles on wave64, one on
+// wave32) and all NT 16-token tiles. The shard is walked in passes of KC columns: x's
+// slice for the pass (16 * NT rows, zero past N and K) is staged in LDS once per
+// workgroup, then each wave multiplies its tiles with A = x (from LDS) and B = W (16
+// bytes per lane straight from global memory), 128 columns per group of instructions.
+// Lane l supplies the 8 consecutive k at 8 * (l / 16) of each (wave / 16) * 8-column
+// step for row l % 16 -- a relabelling of the documented K order (matrix_layouts.md
+// section 1) used for A and B alike, so the products pair correctly. gfx11 WMMA wants A
+// and B replicated in both 16-lane halves: x is read that way from LDS, W's two 8-column
+// halves are exchanged with v_permlanex16.
+//
+// Reduction across shards (shards > 1): every unit writes its fp32 tile to its own slice
+// of `partials` (deterministic) or adds it atomically to one slice per row block
+// (`_atomic`), then counts itself in counters[row_block]; the workgroup that brings the
+// count to `shards` resets the counter, sums the slices in shard order 0, 1, ... (or
+// reads the atomic sum and writes zeros back), adds the bias and writes y. Nothing needs
+// clearing between calls. The deterministic sum depends on the shard boundaries and the
+// fixed k order inside a shard only, so results are bitwise equal for any grid, CU
+// count or schedule; the atomic variant's order follows arrival.
+//
+// Bounds: rows past M are clamped to M - 1 for loading and never written; columns past K
+// are zero in LDS and not loaded from W (K must be a multiple of 8: the op pads host
+// inputs and requires it of device tensors); tokens past N are zero in LDS and never written.
+#include "hipskinny/common.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWaves = kThreads / hs::kWave;
+constexpr int kRows = 128;                          // output features per work unit
+constexpr int kTiles = kRows / (16 * kWaves);       // 16-row tiles per wave: 2 (wave64), 1 (wave32)
+constexpr int kGroups = hs::kWave / 16;             // 16-lane groups, each 8 columns of a step
+constexpr int kStep = 8 * kGroups;                  // K columns per matrix instruction (pair on gfx942)
+constexpr int kUnroll = 128 / kStep;                // steps per 128-column group
+constexpr int kAccs = 256 / hs::kWave;              // fp32 results per lane of a 16x16 tile
+
+#if HS_GFX9
+typedef float accv __attribute__((ext_vector_type(4)));
+#else
+typedef float accv __attribute__((ext_vector_type(8)));
+#endif
+typedef uint32_t u32x2 __attribute__((ext_vector_type(2)));
+typedef uint32_t u32x8 __attribute__((ext_vector_type(8)));
+
+#if defined(__gfx1100__) || defined(__gfx1151__)
+#define HS_WMMA11 1
+typedef u32x8 frag;   // 16 elements, k = 0..15 of the step, the same in both halves
+#else
+#define HS_WMMA11 0
+typedef hs::u32x4 frag;   // 8 elements, k = 8 * (lane / 16) + e
+#endif
+
+// c + A . B for one 16x16 tile and one step: a = x piece (A rows = tokens), b = W piece
+// (B columns = features).
+template <typename T> __device__ accv mma(frag a, frag b, accv c);
+
+#if defined(__gfx942__)
+typedef _Float16 half4 __attribute__((ext_vector_type(4)));
+typedef short short4v __attribute__((ext_vector_type(4)));
+template <> __device__ inline accv mma<hs::f16>(frag a, frag b, accv c) {
+  c = __builtin_amdgcn_mfma_f32_16x16x16f16(__builtin_bit_cast(half4, (u32x2){a.x, a.y}),
+                                           __builtin_bit_cast(half4, (u32x2){b.x, b.y}), c, 0, 0, 0);
+  return __builtin_amdgcn_mfma_f32_16x16x16f16(__builtin_bit_cast(half4, (u32x2){a.z, a.w}),
+                                              __builtin_bit_cast(half4, (u32x2){b.z, b.w}), c, 0, 0, 0);
+}
+template <> __device__ inline accv mma<hs::bf16>(frag a, frag b, accv c) {
+  c = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(__builtin_bit_cast(short4v, (u32x2){a.x, a.y}),
+                                               __builtin_bit_cast(short4v, (u32x2){b.x, b.y}), c, 0, 0, 0);
+  return __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(__builtin_bit_cast(short4v, (u32x2){a.z, a.w}),
+                                                  __builtin_bit_cast(short4v, (u32x2){b.z, b.w}), c, 0, 0, 0);
+}
+#elif defined(__gfx950__)
+typedef _Float16 half8 __attribute__((ext_vector_type(8)));
+typedef __bf16 bf168 __attribute__((ext_vector_type(8)));
+template <> __device__ inline accv mma<hs::f16>(frag a, frag b, accv c) {
+  return __builtin_amdgcn_mfma_f32_16x16x32_f16(__builtin_bit_cast(half8, a), __builtin_bit_cast(half8, b), c, 0, 0, 0);
+}
+template <> __device__ inline accv mma<hs::bf16>(frag a, frag b, accv c) {
+  return __builtin_amdgcn_mfma_f32_16x16x32_bf16(__builtin_bit_cast(bf168, a), __builtin_bit_cast(bf168, b), c, 0, 0, 0);
+}
+#elif HS_WMMA11
+typedef _Float16 half16 __attribute__((ext_vector_type(16)));
+typedef short short16 __attribute__((ext_vector_type(16)));
+template <> __device__ inline accv mma<hs::f16>(frag a, frag b, accv c) {
+  return __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(__builtin_bit_cast(half16, a), __builtin_bit_cast(half16, b), c);
+}
+template <> __device__ inline accv mma<hs::bf16>(frag a, frag b, accv c) {
+  return __builtin_amdgcn_wmma_f32_16x16x16_bf16_w32(__builtin_bit_cast(short16, a), __builtin_bit_cast(short16, b), c);
+}
+#else  // gfx1201
+typedef _Float16 half8 __attribute__((ext_vector_type(8)));
+typedef short short8 __attribute__((ext_vector_type(8)));
+template <> __device__ inline accv mma<hs::f16>(frag a, frag b, accv c) {
+  return __builtin_amdgcn_wmma_f32_16x16x16_f16_w32_gfx12(__builtin_bit_cast(half8, a), __builtin_bit_cast(half8, b), c);
+}
+template <> __device__ inline accv mma<hs::bf16>(frag a, frag b, accv c) {
+  return __builtin_amdgcn_wmma_f32_16x16x16_bf16_w32_gfx12(__builtin_bit_cast(short8, a), __builtin_bit_cast(short8, b), c);
+}
+#endif
+
+// Token row (i) and feature column (j) of result r of this lane in a 16x16 tile.
+__device__ inline int result_row(int lane, int r) {
+#if HS_GFX9
+  return 4 * (lane >> 4) + r;
+#elif HS_WMMA11
+  return 2 * r + (lane >> 4);
+#else
+  return 8 * (lane >> 4) + r;
+#endif
+}
+
+// W[row, k .. k + 7], zero at and past column K (a multiple of 8).
+__device__ inline hs::u32x4 load_w_tail(const uint16_t* row, int k, int K) {
+  return k < K ? hs::load16_stream(row + k) : hs::u32x4{0u, 0u, 0u, 0u};
+}
+
+// LDS slot of x's 16-byte chunk c of token n: rows of KC / 8 chunks, the chunk index
+// xor-ed with n % 16 so that 16 lanes reading one chunk of 16 tokens hit 16 different
+// 16-byte bank groups.
+template <int KC>
+__device__ inline int slot(int n, int c) { return n * (KC / 8) + (c ^ (n & 15)); }
+
+// x[:, k0 : k0 + len] for 16 * NT token rows into LDS; zero past N and past len.
+template <int NT, int KC>
+__device__ void stage(hs::u32x4* xs, const uint16_t* __restrict__ x, int64_t x_stride, int N, int k0, int len) {
+  constexpr int kRowChunks = KC / 8;
+  for (int i = threadIdx.x; i < 16 * NT * kRowChunks; i += kThreads) {
+    const int n = i / kRowChunks, c = i % kRowChunks, k = k0 + 8 * c;
+    hs::u32x4 v = {0u, 0u, 0u, 0u};
+    if (n < N && 8 * c < len) v = hs::load16(x + n * x_stride + k);
+    xs[slot<KC>(n, c)] = v;
+  }
+}
+
+// This lane's x piece for token tile nt at LDS chunk column c (the step's first chunk).
+template <int KC>
+__device__ inline frag x_piece(const hs::u32x4* xs, int nt, int c, int lane) {
+  const int n = 16 * nt + (lane & 15);
+#if HS_WMMA11
+  const hs::u32x4 lo = xs[slot<KC>(n, c)], hi = xs[slot<KC>(n, c + 1)];
+  return u32x8{lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#else
+  return xs[slot<KC>(n, c + (lane >> 4))];
+#endif
+}
+
+// The W operand from this lane's 16 bytes (columns 8 * (lane / 16) of the step).
+__device__ inline frag w_piece(hs::u32x4 own, int lane) {
+#if HS_WMMA11
+  // Both halves need all 16 columns: take the other half's 8 from lane l ^ 16.
+  hs::u32x4 other;
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    other[j] = __builtin_amdgcn_permlanex16(own[j], own[j], 0x76543210u, 0xfedcba98u, false, false);
+  const bool upper = lane >= 16;
+  const hs::u32x4 lo = upper ? other : own, hi = upper ? own : other;
+  return u32x8{lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#else
+  (void)lane;
+  return own;
+#endif
+}
+
+// acc += x[:, k0 : k0 + 128] . W[rows, k0 : k0 + 128]^T for this wave's tiles; c0 is the
+// group's first LDS chunk column. `tail`: the group reaches past K (loads check columns).
+template <typename T, int NT, int KC, bool TAIL>
+__device__ inline void group(accv (&acc)[kTiles][NT], const hs::u32x4* xs, const uint16_t* const (&wrow)[kTiles],
+                             int k0, int c0, int K, int lane) {
+  hs::u32x4 wv[kUnroll][kTiles];
+  const int kl = k0 + 8 * (lane >> 4);
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t)
+      wv[u][t] = TAIL ? load_w_tail(wrow[t], kl + u * kStep, K) : hs::load16_stream(wrow[t] + kl + u * kStep);
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    frag b[kTiles];
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) b[t] = w_piece(wv[u][t], lane);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const frag a = x_piece<KC>(xs, nt, c0 + u * kGroups, lane);
+#pragma unroll
+      for (int t = 0; t < kTiles; ++t) acc[t][nt] = mma<T>(a, b[t], acc[t][nt]);
+#if !HS_GFX9
+      // wave32 holds 8 accumulators per tile: keep just one x piece live next to them.
+      if (NT > 2) __builtin_amdgcn_sched_barrier(0);
+#endif
+    }
+    // Keep each step's LDS reads with its matrix instructions: hoisting all of them
+    // (NT pieces per step) ahead of the group runs out of VGPRs at NT = 8.
+    __builtin_amdgcn_sched_barrier(0);
+  }
+}
+
+// y[:, m_block : m_block + 128] (+ bias) from the finished sums of every wave. Called by
+// the whole workgroup. The tiles go through LDS (x's area, 32 KiB = 128 features x 64
+// tokens of fp32 per round) so that the writes are coalesced rows and the bias and
+// output addresses are computed in one rolled loop instead of per accumulator.
+template <typename T, int NT>
+__device__ void write_out(const accv (&acc)[kTiles][NT], float* lds, const uint16_t* __restrict__ bias,
+                          uint16_t* __restrict__ y, int N, int M, int64_t bias_stride, int m_block, int lane,
+                          int wave) {
+  constexpr int kRound = NT < 4 ? NT : 4;   // token tiles per LDS round
+#pragma unroll
+  for (int c = 0; c < NT; c += kRound) {
+    __syncthreads();   // LDS is free (x pass or previous round done)
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+      for (int nt = c; nt < c + kRound; ++nt)
+#pragma unroll
+        for (int r = 0; r < kAccs; ++r)
+          lds[(16 * (nt - c) + result_row(lane, r)) * kRows + wave * 16 * kTiles + 16 * t + (lane & 15)] = acc[t][nt][r];
+    __syncthreads();
+    const int rows = min(N - 16 * c, 16 * kRound);
+#pragma unroll 1
+    for (int i = threadIdx.x; i < rows * kRows; i += kThreads) {
+      const int n = 16 * c + i / kRows, m = m_block + i % kRows;
+      if (m >= M) continue;
+      float v = lds[i];
+      if (bias != nullptr) v += hs::to_float<T>(bias[n * bias_stride + m]);
+      y[(int64_t)n * M + m] = hs::from_float<T>(v);
+    }
+  }
+}
+
+template <typename T, int NT, bool ATOMIC>
+__device__ void splitk(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
+                       const uint16_t* __restrict__ bias, uint16_t* __restrict__ y, float* __restrict__ partials,
+                       uint32_t* __restrict__ counters, int N, int M, int K, int64_t x_stride, int64_t w_stride,
+                       int64_t bias_stride, int shard_len) {
+  constexpr int KC = 1024 / NT;                        // columns per LDS pass: 32 KiB of x
+  constexpr int kUnitFloats = kThreads * kTiles * NT * kAccs;   // = 128 * 16 * NT
+  extern __shared__ hs::u32x4 xs[];
+
+  const int lane = threadIdx.x % hs::kWave;
+  const int wave = threadIdx.x / hs::kWave;
+  const int shards = (K + shard_len - 1) / shard_len;
+  const int blocks = (M + kRows - 1) / kRows;
+  const int units = blocks * shards;
+
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    const int block = u / shards, shard = u % shards;
+    const int m_base = block * kRows + wave * 16 * kTiles;
+    const int ks = shard * shard_len, ke = min(K, ks + shard_len);
+    const bool active = m_base < M;   // wave-uniform; idle waves still stage x
+    const uint16_t* wrow[kTiles];
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) wrow[t] = w + (int64_t)min(m_base + 16 * t + (lane & 15), M - 1) * w_stride;
+
+    accv acc[kTiles][NT];
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) acc[t][nt] = accv{};
+
+    for (int k0 = ks; k0 < ke; k0 += KC) {
+      const int len = min(KC, ke - k0);
+      __syncthreads();   // every wave is done with the previous pass (or unit)
+      stage<NT, KC>(xs, x, x_stride, N, k0, len);
+      __syncthreads();
+      if (active) {
+        int g = 0;
+        for (; 128 * (g + 1) <= len; ++g) group<T, NT, KC, false>(acc, xs, wrow, k0 + 128 * g, 16 * g, K, lane);
+        if (128 * g < len) group<T, NT, KC, true>(acc, xs, wrow, k0 + 128 * g, 16 * g, K, lane);
+      }
+    }
+
+    if (shards == 1) {
+      write_out<T, NT>(acc, reinterpret_cast<float*>(xs), bias, y, N, M, bias_stride, block * kRows, lane, wave);
+      continue;
+    }
+
+    // Publish this shard's tile, then count it; the last of the row block finishes it.
+    // Slice layout: tile (t, nt) of thread i at ((t * NT + nt) * 256 + i) * kAccs floats.
+    accv* mine = reinterpret_cast<accv*>(partials + (int64_t)(ATOMIC ? block : u) * kUnitFloats) + threadIdx.x;
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        accv* p = mine + (t * NT + nt) * kThreads;
+        if (ATOMIC) {
+#pragma unroll
+          for (int r = 0; r < kAccs; ++r) unsafeAtomicAdd(reinterpret_cast<float*>(p) + r, acc[t][nt][r]);
+        } else {
+          *p = acc[t][nt];
+        }
+      }
+    __threadfence();   // release: the partial tile is visible device-wide before the count
+    __syncthreads();
+    // x's LDS is free now (the next pass begins with a barrier): it carries the ticket.
+    uint32_t* ticket = reinterpret_cast<uint32_t*>(xs);
+    if (threadIdx.x == 0) *ticket = atomicAdd(&counters[block], 1u);
+    __syncthreads();
+    if (*ticket != (uint32_t)(shards - 1)) continue;   // workgroup-uniform
+
+    __threadfence();   // acquire: see every shard's partial tile
+    if (threadIdx.x == 0) counters[block] = 0u;   // ready for the next call
+    accv* first = reinterpret_cast<accv*>(partials + (int64_t)(ATOMIC ? block : block * shards) * kUnitFloats) +
+                  threadIdx.x;
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        accv* p = first + (t * NT + nt) * kThreads;
+        accv s = *p;
+        if (ATOMIC) {
+          *p = accv{};   // clean for the next call
+        } else {
+          for (int sh = 1; sh < shards; ++sh) s += p[(int64_t)sh * (kUnitFloats / kAccs)];   // shard order
+        }
+        acc[t][nt] = s;
+      }
+    write_out<T, NT>(acc, reinterpret_cast<float*>(xs), bias, y, N, M, bias_stride, block * kRows, lane, wave);
+  }
+}
+
+}  // namespace
+
+#define HS_SPLITK(T, TAG, NT, ATOMIC, SUFFIX)                                                     \
+  extern "C" __global__ void __launch_bounds__(kThreads)                                         \
+  skinny_gemm_splitk_##TAG##_t##NT##SUFFIX(                                                      \
+      const uint16_t* __restrict__ x, const uint16_t* __restrict__ w, const uint16_t* __restrict__ bias, \
+      uint16_t* __restrict__ y, float* __restrict__ partials, uint32_t* __restrict__ counters, int N, int M, \
+      int K, int64_t x_stride, int64_t w_stride, int64_t bias_stride, int shard_len) {           \
+    splitk<T, NT, ATOMIC>(x, w, bias, y, partials, counters, N, M, K, x_stride, w_stride, bias_stride, \
+                          shard_len);                                                            \
+  }
+
+#define HS_SPLITK_NT(T, TAG, NT) HS_SPLITK(T, TAG, NT, false, ) HS_SPLITK(T, TAG, NT, true, _atomic)
+#define HS_SPLITK_ALL(T, TAG) \
+  HS_SPLITK_NT(T, TAG, 1) HS_SPLITK_NT(T, TAG, 2) HS_SPLITK_NT(T, TAG, 4) HS_SPLITK_NT(T, TAG, 8)
+
+HS_SPLITK_ALL(hs::f16, f16)
+HS_SPLITK_ALL(hs::bf16, bf16)

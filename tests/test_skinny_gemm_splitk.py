@@ -1,0 +1,258 @@
+"""The split-K skinny GEMM (N = 9..128, matrix units) of every shipped arch, on the emulator.
+
+Tolerance (derived, not tuned): each matrix instruction adds its exact 16-bit products to
+the fp32 accumulator with one rounding (the emulator's model; CDNA3 hardware groups and
+truncates products differently but within the same per-term budget), shard partials
+are added in fp32, then the bias: fewer than K + 1 roundings of u = 2**-24 in all, so the
+bound of tests/test_gemv_emulated.py applies row by row:
+|y - exact| <= (K + 1) * u * S + ulp_out(|exact| + (K + 1) * u * S), S = sum |x w| + |bias|.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from test_skinny_gemm import _bits, _inputs, assert_bound
+
+import hipskinny
+from hipskinny import InputValueError, registry, scratch
+from hipskinny.arch import ARCHS, SHIPPED_ARCHS
+from hipskinny.emulator import EmulatedDevice
+from hipskinny.launch import make_plan
+from hipskinny.ops import skinny_gemm as op
+
+MANIFEST = Path(__file__).resolve().parent.parent / "hsaco" / "manifest.json"
+
+
+@functools.cache
+def _dev(arch: str, cus: int) -> EmulatedDevice:
+    return EmulatedDevice(arch, cus)
+
+
+# (dtype, N, M, K, CUs): every token-tile variant; M below one 128-row block, not a
+# multiple of it, and with more work units than workgroups (the grid loops); K split into
+# several shards, K with a tail group (not a multiple of 128), K not a multiple of 8
+# (host inputs are padded), K > 8192; two CU counts.
+CASES = [
+    (np.float16, 9, 40, 264, 2),
+    (ml_dtypes.bfloat16, 16, 130, 1000, 3),
+    (np.float16, 20, 50, 131, 2),
+    (ml_dtypes.bfloat16, 33, 300, 776, 2),
+    (np.float16, 64, 70, 520, 3),
+    (ml_dtypes.bfloat16, 128, 150, 264, 2),
+    (np.float16, 12, 20, 8200, 3),
+]
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"n{c[1]}m{c[2]}k{c[3]}cu{c[4]}")
+def test_matches_exact_math(arch, case):
+    dtype, n, m, k, cus = case
+    x, w = _inputs(dtype, n, m, k, seed=n * 7919 + m * 31 + k)
+    dev = _dev(arch, cus)
+    with hipskinny.on_device(dev):
+        y = hipskinny.skinny_gemm(x, w)
+    assert y.shape == (n, m) and y.dtype == np.dtype(dtype)
+    assert_bound(y, x, w)
+    info = op.plan_info(dev, dtype, n, m, -(-k // 8) * 8)
+    assert info["kernel"].startswith("skinny_gemm_splitk_") and 16 * info["token_tiles"] >= n
+    if k > 8192:
+        assert info["shards"] > 1 and info["units"] > info["grid"]
+
+
+def test_shards_and_partials_cover_the_cases():
+    """The cases above exercise one shard and several, and partial scratch sized by shape."""
+    dev = _dev("gfx942", 2)
+    infos = [op.plan_info(dev, c[0], c[1], c[2], -(-c[3] // 8) * 8) for c in CASES]
+    assert {i["shards"] == 1 for i in infos} == {True, False}
+    for info, (_, _n, m, k, _) in zip(infos, CASES, strict=True):
+        blocks = -(-m // op.SPLITK_ROWS)
+        expected = 0 if info["shards"] == 1 else info["shards"] * blocks * op.SPLITK_ROWS * 16 * info["token_tiles"] * 4
+        assert info["partial_bytes"] == expected
+        assert info["shards"] == -(-(-(-k // 8) * 8) // info["shard_len"])
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+def test_bias_forms_3d_x_and_out(arch):
+    n, m, k = 24, 37, 392
+    x, w = _inputs(ml_dtypes.bfloat16, n, m, k, seed=5)
+    rng = np.random.default_rng(6)
+    b_row = rng.standard_normal(m).astype(ml_dtypes.bfloat16)
+    b_tok = rng.standard_normal((n, m)).astype(ml_dtypes.bfloat16)
+    with hipskinny.on_device(_dev(arch, 2)):
+        y1 = hipskinny.skinny_gemm(x, w, b_row)
+        assert_bound(y1, x, w, b_row)
+        np.testing.assert_array_equal(_bits(hipskinny.skinny_gemm(x, w, b_row.reshape(1, m))), _bits(y1))
+        y3 = hipskinny.skinny_gemm(x, w, b_tok)
+        assert_bound(y3, x, w, b_tok)
+        y4 = hipskinny.skinny_gemm(x.reshape(4, 6, k), w, b_row)        # flattened like F.linear
+        assert y4.shape == (4, 6, m)
+        np.testing.assert_array_equal(_bits(y4.reshape(n, m)), _bits(y1))
+        out = np.empty((n, m), ml_dtypes.bfloat16)
+        assert hipskinny.skinny_gemm(x, w, b_tok, out=out) is out
+        np.testing.assert_array_equal(_bits(out), _bits(y3))
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+def test_nan_in_x_row_0_stays_in_y_row_0(arch):
+    x, w = _inputs(np.float16, 17, 40, 640, seed=3)
+    x[0, 517] = np.nan
+    with hipskinny.on_device(_dev(arch, 2)):
+        y = hipskinny.skinny_gemm(x, w)
+        assert op.plan_info(_dev(arch, 2), np.float16, 17, 40, 640)["shards"] > 1
+    assert np.isnan(y[0]).all() and not np.isnan(y[1:]).any()
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+def test_zero_x_gives_exact_zero_or_bias(arch):
+    _, w = _inputs(np.float16, 4, 33, 304, seed=4)
+    x = np.zeros((10, 304), np.float16)
+    b = np.random.default_rng(4).standard_normal((10, 33)).astype(np.float16)
+    with hipskinny.on_device(_dev(arch, 2)):
+        assert not hipskinny.skinny_gemm(x, w).any()
+        np.testing.assert_array_equal(hipskinny.skinny_gemm(x, w, b), b)
+        np.testing.assert_array_equal(hipskinny.skinny_gemm(x, w, b[2]), np.broadcast_to(b[2], (10, 33)))
+        assert not hipskinny.skinny_gemm(x, w, deterministic=False).any()
+
+
+def _pool_bytes(dev, name):
+    pool = scratch.pool(dev, 0)
+    size = pool.capacity(name)
+    data = np.empty(size, np.uint8)
+    dev.copy_to_host(data, pool.buffer(name, size), size)
+    return data
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+def test_deterministic_across_calls_schedules_and_cu_counts(arch):
+    """Bitwise equal: 10 calls, two shuffle seeds, two CU counts (different grids); the
+    shard boundaries come from the arch, not the device. The counters are zero after every
+    call (self-cleaning); deterministic=False is within the bound and leaves its atomic
+    slices zero too."""
+    n, m, k = 20, 300, 1024
+    x, w = _inputs(np.float16, n, m, k, seed=9)
+    results, grids = [], set()
+    for cus, seed, calls in ((1, None, 10), (5, None, 1), (1, 1, 1), (5, 2, 1)):
+        dev = _dev(arch, cus) if seed is None else EmulatedDevice(arch, cus, seed=seed)
+        with hipskinny.on_device(dev):
+            results += [hipskinny.skinny_gemm(x, w) for _ in range(calls)]
+            info = op.plan_info(dev, np.float16, n, m, k)
+            grids.add(info["grid"])
+            assert info["shards"] > 1
+            assert not _pool_bytes(dev, "skinny_gemm.counters").any()
+    assert len(grids) > 1, "the CU counts should lead to different grids"
+    for r in results[1:]:
+        np.testing.assert_array_equal(_bits(r), _bits(results[0]))
+    assert_bound(results[0], x, w)
+
+    dev = EmulatedDevice(arch, 3, seed=7)
+    with hipskinny.on_device(dev):
+        fast = hipskinny.skinny_gemm(x, w, deterministic=False)
+        assert op.plan_info(dev, np.float16, n, m, k, deterministic=False)["kernel"].endswith("_atomic")
+        assert not _pool_bytes(dev, "skinny_gemm.counters").any()
+        assert not _pool_bytes(dev, "skinny_gemm.partials").any()
+        again = hipskinny.skinny_gemm(x, w, deterministic=False)   # clean scratch: same bound again
+    assert_bound(fast, x, w)
+    assert_bound(again, x, w)
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+def test_padded_strides_exact_buffers_and_every_variant(arch):
+    """Device-side launches with explicit strides: x and W rows padded with NaN (never read),
+    buffers allocated to the byte (the emulator faults on any access past them), a per-token
+    bias with padded rows, M below one block; one shard and several; every token-tile variant
+    that covers N gives the same bits (padded tokens only add zero columns)."""
+    dev = _dev(arch, 2)
+    n, m, k, xs, ws, bs = 9, 19, 1032, 1040, 1096, 24
+    x, w = _inputs(np.float16, n, m, k, seed=11)
+    bias = np.random.default_rng(12).standard_normal((n, m)).astype(np.float16)
+    xp = np.full((n, xs), np.nan, np.float16)
+    xp[:, :k] = x
+    wp = np.full((m, ws), np.nan, np.float16)
+    wp[:, :k] = w
+    bp = np.full((n, bs), np.nan, np.float16)
+    bp[:, :m] = bias
+    x_bytes, w_bytes, b_bytes = ((n - 1) * xs + k) * 2, ((m - 1) * ws + k) * 2, ((n - 1) * bs + m) * 2
+    x_d, w_d, b_d, y_d = dev.alloc(x_bytes), dev.alloc(w_bytes), dev.alloc(b_bytes), dev.alloc(n * m * 2)
+    dev.copy_to_device(x_d, xp.reshape(-1)[: x_bytes // 2], x_bytes)
+    dev.copy_to_device(w_d, wp.reshape(-1)[: w_bytes // 2], w_bytes)
+    dev.copy_to_device(b_d, bp.reshape(-1)[: b_bytes // 2], b_bytes)
+    for length, grid, atomic in ((1152, 1, False), (128, 3, False), (256, 2, True)):
+        shards, first = -(-k // length), None
+        for nt in op.TOKEN_TILES:
+            part_bytes = 4 * op.SPLITK_ROWS * 16 * nt * (1 if atomic else shards)
+            part_d, cnt_d = dev.alloc(part_bytes), dev.alloc(4)
+            dev.memset(part_d, 0, part_bytes)
+            dev.memset(cnt_d, 0, 4)
+            dev.memset(y_d, 0xFF, n * m * 2)      # an unwritten output would stay NaN
+            name = f"skinny_gemm_splitk_f16_t{nt}{'_atomic' if atomic else ''}"
+            fn, meta = registry.load(dev, op.SPLITK_FAMILY).kernel(name)
+            plan = make_plan(fn, meta, (grid, 1, 1), (op.THREADS, 1, 1), shared_mem=op.SPLITK_LDS)
+            dev.launch(plan.function, plan.grid, plan.block,
+                       plan.kernarg((x_d, w_d, b_d, y_d, part_d, cnt_d, n, m, k, xs, ws, bs, length)),
+                       plan.shared_mem)
+            y = np.empty((n, m), np.float16)
+            dev.copy_to_host(y, y_d, y.nbytes)
+            assert_bound(y, x, w, bias)
+            left = np.empty(part_bytes // 4 + 1, np.uint32)
+            dev.copy_to_host(left[:1], cnt_d, 4)
+            assert left[0] == 0, (nt, length)                       # counter reset
+            if atomic:
+                dev.copy_to_host(left[1:], part_d, part_bytes)
+                assert not left.any(), (nt, length)                 # atomic slice cleaned
+            elif first is None:
+                first = y
+            else:   # the k order inside a shard does not depend on NT
+                np.testing.assert_array_equal(_bits(y), _bits(first))
+            dev.free(part_d)
+            dev.free(cnt_d)
+    for ptr in (x_d, w_d, b_d, y_d):
+        dev.free(ptr)
+
+
+def test_code_objects_have_no_spills_no_scratch_and_fit_lds():
+    manifest = json.loads(MANIFEST.read_text())
+    expected = {f"skinny_gemm_splitk_{t}_t{nt}{a}" for t in ("f16", "bf16") for nt in op.TOKEN_TILES
+                for a in ("", "_atomic")}
+    for arch in SHIPPED_ARCHS:
+        entry = manifest["code_objects"][f"{arch}/skinny_gemm_splitk"]
+        kernels = {k["name"]: k for k in entry["kernels"]}
+        assert set(kernels) == expected, arch
+        info = ARCHS[arch]
+        for name, k in kernels.items():
+            assert k["vgpr_spill_count"] == 0 and k["sgpr_spill_count"] == 0, (arch, name)
+            assert k["private_segment_fixed_size"] == 0, (arch, name)
+            assert k["group_segment_fixed_size"] + op.SPLITK_LDS <= info.lds_per_workgroup, (arch, name)
+            assert k["wavefront_size"] == info.wave_size and k["max_flat_workgroup_size"] == op.THREADS
+            # Recorded occupancy is the arch's rule applied to the recorded VGPRs; at least two
+            # waves per SIMD (a workgroup per CU with room to hide latency).
+            assert k["occupancy"] == info.occupancy(k["vgpr_count"], 0, op.THREADS // info.wave_size)
+            assert k["occupancy"] >= 2, (arch, name)
+
+
+def test_config_rules():
+    assert [op.token_tiles(n) for n in (9, 16, 17, 32, 33, 64, 65, 128)] == [1, 1, 2, 2, 4, 4, 8, 8]
+    with pytest.raises(InputValueError):
+        op.token_tiles(129)
+    # Shards fill 2 x the flagship's CUs with 128-row units, at least 128 * NT columns each.
+    assert op.shard_len(304, 8, 4096, 4096) == 1024                  # 32 blocks, NT=8: 4 shards
+    assert op.shard_len(304, 1, 4096, 4096) == 256                   # wants 19, K/128 = 32 -> 16 shards of 256
+    assert op.shard_len(304, 4, 128256, 4096) == 4096                # lm_head: 1002 blocks, no split
+    assert op.shard_len(304, 1, 20, 8200) == 256                     # one block: <= 64 shards -> 33 of 256
+    assert op.shard_len(96, 2, 28672, 4096) == 4096                  # 224 blocks already fill 192 units
+    for cus, nt, m, k in ((304, 8, 4096, 14336), (64, 1, 6144, 4096), (256, 4, 4096, 1000)):
+        length = op.shard_len(cus, nt, m, k)
+        assert length % op.SPLITK_GROUP == 0 and (length >= 128 * nt or length >= k)
+
+
+def test_n_above_128_names_the_supported_ranges():
+    x, w = np.ones((129, 16), np.float16), np.ones((8, 16), np.float16)
+    with pytest.raises(InputValueError, match=r"N=129 .*N = 1\.\.128"):
+        hipskinny.skinny_gemm(x, w)
+    with pytest.raises(InputValueError, match=r"N=130"):
+        hipskinny.skinny_gemm(np.ones((2, 65, 16), np.float16), w)
