@@ -45,7 +45,10 @@ Configuration rules, larger N:
   limited so that a shard has at least ``128 * NT`` columns (each shard's fp32 partial
   tile, written once and read once, then costs at most half its weight bytes; on
   hardware the partials mostly stay in L2) and at most one shard per 128 columns.
-  ``S = 1`` skips the partials entirely.
+  ``S = 1`` skips the partials entirely. (Why these sizes: per weight byte, a unit of R
+  features and L columns re-reads x for ``16 * NT / R`` bytes and moves ``64 * NT / L``
+  bytes of partials; for a given number of units (R * L fixed) the sum is smallest at
+  L = 4 R -- 512 columns for R = 128.)
 * **Grid**: ``min(units, CU count * groups per CU)`` persistent workgroups of 256 threads,
   groups per CU from the kernel's VGPRs and its 32 KiB of LDS, at most 4.
 * **Scratch**: the partials (``S * ceil(M / 128) * 128 * 16 * NT`` fp32, or one slice per
