@@ -12,12 +12,13 @@ used, with M' = M * c / C rounded to a multiple of 128, 64, ..., 1 rows (the coa
 that passes, so kernels working on row blocks see the same tails). Counts are scaled by
 M / M'. When no c passes, the closest one within 2% is used (its error is reported);
 else the whole GPU is emulated if under EMULATION_BUDGET, and otherwise the shape is
-reported as skipped. A sample over ROW_CAP_ELEMENTS weight elements (the lm_heads on the
-RDNA parts, whose few CUs leave thousands of rows per CU even at c = 1) is not run whole:
-two runs on the same c-CU grid with R and R/2 rows (R the most 256-row blocks under the
-cap) fit every count as a fixed part plus a part per row, evaluated at M'. The linearity
-check repeats one unfitted sample per (code-object family, arch) at 2c. The ops are called
-through the public API, so kernels a family adds are measured unchanged.
+reported as skipped. A sample over ROW_CAP_ELEMENTS weight elements (the lm_heads, and
+more on the RDNA parts, whose few CUs leave thousands of rows per CU even at c = 1) is not
+run whole when two runs on the same c-CU grid with R and R/2 rows (R the most 256-row
+blocks under the cap, at least 256) halve the work: they fit every count as a fixed part
+plus a part per row, evaluated at M'. The linearity check repeats one unfitted, mid-sized
+sample per (code-object family, arch) at 2c. The ops are called through the public API,
+so kernels a family adds are measured unchanged.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from hipskinny.errors import HipSkinnyError, InputValueError
 MIN_ROWS = 64
 SAMPLE_TOL = 0.02                 # largest accepted deviation of a sample from a scaled real launch
 EMULATION_BUDGET = 1 << 27        # weight elements x N of a whole-GPU fallback run (~minutes)
-ROW_CAP_ELEMENTS = 1 << 22        # above this many sample weight elements, fit two shorter runs
+ROW_CAP_ELEMENTS = 1 << 20        # fit two shorter runs (>= 2x less work) above this many sample weights
 
 
 class ScaledDevice(EmulatedDevice):
@@ -244,8 +245,8 @@ def _fit_rows(op: str, arch: str, dtype: Any, n: int, k: int, cus: int, rows: in
               real: dict[str, Any]) -> tuple[int, int, dict[str, Any]] | None:
     """(r1, r2, plan) for a fitted sample when `rows` is over ROW_CAP_ELEMENTS and two shorter
     runs get the sample's plan with the same grid (only row-proportional entries differ)."""
-    r2 = ROW_CAP_ELEMENTS // k // 256 * 256
-    if rows * k <= ROW_CAP_ELEMENTS or r2 < 256 or r2 >= rows:
+    r2 = max(256, ROW_CAP_ELEMENTS // k // 256 * 256)
+    if rows * k <= ROW_CAP_ELEMENTS or 3 * r2 > rows:      # the two runs (1.5 R rows) must halve the work
         return None
     base = plan_info(op, device(arch, cus), dtype, n, rows, k)
     scaling = {key for key in base if base[key] != real.get(key)} - {"grid"}

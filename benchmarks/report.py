@@ -35,6 +35,7 @@ from .static import KernelStatic, family_static, inst_class, kernel_sort_key
 
 DTYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
 LINEARITY_TOL = 0.02        # per-row counts at c and 2c CUs may differ by this much (partial groups)
+LINEARITY_SHAPE = (2048, 1 << 25)   # checked on the first shape with M >= 2048 and M*K <= 32M (mid-sized, cheap)
 HERE = Path(__file__).resolve().parent
 
 ASSUMPTIONS = """\
@@ -74,7 +75,8 @@ elements (the lm_heads on the RDNA parts: few CUs leave thousands of rows per CU
 c = 1) is not run whole: two runs on the same c-CU grid with R and R/2 rows fit every count
 as a fixed part plus a part per row, evaluated at M' (`CUs/rows (fit R/2+R)`); this cuts
 the emulated work per workgroup, to keep the full report near 20 minutes. Linearity check:
-for each (code-object family, arch) the tallest unfitted shape is repeated at 2c CUs and 2M' rows; per-row
+for each (code-object family, arch) the first mid-sized shape (M >= 2048, M·K <= 32M) is repeated at 2c CUs
+and 2M' rows; per-row
 bytes, VALU, LDS and matrix counts must agree within {tol:.0%}. All families are sampled
 this way: GEMV (one workgroup per R rows), small-N skinny GEMM (persistent grid, waves
 stride over row tiles) and split-K skinny GEMM (persistent grid over 128-row x K-shard
@@ -171,12 +173,11 @@ def run(archs: list[str], op_names: list[str] | None, shapes: tuple[Shape, ...],
     failures: list[str] = []
     rate: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     t0 = time.perf_counter()
-    # One linearity check per (code-object family, arch), on the tallest shape (the most typical).
-    order = sorted(shapes, key=lambda s: -s.m)
+    start_commit = _git("rev-parse", "--short", "HEAD")
     for op in op_list:
         for arch in archs:
-            linear_done: set[str] = set()
-            for shape in order:
+            linear_done: set[str] = set()       # one linearity check per (code-object family, arch)
+            for shape in shapes:
                 for n in n_values(op, check):
                     try:
                         kernel = dynamic.plan_info(op, dynamic.device(arch, ARCHS[arch].default_cu_count), dtype,
@@ -184,8 +185,9 @@ def run(archs: list[str], op_names: list[str] | None, shapes: tuple[Shape, ...],
                     except Exception:           # noqa: BLE001 - measure() reports it
                         kernel = ""
                     family = dynamic.kernel_family(kernel, families)
+                    mid = LINEARITY_SHAPE[0] <= shape.m and shape.m * shape.k <= LINEARITY_SHAPE[1]
                     meas = dynamic.measure(op, arch, dtype, n, shape.m, shape.k, min_rows=min_rows,
-                                           linearity=family is not None and family not in linear_done)
+                                           linearity=mid and family is not None and family not in linear_done)
                     ks = statics.get((family, arch), {}).get(kernel) if family else None
                     row = evaluate(meas, statics.get((family, arch), {}) if family else {}, family, itemsize)
                     row.update({"model": shape.model, "layer": shape.layer})
@@ -209,6 +211,7 @@ def run(archs: list[str], op_names: list[str] | None, shapes: tuple[Shape, ...],
     return {
         "command": "python -m benchmarks.report" + (" --check" if check else ""),
         "date": datetime.date.today().isoformat(), "commit": _git("rev-parse", "--short", "HEAD"),
+        "commit_at_start": start_commit,
         "uncommitted": [ln.split(maxsplit=1)[1] for ln in status.splitlines() if ln.strip()] if status != "unknown"
         else [],
         "dtype": dtype_name, "min_rows": min_rows, "linearity_tol": LINEARITY_TOL,
@@ -298,6 +301,8 @@ def markdown(rep: dict[str, Any]) -> str:
     out = [f"# Performance report ({rep['dtype']})", "",
            f"Produced by `{rep['command']}` on {rep['date']} at commit `{rep['commit']}` "
            f"({rep['seconds'] / 60:.1f} min on a 2-core CPU)"
+           + (f"; HEAD moved from `{rep['commit_at_start']}` during the run"
+              if rep.get("commit_at_start", rep["commit"]) != rep["commit"] else "")
            + (f"; uncommitted changes then in: {', '.join(rep['uncommitted'])}" if rep["uncommitted"] else "")
            + ".", "",
            "**Every time in this file is predicted by a roofline model from exact emulator counts; "

@@ -74,9 +74,9 @@ def test_fitted_sample_equals_the_whole_one():
     cap = d.ROW_CAP_ELEMENTS
     try:
         d.ROW_CAP_ELEMENTS = 1 << 18
-        fitted = d.measure("skinny_gemm", "gfx1201", np.float16, 1, 64 * 1024, 512)
+        fitted = d.measure("skinny_gemm", "gfx1201", np.float16, 1, 64 * 2048, 512)
         d.ROW_CAP_ELEMENTS = 1 << 40
-        whole = d.measure("skinny_gemm", "gfx1201", np.float16, 1, 64 * 1024, 512)
+        whole = d.measure("skinny_gemm", "gfx1201", np.float16, 1, 64 * 2048, 512)
     finally:
         d.ROW_CAP_ELEMENTS = cap
     assert fitted.fitted is not None and whole.fitted is None
