@@ -5,7 +5,9 @@ Two trees, built and checked by the same run:
 * shipped: ``kernels/<family>.hip`` -> ``hsaco/<arch>/<family>.hsaco`` + ``.lst.gz``, ``hsaco/manifest.json``
   (package data);
 * tests: ``tests/kernels/<name>.hip`` for every arch, and hand-written assembly
-  ``tests/kernels/asm/<name>.<arch>.s`` for the one arch its file name names ->
+  ``tests/kernels/asm/<name>.<arch>.s`` for the one arch its file name names, or
+  ``<name>.<isa>.s`` (gfx9, gfx11, gfx12) for every arch of that ISA family (preprocessed per
+  arch: see ``compiler.preprocess_asm``) ->
   ``tests/hsaco/<arch>/<name>.hsaco`` + ``.lst.gz``, ``tests/hsaco/manifest.json`` (same schema; the
   ``family`` field holds the test kernel's name). Not package data.
 
@@ -28,11 +30,11 @@ from typing import Any
 from frontend.arch import ARCHS
 
 from . import REPO_ROOT
-from .compiler import BuildError, Built, assemble, compile_family, sha256_bytes
+from .compiler import ISA_FAMILIES, BuildError, Built, assemble, compile_family, sha256_bytes
 from .manifest import ManifestError, compose, dumps, load
 from .toolchain import Toolchain, ToolchainError, detect_compiler, find_toolchain
 
-_ASM_NAME = re.compile(r"(?P<name>[A-Za-z0-9_]+)\.(?P<arch>gfx[0-9a-f]+)\.s")
+_ASM_NAME = re.compile(r"(?P<name>[A-Za-z0-9_]+)\.(?P<arch>gfx[0-9a-f]+)\.s")   # an arch or an ISA family
 
 
 class SourceError(Exception):
@@ -117,13 +119,17 @@ def jobs_in(repo: Path, tree: Tree, archs: list[str] | None = None) -> list[Job]
         hip_names = {p.stem for p in src.glob("*.hip")}
         for p in sorted((src / "asm").glob("*.s")):
             m = _ASM_NAME.fullmatch(p.name)
-            if m is None or m.group("arch") not in ARCHS:
+            if m is None or (m.group("arch") not in ARCHS and m.group("arch") not in ISA_FAMILIES):
                 raise SourceError(f"{tree.src}/asm/{p.name}: assembly kernels are named <name>.<arch>.s with "
-                                  f"<arch> one of {', '.join(ARCHS)}")
+                                  f"<arch> one of {', '.join(ARCHS)}, or <name>.<isa>.s for every arch of an "
+                                  f"ISA family, <isa> one of {', '.join(ISA_FAMILIES)}")
             if m.group("name") in hip_names:
                 raise SourceError(f"{tree.src}/asm/{p.name}: {tree.src}/{m.group('name')}.hip has the same name")
-            if m.group("arch") in archs:
-                jobs.append(Job(tree, m.group("arch"), m.group("name"), f"{tree.src}/asm/{p.name}"))
+            for arch in ISA_FAMILIES.get(m.group("arch"), (m.group("arch"),)):
+                if arch in archs:
+                    if any(j.key == f"{arch}/{m.group('name')}" for j in jobs):
+                        raise SourceError(f"{tree.src}/asm/{p.name}: {arch}/{m.group('name')} has another source")
+                    jobs.append(Job(tree, arch, m.group("name"), f"{tree.src}/asm/{p.name}"))
     return sorted(jobs, key=lambda j: (list(ARCHS).index(j.arch), j.name))
 
 

@@ -35,6 +35,42 @@ class BuildError(Exception):
     """A code object failed to compile or breaks a shipping rule."""
 
 
+# Assembly test kernels written once per ISA family (tests/kernels/asm/<name>.<isa>.s) are
+# preprocessed per arch: "@ARCH@" becomes the arch, and lines between ";%if <arch> ..." and
+# ";%else" / ";%endif" are kept only for the archs named (the others keep the ";%else" part).
+ISA_FAMILIES: dict[str, tuple[str, ...]] = {}
+for _arch in ARCHS:
+    ISA_FAMILIES.setdefault(_arch[:-2], ())
+    ISA_FAMILIES[_arch[:-2]] += (_arch,)
+_COND = re.compile(r"^;%(?P<kw>if|else|endif)\b\s*(?P<archs>.*)$")
+
+
+def preprocess_asm(text: str, arch: str, where: str = "") -> str:
+    """The assembly ``text`` of an ISA family's test kernel as ``arch`` sees it."""
+    out: list[str] = []
+    keep: bool | None = None          # None: outside a conditional
+    for number, line in enumerate(text.split("\n"), 1):
+        m = _COND.match(line.strip())
+        if m is None:
+            if keep is not False:
+                out.append(line.replace("@ARCH@", arch))
+            continue
+        kw, names = m.group("kw"), m.group("archs").split()
+        unknown = [n for n in names if n not in ARCHS]
+        if (kw == "if") == (keep is not None) or (kw != "if" and names) or (kw == "if" and not names) or unknown:
+            raise BuildError(f"{where}:{number}: bad conditional {line.strip()!r} (;%if <arch>... / ;%else / "
+                             ";%endif, not nested, archs among " + ", ".join(ARCHS) + ")")
+        if kw == "if":
+            keep = arch in names
+        elif kw == "else":
+            keep = not keep
+        else:
+            keep = None
+    if keep is not None:
+        raise BuildError(f"{where}: ;%if without ;%endif")
+    return "\n".join(out)
+
+
 @dataclass(frozen=True)
 class Built:
     arch: str
@@ -211,8 +247,11 @@ def assemble(tc: Toolchain, repo: Path, arch: str, name: str, source: str, out_d
     arch_dir.mkdir(parents=True, exist_ok=True)
     hsaco = arch_dir / f"{name}.hsaco"
     obj = arch_dir / f".{name}.o"
+    text = preprocess_asm((repo / source).read_text(), arch, source)
+    assembled = arch_dir / f".{name}.s"       # what llvm-mc reads: this arch's text of the source
+    assembled.write_text(text)
     try:
-        commands = tc.asm_commands(arch, source, obj, hsaco)
+        commands = tc.asm_commands(arch, str(assembled), obj, hsaco)
     except ToolchainError as exc:
         raise BuildError(f"{where}: {exc}") from exc
     warnings = []
@@ -222,6 +261,7 @@ def assemble(tc: Toolchain, repo: Path, arch: str, name: str, source: str, out_d
             raise BuildError(f"{where}: {Path(cmd[0]).name} exit {done.returncode}:\n{done.stderr.rstrip()}")
         warnings.append(done.stderr.strip())
     obj.unlink()
+    assembled.unlink()
     sources = source_hashes(repo, [source])
     return _finish(tc, arch, name, hsaco, tc.asm_flags(arch), sources, allow,
                    "\n".join(w for w in warnings if w), start)

@@ -15,7 +15,14 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))   # build_scripts is a repo tool, not part of the package
 
-from build_scripts.compiler import BuildError, gzip_bytes, parse_depfile, read_markers  # noqa: E402
+from build_scripts.compiler import (  # noqa: E402
+    ISA_FAMILIES,
+    BuildError,
+    gzip_bytes,
+    parse_depfile,
+    preprocess_asm,
+    read_markers,
+)
 from build_scripts.manifest import kernel_config  # noqa: E402
 from build_scripts.toolchain import (  # noqa: E402
     HIP_ROOT,
@@ -113,11 +120,12 @@ def make_tree(root: Path, with_repo_kernels: bool = False, extra: dict[str, str]
 
 
 def repo_test_kernels() -> dict[str, list[str]]:
-    """{name: [archs]} of the repo's test kernels: every arch for .hip, the named one for asm."""
+    """{name: [archs]} of the repo's test kernels: every arch for .hip, the named arch or the archs of
+    the named ISA family for asm."""
     out = {p.stem: list(ARCHS) for p in (REPO / "tests" / "kernels").glob("*.hip")}
     for p in (REPO / "tests" / "kernels" / "asm").glob("*.s"):
         name, arch, _ = p.name.split(".")
-        out.setdefault(name, []).append(arch)
+        out.setdefault(name, []).extend(ISA_FAMILIES.get(arch, (arch,)))
     return out
 
 
@@ -152,7 +160,8 @@ def test_test_manifest_covers_every_test_kernel():
         if f"tests/kernels/{e['family']}.hip" in e["sources"]:
             assert "-cuid=hipskinny-" + e["family"] in e["flags"]
         else:
-            assert list(e["sources"]) == [f"tests/kernels/asm/{e['family']}.{e['arch']}.s"]
+            isa = e["arch"][:-2]           # one source per ISA family (gfx9, gfx11, gfx12)
+            assert list(e["sources"]) == [f"tests/kernels/asm/{e['family']}.{isa}.s"]
             assert e["flags"] == Toolchain.asm_flags(e["arch"])
         for k in e["kernels"]:
             assert k["vgpr_spill_count"] == k["sgpr_spill_count"] == k["private_segment_fixed_size"] == 0
@@ -452,3 +461,24 @@ def test_wheel_with_wrong_hash_is_refused(tmp_path):
     (tmp_path / TRITON_WHEEL).write_bytes(b"not the wheel")
     with pytest.raises(ToolchainError, match="sha256"):
         fetch_triton_wheel(tmp_path)
+
+
+def test_asm_written_once_per_isa_family(tmp_path):
+    """tests/kernels/asm/<name>.<isa>.s: one source for the archs of an ISA family, preprocessed per arch."""
+    from build_scripts.cli import TESTS, SourceError, jobs_in
+
+    assert ISA_FAMILIES == {"gfx9": ("gfx942", "gfx950"), "gfx11": ("gfx1100", "gfx1151"), "gfx12": ("gfx1201",)}
+    text = "; @ARCH@\n;%if gfx1100\n.amdhsa_user_sgpr_count 15\n;%else\n.amdhsa_user_sgpr_count 2\n;%endif\nend"
+    assert preprocess_asm(text, "gfx1100") == "; gfx1100\n.amdhsa_user_sgpr_count 15\nend"
+    assert preprocess_asm(text, "gfx1151") == "; gfx1151\n.amdhsa_user_sgpr_count 2\nend"
+    for bad in (";%if gfx1100\nx", ";%else\nx", ";%if gfx90a\nx\n;%endif", ";%if gfx942\n;%if gfx950\n;%endif"):
+        with pytest.raises(BuildError, match="conditional|without"):
+            preprocess_asm(bad, "gfx942", "t.s")
+    root = make_tree(tmp_path / "isa", extra={"tests/kernels/asm/tiny.gfx11.s": TINY_ASM})
+    jobs = jobs_in(root, TESTS)
+    assert sorted(j.key for j in jobs if j.name == "tiny") == ["gfx1100/tiny", "gfx1151/tiny"]
+    assert {j.source for j in jobs if j.name == "tiny"} == {"tests/kernels/asm/tiny.gfx11.s"}
+    twice = make_tree(tmp_path / "twice", extra={"tests/kernels/asm/tiny.gfx11.s": TINY_ASM,
+                                                 "tests/kernels/asm/tiny.gfx1151.s": TINY_ASM})
+    with pytest.raises(SourceError, match="another source"):
+        jobs_in(twice, TESTS)

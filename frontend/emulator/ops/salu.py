@@ -118,56 +118,59 @@ def _bfe(signed: bool, width: int):
     return fn
 
 
+def _logic(width: int) -> dict[str, Callable[[int, int, int], tuple[int, int | None]]]:
+    """The bitwise, shift, select and bit-field ops both widths have (``_b32``/``_b64`` names; the
+    gfx11+ spellings ``and_not1``/``or_not1`` are aliases of ``andn2``/``orn2``). SCC = result != 0."""
+    m, sh, b, i = (1 << width) - 1, width - 1, f"b{width}", f"i{width}"
+    andn2 = lambda a, x, c: _nz(a & ~x & m)   # noqa: E731
+    orn2 = lambda a, x, c: _nz((a | ~x) & m)  # noqa: E731
+    return {
+        f"s_and_{b}": lambda a, x, c: _nz(a & x), f"s_or_{b}": lambda a, x, c: _nz(a | x),
+        f"s_xor_{b}": lambda a, x, c: _nz(a ^ x),
+        f"s_andn2_{b}": andn2, f"s_and_not1_{b}": andn2, f"s_orn2_{b}": orn2, f"s_or_not1_{b}": orn2,
+        f"s_nand_{b}": lambda a, x, c: _nz(~(a & x) & m), f"s_nor_{b}": lambda a, x, c: _nz(~(a | x) & m),
+        f"s_xnor_{b}": lambda a, x, c: _nz(~(a ^ x) & m),
+        f"s_lshl_{b}": lambda a, x, c: _nz((a << (x & sh)) & m),
+        f"s_lshr_{b}": lambda a, x, c: _nz(a >> (x & sh)),
+        f"s_ashr_{i}": lambda a, x, c: _nz((_sext(a, width) >> (x & sh)) & m),
+        f"s_cselect_{b}": lambda a, x, c: (a if c else x, None),
+        f"s_bfe_u{width}": _bfe(False, width), f"s_bfe_{i}": _bfe(True, width),
+    }
+
+
+def _lshl_add(n: int) -> Callable[[int, int, int], tuple[int, int]]:
+    return lambda a, b, c: (((a << n) + b) & M32, ((a << n) + b) >> 32)
+
+
+_ADD_U32 = lambda a, b, c: ((a + b) & M32, (a + b) >> 32)            # noqa: E731
+_ADDC_U32 = lambda a, b, c: ((a + b + c) & M32, (a + b + c) >> 32)   # noqa: E731
+_SUB_U32 = lambda a, b, c: ((a - b) & M32, int(b > a))                # noqa: E731
+_SUBB_U32 = lambda a, b, c: ((a - b - c) & M32, int(b + c > a))       # noqa: E731
+
+# gfx9 names first, then the gfx11+ spellings of the same operations.
 _ALU32 = {
-    "s_add_u32": lambda a, b, c: ((a + b) & M32, (a + b) >> 32),
-    "s_add_co_u32": lambda a, b, c: ((a + b) & M32, (a + b) >> 32),
-    "s_addc_u32": lambda a, b, c: ((a + b + c) & M32, (a + b + c) >> 32),
-    "s_add_co_ci_u32": lambda a, b, c: ((a + b + c) & M32, (a + b + c) >> 32),
-    "s_sub_u32": lambda a, b, c: ((a - b) & M32, int(b > a)),
-    "s_sub_co_u32": lambda a, b, c: ((a - b) & M32, int(b > a)),
-    "s_subb_u32": lambda a, b, c: ((a - b - c) & M32, int(b + c > a)),
-    "s_sub_co_ci_u32": lambda a, b, c: ((a - b - c) & M32, int(b + c > a)),
+    "s_add_u32": _ADD_U32, "s_add_co_u32": _ADD_U32, "s_addc_u32": _ADDC_U32, "s_add_co_ci_u32": _ADDC_U32,
+    "s_sub_u32": _SUB_U32, "s_sub_co_u32": _SUB_U32, "s_subb_u32": _SUBB_U32, "s_sub_co_ci_u32": _SUBB_U32,
     "s_add_i32": _add_i32, "s_add_co_i32": _add_i32,
     "s_sub_i32": _sub_i32, "s_sub_co_i32": _sub_i32,
     "s_mul_i32": lambda a, b, c: ((a * b) & M32, None),
     "s_mul_hi_u32": lambda a, b, c: ((a * b) >> 32, None),
     "s_mul_hi_i32": lambda a, b, c: (((_sext(a, 32) * _sext(b, 32)) >> 32) & M32, None),
-    "s_and_b32": lambda a, b, c: _nz(a & b), "s_or_b32": lambda a, b, c: _nz(a | b),
-    "s_xor_b32": lambda a, b, c: _nz(a ^ b), "s_andn2_b32": lambda a, b, c: _nz(a & ~b & M32),
-    "s_and_not1_b32": lambda a, b, c: _nz(a & ~b & M32), "s_orn2_b32": lambda a, b, c: _nz((a | ~b) & M32),
-    "s_or_not1_b32": lambda a, b, c: _nz((a | ~b) & M32), "s_nand_b32": lambda a, b, c: _nz(~(a & b) & M32),
-    "s_nor_b32": lambda a, b, c: _nz(~(a | b) & M32), "s_xnor_b32": lambda a, b, c: _nz(~(a ^ b) & M32),
-    "s_lshl_b32": lambda a, b, c: _nz((a << (b & 31)) & M32),
-    "s_lshr_b32": lambda a, b, c: _nz(a >> (b & 31)),
-    "s_ashr_i32": lambda a, b, c: _nz((_sext(a, 32) >> (b & 31)) & M32),
-    "s_lshl1_add_u32": lambda a, b, c: (((a << 1) + b) & M32, ((a << 1) + b) >> 32),
-    "s_lshl2_add_u32": lambda a, b, c: (((a << 2) + b) & M32, ((a << 2) + b) >> 32),
-    "s_lshl3_add_u32": lambda a, b, c: (((a << 3) + b) & M32, ((a << 3) + b) >> 32),
-    "s_lshl4_add_u32": lambda a, b, c: (((a << 4) + b) & M32, ((a << 4) + b) >> 32),
-    "s_bfe_u32": _bfe(False, 32), "s_bfe_i32": _bfe(True, 32),
+    **{f"s_lshl{n}_add_u32": _lshl_add(n) for n in (1, 2, 3, 4)},
     "s_min_i32": lambda a, b, c: (a, 1) if _sext(a, 32) < _sext(b, 32) else (b, 0),
     "s_min_u32": lambda a, b, c: (a, 1) if a < b else (b, 0),
     "s_max_i32": lambda a, b, c: (a, 1) if _sext(a, 32) >= _sext(b, 32) else (b, 0),
     "s_max_u32": lambda a, b, c: (a, 1) if a >= b else (b, 0),
-    "s_cselect_b32": lambda a, b, c: (a if c else b, None),
     "s_pack_ll_b32_b16": lambda a, b, c: ((a & 0xFFFF) | ((b & 0xFFFF) << 16), None),
     "s_pack_lh_b32_b16": lambda a, b, c: ((a & 0xFFFF) | (b & 0xFFFF0000), None),
     "s_pack_hh_b32_b16": lambda a, b, c: ((a >> 16) | (b & 0xFFFF0000), None),
+    **_logic(32),
 }
 _ALU64 = {
-    "s_and_b64": lambda a, b, c: _nz(a & b), "s_or_b64": lambda a, b, c: _nz(a | b),
-    "s_xor_b64": lambda a, b, c: _nz(a ^ b), "s_andn2_b64": lambda a, b, c: _nz(a & ~b & M64),
-    "s_and_not1_b64": lambda a, b, c: _nz(a & ~b & M64), "s_orn2_b64": lambda a, b, c: _nz((a | ~b) & M64),
-    "s_or_not1_b64": lambda a, b, c: _nz((a | ~b) & M64), "s_nand_b64": lambda a, b, c: _nz(~(a & b) & M64),
-    "s_nor_b64": lambda a, b, c: _nz(~(a | b) & M64), "s_xnor_b64": lambda a, b, c: _nz(~(a ^ b) & M64),
-    "s_lshl_b64": lambda a, b, c: _nz((a << (b & 63)) & M64),
-    "s_lshr_b64": lambda a, b, c: _nz(a >> (b & 63)),
-    "s_ashr_i64": lambda a, b, c: _nz((_sext(a, 64) >> (b & 63)) & M64),
-    "s_cselect_b64": lambda a, b, c: (a if c else b, None),
     "s_add_nc_u64": lambda a, b, c: ((a + b) & M64, None),
     "s_sub_nc_u64": lambda a, b, c: ((a - b) & M64, None),
     "s_mul_u64": lambda a, b, c: ((a * b) & M64, None),
-    "s_bfe_u64": _bfe(False, 64), "s_bfe_i64": _bfe(True, 64),
+    **_logic(64),
 }
 # Shift amounts are 32-bit operands even in the 64-bit forms.
 _SHIFT64 = {"s_lshl_b64", "s_lshr_b64", "s_ashr_i64", "s_bfe_u64", "s_bfe_i64"}

@@ -1,4 +1,4 @@
-; xlane (wave64, gfx950): cross-lane instructions with results worked out from the ISA rules
+; xlane (wave64, @ARCH@): cross-lane instructions with results worked out from the ISA rules
 ; (isa_notes.md §5.0, §5.1, §5.10). Launch: grid 1, block 64 (one wave); out: u32[138].
 ;
 ;   out[0:64]    inclusive prefix sum of (lane + 1) over the wave, built from DPP row_shr:1/2/4/8
@@ -12,7 +12,7 @@
 ;                5 EXEC low word inside = 0xfffff   6 bcnt(EXEC inside) = 20
 ;                7 SCC after that saveexec = 1      8 SCC after a saveexec that leaves EXEC empty = 0
 ;                9 1 if s_cbranch_execz jumped over the empty block (2 if the block ran)
-	.amdgcn_target "amdgcn-amd-amdhsa--gfx950"
+	.amdgcn_target "amdgcn-amd-amdhsa--@ARCH@"
 	.amdhsa_code_object_version 6
 	.text
 	.protected xlane
@@ -100,7 +100,7 @@ xlane:
 	.amdgpu_metadata
 ---
 amdhsa.version: [ 1, 2 ]
-amdhsa.target: amdgcn-amd-amdhsa--gfx950
+amdhsa.target: amdgcn-amd-amdhsa--@ARCH@
 amdhsa.kernels:
   - .name: xlane
     .symbol: xlane.kd

@@ -1,4 +1,4 @@
-; xlane (wave32, gfx1151): cross-lane instructions with results worked out from the ISA rules
+; xlane (wave32, @ARCH@): cross-lane instructions with results worked out from the ISA rules
 ; (isa_notes.md §5.0, §5.1, §5.10). Launch: grid 1, block 32 (one wave); out: u32[74].
 ;
 ;   out[0:32]   inclusive prefix sum of (lane + 1) over the wave: DPP row_shr:1/2/4/8 (bound_ctrl:1:
@@ -13,7 +13,8 @@
 ;               5 EXEC inside = 0xfffff            6 bcnt(EXEC inside) = 20
 ;               7 SCC after that saveexec = 1      8 SCC after a saveexec that leaves EXEC empty = 0
 ;               9 1 if s_cbranch_execz jumped over the empty block (2 if the block ran)
-	.amdgcn_target "amdgcn-amd-amdhsa--gfx1151"
+; gfx12 has no s_waitcnt: the kernarg load is waited for with s_wait_kmcnt.
+	.amdgcn_target "amdgcn-amd-amdhsa--@ARCH@"
 	.amdhsa_code_object_version 6
 	.text
 	.protected xlane
@@ -67,7 +68,7 @@ xlane:
 	v_writelane_b32 v5, s18, 8
 	v_writelane_b32 v5, s16, 9
 	v_lshlrev_b32_e32 v4, 2, v0
-	s_waitcnt lgkmcnt(0)
+	s_wait_kmcnt 0x0
 	global_store_b32 v4, v2, s[0:1]
 	global_store_b32 v4, v3, s[0:1] offset:128
 	s_mov_b32 exec_lo, 0x3ff
@@ -93,7 +94,7 @@ xlane:
 	.amdgpu_metadata
 ---
 amdhsa.version: [ 1, 2 ]
-amdhsa.target: amdgcn-amd-amdhsa--gfx1151
+amdhsa.target: amdgcn-amd-amdhsa--@ARCH@
 amdhsa.kernels:
   - .name: xlane
     .symbol: xlane.kd

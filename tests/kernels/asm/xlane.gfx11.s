@@ -1,4 +1,4 @@
-; xlane (wave32, gfx1100): cross-lane instructions with results worked out from the ISA rules
+; xlane (wave32, @ARCH@): cross-lane instructions with results worked out from the ISA rules
 ; (isa_notes.md §5.0, §5.1, §5.10). Launch: grid 1, block 32 (one wave); out: u32[74].
 ;
 ;   out[0:32]   inclusive prefix sum of (lane + 1) over the wave: DPP row_shr:1/2/4/8 (bound_ctrl:1:
@@ -13,9 +13,12 @@
 ;               5 EXEC inside = 0xfffff            6 bcnt(EXEC inside) = 20
 ;               7 SCC after that saveexec = 1      8 SCC after a saveexec that leaves EXEC empty = 0
 ;               9 1 if s_cbranch_execz jumped over the empty block (2 if the block ran)
-; gfx1100 pads the user SGPRs to 15 (LLVM's user-SGPR-init workaround), so workgroup id x is s15;
-; this kernel does not read it but keeps the layout clang gives gfx1100 kernels.
-	.amdgcn_target "amdgcn-amd-amdhsa--gfx1100"
+;%if gfx1100
+; @ARCH@ pads the user SGPRs to 15 (LLVM's user-SGPR-init workaround), so workgroup id x is s15;
+; this kernel does not read it but keeps the layout clang gives @ARCH@ kernels.
+;%else
+;%endif
+	.amdgcn_target "amdgcn-amd-amdhsa--@ARCH@"
 	.amdhsa_code_object_version 6
 	.text
 	.protected xlane
@@ -82,7 +85,11 @@ xlane:
 	.p2align 6
 	.amdhsa_kernel xlane
 		.amdhsa_kernarg_size 8
+;%if gfx1100
 		.amdhsa_user_sgpr_count 15
+;%else
+		.amdhsa_user_sgpr_count 2
+;%endif
 		.amdhsa_user_sgpr_kernarg_segment_ptr 1
 		.amdhsa_wavefront_size32 1
 		.amdhsa_system_sgpr_workgroup_id_x 1
@@ -95,7 +102,7 @@ xlane:
 	.amdgpu_metadata
 ---
 amdhsa.version: [ 1, 2 ]
-amdhsa.target: amdgcn-amd-amdhsa--gfx1100
+amdhsa.target: amdgcn-amd-amdhsa--@ARCH@
 amdhsa.kernels:
   - .name: xlane
     .symbol: xlane.kd

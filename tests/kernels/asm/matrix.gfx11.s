@@ -1,4 +1,4 @@
-; matrix (wave32, gfx1151): RDNA3 WMMA operand and result lane layouts (isa_notes.md §5.14,
+; matrix (wave32, @ARCH@): RDNA3 WMMA operand and result lane layouts (isa_notes.md §5.14,
 ; shared/reference/matrix_layouts.md §5.1), D = A B + C with A, B 16x16 and C, D 16x16 f32.
 ; Each lane loads its own fragments, runs one instruction and stores its D fragment, so the test
 ; places the matrices by the layout and compares with numpy. Launch: grid 1, block 32 (one wave).
@@ -11,7 +11,12 @@
 ;   (rows interleaved between the lane halves)
 ; Products are exact and accumulate in f32: with small-integer data every result is exact, so
 ; D equals numpy's A @ B + C exactly; with general data within a few f32 ulps of it.
-	.amdgcn_target "amdgcn-amd-amdhsa--gfx1151"
+;%if gfx1100
+; @ARCH@ pads the user SGPRs to 15 (LLVM's user-SGPR-init workaround); these kernels do not
+; read the work-group id but keep the layout clang gives @ARCH@ kernels.
+;%else
+;%endif
+	.amdgcn_target "amdgcn-amd-amdhsa--@ARCH@"
 	.amdhsa_code_object_version 6
 	.text
 	.protected matrix_f16
@@ -62,7 +67,11 @@ matrix_bf16:
 	.p2align 6
 	.amdhsa_kernel matrix_f16
 		.amdhsa_kernarg_size 32
+;%if gfx1100
+		.amdhsa_user_sgpr_count 15
+;%else
 		.amdhsa_user_sgpr_count 2
+;%endif
 		.amdhsa_user_sgpr_kernarg_segment_ptr 1
 		.amdhsa_wavefront_size32 1
 		.amdhsa_system_sgpr_workgroup_id_x 1
@@ -75,7 +84,11 @@ matrix_bf16:
 	.p2align 6
 	.amdhsa_kernel matrix_bf16
 		.amdhsa_kernarg_size 32
+;%if gfx1100
+		.amdhsa_user_sgpr_count 15
+;%else
 		.amdhsa_user_sgpr_count 2
+;%endif
 		.amdhsa_user_sgpr_kernarg_segment_ptr 1
 		.amdhsa_wavefront_size32 1
 		.amdhsa_system_sgpr_workgroup_id_x 1
@@ -88,7 +101,7 @@ matrix_bf16:
 	.amdgpu_metadata
 ---
 amdhsa.version: [ 1, 2 ]
-amdhsa.target: amdgcn-amd-amdhsa--gfx1151
+amdhsa.target: amdgcn-amd-amdhsa--@ARCH@
 amdhsa.kernels:
   - .name: matrix_f16
     .symbol: matrix_f16.kd

@@ -1,28 +1,57 @@
-; fp8cvt (wave32, gfx1201): the fp8 conversion instructions, whose numbers are OCP on gfx1201 as
-; on gfx950 (isa_notes.md §5.7): E4M3 "fp8" bias 7, max 448 (0x7e), no inf, -0 = 0x80, NaN 0x7f /
-; 0xff; E5M2 "bf8" bias 15, max 57344 (0x7b), +-inf 0x7c / 0xfc, NaN 0x7d .. 0x7f (either sign).
-; Launch: grid 1, block n (any multiple of 32 up to 256).
+;%if gfx942
+; fp8cvt (wave64, @ARCH@): the fp8 conversion instructions, whose numbers are FNUZ on @ARCH@
+; (isa_notes.md §5.7): E4M3 "fp8" bias 8, max 240 (0x7f), no inf, no -0, NaN only 0x80;
+; E5M2 "bf8" bias 16, max 57344 (0x7f), no inf, no -0, NaN only 0x80.
+; Launch: grid 1, block n (any multiple of 64 up to 256).
+;%else
+; fp8cvt (wave64, @ARCH@): the fp8 conversion instructions, whose numbers are OCP on @ARCH@
+; (isa_notes.md §5.7) although the opcodes are gfx942's: E4M3 "fp8" bias 7, max 448 (0x7e),
+; no inf, -0 = 0x80, NaN 0x7f / 0xff; E5M2 "bf8" bias 15, max 57344 (0x7b), +-inf 0x7c / 0xfc,
+; NaN 0x7d .. 0x7f (either sign). Launch: grid 1, block n (any multiple of 64 up to 256).
+;%endif
 ;
 ; fp8cvt(x, y, q, out), per work-item i with x[i], y[i] (f32) and q[i] (u32 = four fp8/bf8 bytes),
+;%if gfx942
+; writes the record out[16 i : 16 i + 16] (u32); decodes are exact (0x80 -> NaN):
+;%else
 ; writes the record out[16 i : 16 i + 16] (u32); decodes are exact:
+;%endif
 ;   0, 1    v_cvt_pk_f32_fp8(q word 0): fp8 bytes 0, 1 as f32
-;   2, 3    the same with op_sel:[1,0] (VOP3; gfx12 has no SDWA): bytes 2, 3
+;   2, 3    the same with SDWA src0_sel:WORD_1: bytes 2, 3
 ;   4 .. 7  v_cvt_pk_f32_bf8, words 0 and 1: bf8 bytes 0 .. 3 as f32
-;   8 .. 11 v_cvt_f32_fp8 (byte 0: e32 form, as clang emits it) and byte_sel:1 .. 3
+;%if gfx942
+;   8 .. 11 v_cvt_f32_fp8 with SDWA src0_sel:BYTE_0 .. BYTE_3: fp8 bytes 0 .. 3 as f32
+;%else
+;   8 .. 11 v_cvt_f32_fp8 (byte 0: e32 form, as clang emits it) and SDWA src0_sel:BYTE_1 .. BYTE_3
+;%endif
 ;   12      v_cvt_pk_fp8_f32(x, y) into bits 15:0 of 0x5a5a5a5a: byte 0 = fp8(x), byte 1 = fp8(y),
 ;           bits 31:16 kept (0x5a5a)
 ;   13      v_cvt_pk_bf8_f32(x, y) op_sel:[0,0,1] into bits 31:16 of 0x5a5a5a5a: byte 2 = bf8(x),
 ;           byte 3 = bf8(y), bits 15:0 kept
-;   14, 15  not written
+;%if gfx942
+;   14, 15  not written (gfx950's scaled decode uses them)
+;%else
+;   14, 15  v_cvt_scalef32_pk_f32_fp8(q word 1, scale = -0.75) op_sel:[1,0,0]: fp8 bytes 2, 3 times
+;           2^(E - 127), E = the scale's biased exponent field (126): x 0.5, the scale's sign and
+;           mantissa ignored
+;%endif
 ;   Encoding rounds to nearest even (never by MODE); with FP16_OVFL = 0 (clang's setting) a value
+;%if gfx942
+;   whose rounded magnitude exceeds the maximum, +-inf and NaN all give 0x80; a result that rounds
+;   to zero is +0 (0x00) whatever the sign, as the format has no -0.
+;%else
 ;   whose rounded magnitude exceeds the maximum gives NaN (fp8) or +-inf (bf8), +-inf gives NaN
 ;   (fp8) or +-inf (bf8), NaN gives NaN.
+;%endif
 ;
 ; fp8cvt_sat(x, y, out): out[i] = fp8(x) | fp8(y) << 8 | bf8(x) << 16 | bf8(y) << 24 with
 ; MODE.FP16_OVFL = 1 (kernel descriptor): finite values past the maximum saturate to +-max
+;%if gfx942
+; (0x7f / 0xff for both formats) instead of becoming NaN; NaN stays 0x80. Same launch.
+;%else
 ; (fp8 0x7e / 0xfe, bf8 0x7b / 0xfb) instead of becoming NaN / inf; NaN stays NaN. Same launch.
-; gfx12 has no s_waitcnt: loads are waited for with s_wait_kmcnt / s_wait_loadcnt.
-	.amdgcn_target "amdgcn-amd-amdhsa--gfx1201"
+;%endif
+	.amdgcn_target "amdgcn-amd-amdhsa--@ARCH@"
 	.amdhsa_code_object_version 6
 	.text
 	.protected fp8cvt
@@ -30,30 +59,43 @@
 	.p2align 8
 	.type fp8cvt,@function
 fp8cvt:
-	s_load_b256 s[4:11], s[0:1], 0x0
+	s_load_dwordx8 s[4:11], s[0:1], 0x0
 	v_lshlrev_b32_e32 v1, 2, v0
 	v_lshlrev_b32_e32 v2, 6, v0
-	s_wait_kmcnt 0x0
-	global_load_b32 v3, v1, s[4:5]
-	global_load_b32 v4, v1, s[6:7]
-	global_load_b32 v5, v1, s[8:9]
+	s_waitcnt lgkmcnt(0)
+	global_load_dword v3, v1, s[4:5]
+	global_load_dword v4, v1, s[6:7]
+	global_load_dword v5, v1, s[8:9]
 	v_mov_b32_e32 v18, 0x5a5a5a5a
 	v_mov_b32_e32 v19, 0x5a5a5a5a
-	s_wait_loadcnt 0x0
+	s_waitcnt vmcnt(0)
 	v_cvt_pk_f32_fp8_e32 v[6:7], v5
-	v_cvt_pk_f32_fp8_e64 v[8:9], v5 op_sel:[1,0]
+	v_cvt_pk_f32_fp8_sdwa v[8:9], v5 src0_sel:WORD_1
 	v_cvt_pk_f32_bf8_e32 v[10:11], v5
-	v_cvt_pk_f32_bf8_e64 v[12:13], v5 op_sel:[1,0]
+	v_cvt_pk_f32_bf8_sdwa v[12:13], v5 src0_sel:WORD_1
+;%if gfx942
+	v_cvt_f32_fp8_sdwa v14, v5 src0_sel:BYTE_0
+;%else
 	v_cvt_f32_fp8_e32 v14, v5
-	v_cvt_f32_fp8_e64 v15, v5 byte_sel:1
-	v_cvt_f32_fp8_e64 v16, v5 byte_sel:2
-	v_cvt_f32_fp8_e64 v17, v5 byte_sel:3
+;%endif
+	v_cvt_f32_fp8_sdwa v15, v5 src0_sel:BYTE_1
+	v_cvt_f32_fp8_sdwa v16, v5 src0_sel:BYTE_2
+	v_cvt_f32_fp8_sdwa v17, v5 src0_sel:BYTE_3
 	v_cvt_pk_fp8_f32 v18, v3, v4
 	v_cvt_pk_bf8_f32 v19, v3, v4 op_sel:[0,0,1]
-	global_store_b128 v2, v[6:9], s[10:11]
-	global_store_b128 v2, v[10:13], s[10:11] offset:16
-	global_store_b128 v2, v[14:17], s[10:11] offset:32
-	global_store_b64 v2, v[18:19], s[10:11] offset:48
+;%if gfx942
+;%else
+	s_mov_b32 s12, 0xbf400000
+	v_cvt_scalef32_pk_f32_fp8 v[20:21], v5, s12 op_sel:[1,0,0]
+;%endif
+	global_store_dwordx4 v2, v[6:9], s[10:11]
+	global_store_dwordx4 v2, v[10:13], s[10:11] offset:16
+	global_store_dwordx4 v2, v[14:17], s[10:11] offset:32
+;%if gfx942
+	global_store_dwordx2 v2, v[18:19], s[10:11] offset:48
+;%else
+	global_store_dwordx4 v2, v[18:21], s[10:11] offset:48
+;%endif
 	s_endpgm
 .Lfp8cvt_end:
 	.size fp8cvt, .Lfp8cvt_end-fp8cvt
@@ -63,17 +105,17 @@ fp8cvt:
 	.p2align 8
 	.type fp8cvt_sat,@function
 fp8cvt_sat:
-	s_load_b128 s[4:7], s[0:1], 0x0
-	s_load_b64 s[8:9], s[0:1], 0x10
+	s_load_dwordx4 s[4:7], s[0:1], 0x0
+	s_load_dwordx2 s[8:9], s[0:1], 0x10
 	v_lshlrev_b32_e32 v1, 2, v0
-	s_wait_kmcnt 0x0
-	global_load_b32 v2, v1, s[4:5]
-	global_load_b32 v3, v1, s[6:7]
+	s_waitcnt lgkmcnt(0)
+	global_load_dword v2, v1, s[4:5]
+	global_load_dword v3, v1, s[6:7]
 	v_mov_b32_e32 v4, 0
-	s_wait_loadcnt 0x0
+	s_waitcnt vmcnt(0)
 	v_cvt_pk_fp8_f32 v4, v2, v3
 	v_cvt_pk_bf8_f32 v4, v2, v3 op_sel:[0,0,1]
-	global_store_b32 v1, v4, s[8:9]
+	global_store_dword v1, v4, s[8:9]
 	s_endpgm
 .Lfp8cvt_sat_end:
 	.size fp8cvt_sat, .Lfp8cvt_sat_end-fp8cvt_sat
@@ -85,9 +127,15 @@ fp8cvt_sat:
 		.amdhsa_user_sgpr_count 2
 		.amdhsa_user_sgpr_kernarg_segment_ptr 1
 		.amdhsa_system_sgpr_workgroup_id_x 1
-		.amdhsa_wavefront_size32 1
+;%if gfx942
 		.amdhsa_next_free_vgpr 20
 		.amdhsa_next_free_sgpr 12
+		.amdhsa_accum_offset 20
+;%else
+		.amdhsa_next_free_vgpr 22
+		.amdhsa_next_free_sgpr 13
+		.amdhsa_accum_offset 24
+;%endif
 		.amdhsa_float_denorm_mode_32 3
 		.amdhsa_float_denorm_mode_16_64 3
 	.end_amdhsa_kernel
@@ -98,9 +146,9 @@ fp8cvt_sat:
 		.amdhsa_user_sgpr_count 2
 		.amdhsa_user_sgpr_kernarg_segment_ptr 1
 		.amdhsa_system_sgpr_workgroup_id_x 1
-		.amdhsa_wavefront_size32 1
 		.amdhsa_next_free_vgpr 5
 		.amdhsa_next_free_sgpr 10
+		.amdhsa_accum_offset 8
 		.amdhsa_float_denorm_mode_32 3
 		.amdhsa_float_denorm_mode_16_64 3
 		.amdhsa_fp16_overflow 1
@@ -109,7 +157,7 @@ fp8cvt_sat:
 	.amdgpu_metadata
 ---
 amdhsa.version: [ 1, 2 ]
-amdhsa.target: amdgcn-amd-amdhsa--gfx1201
+amdhsa.target: amdgcn-amd-amdhsa--@ARCH@
 amdhsa.kernels:
   - .name: fp8cvt
     .symbol: fp8cvt.kd
@@ -117,15 +165,19 @@ amdhsa.kernels:
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 0
     .private_segment_fixed_size: 0
-    .wavefront_size: 32
+    .wavefront_size: 64
+;%if gfx942
     .sgpr_count: 14
     .vgpr_count: 20
+;%else
+    .sgpr_count: 15
+    .vgpr_count: 22
+;%endif
     .agpr_count: 0
     .sgpr_spill_count: 0
     .vgpr_spill_count: 0
     .max_flat_workgroup_size: 256
     .uniform_work_group_size: 1
-    .workgroup_processor_mode: 1
     .args:
       - { .name: x, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global }
       - { .name: y, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global }
@@ -137,7 +189,7 @@ amdhsa.kernels:
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 0
     .private_segment_fixed_size: 0
-    .wavefront_size: 32
+    .wavefront_size: 64
     .sgpr_count: 12
     .vgpr_count: 5
     .agpr_count: 0
@@ -145,7 +197,6 @@ amdhsa.kernels:
     .vgpr_spill_count: 0
     .max_flat_workgroup_size: 256
     .uniform_work_group_size: 1
-    .workgroup_processor_mode: 1
     .args:
       - { .name: x, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global }
       - { .name: y, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global }
