@@ -9,6 +9,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .errors import (  # noqa: E402
+    CaptureError,
     CodeObjectError,
     DeviceMismatchError,
     HipRuntimeError,
@@ -21,6 +22,12 @@ from .errors import (  # noqa: E402
 
 
 def __getattr__(name: str):  # lazy: keep `import hipskinny` light (build_scripts imports it too)
+    value = _lazy(name)
+    globals()[name] = value     # found once: later lookups are plain attribute reads (ops are hot)
+    return value
+
+
+def _lazy(name: str):
     if name in ("gemv", "gemv_reference"):
         from .ops import gemv as _gemv
 
@@ -33,6 +40,10 @@ def __getattr__(name: str):  # lazy: keep `import hipskinny` light (build_script
         from .capability import probe
 
         return probe
+    if name == "reserve":
+        from .scratch import reserve
+
+        return reserve
     if name in ("use_device", "on_device", "current_device"):
         from . import devices
 
@@ -40,8 +51,12 @@ def __getattr__(name: str):  # lazy: keep `import hipskinny` light (build_script
     raise AttributeError(f"module 'hipskinny' has no attribute {name!r}")
 
 
+from . import torch_ops as _torch_ops  # noqa: E402
+
+_torch_ops.install()   # torch.ops.hipskinny.*: now if torch is imported, else right after it is
+
 __all__ = [
-    "CodeObjectError", "DeviceMismatchError", "HipRuntimeError", "HipSkinnyError", "InputTypeError",
+    "CaptureError", "CodeObjectError", "DeviceMismatchError", "HipRuntimeError", "HipSkinnyError", "InputTypeError",
     "InputValueError", "KernelArgumentError", "UnsupportedArchError", "__version__", "current_device",
-    "gemv", "gemv_reference", "on_device", "probe", "skinny_gemm", "skinny_gemm_reference", "use_device",
+    "gemv", "gemv_reference", "on_device", "probe", "reserve", "skinny_gemm", "skinny_gemm_reference", "use_device",
 ]

@@ -51,3 +51,8 @@ class EmulatorError(HipSkinnyError, RuntimeError):
 class EmulatorFault(EmulatorError):
     """A kernel running on the emulator accessed memory outside every allocation
     (the emulator's equivalent of a GPU memory fault)."""
+
+
+class CaptureError(HipSkinnyError, RuntimeError):
+    """A call needed something a HIP graph capture forbids (allocation, copy, synchronization):
+    warm up and `hipskinny.reserve` before capturing."""

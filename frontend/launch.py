@@ -8,6 +8,8 @@ shape, so a repeated call only writes the explicit values into a copy of it.
 
 from __future__ import annotations
 
+import struct
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -114,6 +116,27 @@ def _encode(a: ExplicitArg, v: Any, kernel: str) -> bytes:
     return (v % hi).to_bytes(a.size, "little")
 
 
+# struct codes of the explicit arguments the kernels take: (value_kind, size) -> code.
+_STRUCT_CODES = {("global_buffer", 8): "Q", ("by_value", 8): "q", ("by_value", 4): "i",
+                 ("by_value", 2): "h", ("by_value", 1): "b"}
+
+
+def explicit_struct(packer: ArgPacker) -> struct.Struct:
+    """One `struct.Struct` that writes every explicit argument at its metadata offset, so a launch
+    packs its values with a single ``pack_into`` (padding bytes between arguments are zero)."""
+    fmt, pos = ["<"], 0
+    for a in sorted(packer.explicit, key=lambda a: a.offset):
+        code = _STRUCT_CODES.get((a.kind, a.size))
+        if code is None or a.offset < pos:
+            raise KernelArgumentError(f"kernel {packer.kernel_name}: argument {a.name} ({a.kind}, {a.size} bytes at "
+                                      f"offset {a.offset}) cannot be packed by hipskinny")
+        if a.offset > pos:
+            fmt.append(f"{a.offset - pos}x")
+        fmt.append(code)
+        pos = a.offset + a.size
+    return struct.Struct("".join(fmt))
+
+
 @dataclass(frozen=True)
 class LaunchPlan:
     """Everything about one launch that depends only on the shapes, not the pointers."""
@@ -125,6 +148,7 @@ class LaunchPlan:
     shared_mem: int
     template: bytes           # kernarg buffer with hidden arguments filled
     info: dict[str, Any]      # op-specific facts (chosen config) for tests and benchmarks
+    args: struct.Struct       # packs the explicit arguments in one call (see `explicit_struct`)
 
     def kernarg(self, values: Sequence[Any]) -> bytes:
         buf = bytearray(self.template)
@@ -142,29 +166,33 @@ def make_plan(function: Any, kernel_meta: Any, grid: tuple[int, int, int], block
         raise KernelArgumentError(f"kernel {kernel_meta.name}: block of {threads} threads exceeds its "
                                   f"launch bound of {limit}")
     return LaunchPlan(function, packer, grid, block, shared_mem,
-                      bytes(packer.hidden_block(grid, block, shared_mem)), info or {})
+                      bytes(packer.hidden_block(grid, block, shared_mem)), info or {}, explicit_struct(packer))
 
 
 class PlanCache:
-    """A small LRU of launch plans keyed by everything that decides them."""
+    """A small LRU of launch plans keyed by everything that decides them (thread-safe)."""
 
     def __init__(self, maxsize: int = 256) -> None:
         self.maxsize = maxsize
         self._plans: OrderedDict[Hashable, LaunchPlan] = OrderedDict()
+        self._lock = threading.Lock()
         self.misses = 0
 
     def get(self, key: Hashable, build: Callable[[], LaunchPlan]) -> LaunchPlan:
-        plan = self._plans.get(key)
-        if plan is not None:
-            self._plans.move_to_end(key)
-            return plan
-        self.misses += 1
-        plan = build()
-        self._plans[key] = plan
-        if len(self._plans) > self.maxsize:
-            self._plans.popitem(last=False)
+        with self._lock:
+            plan = self._plans.get(key)
+            if plan is not None:
+                self._plans.move_to_end(key)
+                return plan
+            self.misses += 1
+        plan = build()          # outside the lock: building may load a module (slow, takes other locks)
+        with self._lock:
+            plan = self._plans.setdefault(key, plan)
+            if len(self._plans) > self.maxsize:
+                self._plans.popitem(last=False)
         return plan
 
     def clear(self) -> None:
-        self._plans.clear()
+        with self._lock:
+            self._plans.clear()
 

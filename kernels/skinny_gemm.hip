@@ -49,6 +49,8 @@
 // workgroup (hsaco/manifest.json has the per-kernel counts; tests/test_skinny_gemm.py
 // asserts them).
 #include "hipskinny/common.h"
+#include "hipskinny/loads.h"
+#include "hipskinny/reduce.h"
 
 namespace {
 
@@ -56,72 +58,7 @@ constexpr int kThreads = 256;
 constexpr int kWaves = kThreads / hs::kWave;
 constexpr int kInFlight = 4;  // 16-byte weight loads per lane per unrolled step
 
-// The first `count` (1..7) elements at p, zero-extended to a 16-byte chunk; nothing at or
-// past p + count is read.
-__device__ inline hs::u32x4 load_partial(const uint16_t* p, int count) {
-  uint32_t d[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-  for (int e = 0; e < 8; ++e)
-    if (e < count) d[e >> 1] |= (uint32_t)p[e] << (16 * (e & 1));
-  return hs::u32x4{d[0], d[1], d[2], d[3]};
-}
-
 constexpr int pow2_at_least(int n) { return n <= 1 ? 1 : 2 * pow2_at_least((n + 1) / 2); }
-
-// v from lane (lane ^ D). Permutations only (every source lane exists).
-template <int D>
-__device__ inline float xor_lane(float v) {
-  const int i = __builtin_bit_cast(int, v);
-  int r;
-  if constexpr (D == 1) {
-    r = __builtin_amdgcn_update_dpp(0, i, 0xB1, 0xf, 0xf, true);  // quad_perm [1,0,3,2]
-  } else if constexpr (D == 2) {
-    r = __builtin_amdgcn_update_dpp(0, i, 0x4E, 0xf, 0xf, true);  // quad_perm [2,3,0,1]
-#if HS_GFX9
-  } else if constexpr (D == 4) {  // row_half_mirror (lane ^ 7), then quad_perm [3,2,1,0] (^ 3)
-    r = __builtin_amdgcn_update_dpp(0, __builtin_amdgcn_update_dpp(0, i, 0x141, 0xf, 0xf, true), 0x1B, 0xf, 0xf, true);
-  } else if constexpr (D == 8) {  // row_mirror (lane ^ 15), then row_half_mirror (^ 7)
-    r = __builtin_amdgcn_update_dpp(0, __builtin_amdgcn_update_dpp(0, i, 0x140, 0xf, 0xf, true), 0x141, 0xf, 0xf, true);
-  } else if constexpr (D == 16) {
-    r = __builtin_amdgcn_ds_swizzle(i, 0x401f);  // bit mode, xor_mask 16 within 32 lanes
-  } else {
-    static_assert(D == 32, "wave64 lanes");
-    r = __builtin_amdgcn_ds_bpermute(4 * ((int)(threadIdx.x % hs::kWave) ^ 32), i);
-#else
-  } else if constexpr (D == 4 || D == 8) {
-    r = __builtin_amdgcn_update_dpp(0, i, 0x160 + D, 0xf, 0xf, true);  // row_xmask:D
-  } else {
-    static_assert(D == 16, "wave32 lanes");
-    r = __builtin_amdgcn_permlanex16(i, i, 0x76543210u, 0xfedcba98u, false, false);  // other row, same lane
-#endif
-  }
-  return __builtin_bit_cast(float, r);
-}
-
-// Sum P values over the wave, leaving value j in lanes [j * wave / P, (j + 1) * wave / P).
-// Every step pairs lane l with l ^ D for D = wave/2, ..., 1 (the xor butterfly); the
-// first log2(P) steps also halve the values each lane keeps (it keeps the half its bit
-// D selects and sends the other). Each output is therefore the same butterfly tree over
-// the same lane partials whatever P is, so the result does not depend on N or YTILE.
-template <int D, int P>
-__device__ inline float reduce_scatter(float* v, int lane) {
-  if constexpr (D == 0) {
-    return v[0];
-  } else if constexpr (P > 1) {
-    constexpr int H = P / 2;
-    const bool upper = (lane & D) != 0;
-#pragma unroll
-    for (int i = 0; i < H; ++i) {
-      const float send = upper ? v[i] : v[i + H];
-      const float keep = upper ? v[i + H] : v[i];
-      v[i] = keep + xor_lane<D>(send);
-    }
-    return reduce_scatter<D / 2, H>(v, lane);
-  } else {
-    v[0] = v[0] + xor_lane<D>(v[0]);
-    return reduce_scatter<D / 2, 1>(v, lane);
-  }
-}
 
 // Copy x[:, k0 : k0 + len] into LDS rows of kc / 8 chunks (zero past column K).
 template <int N>
@@ -133,7 +70,7 @@ __device__ void stage(hs::u32x4* xs, const uint16_t* __restrict__ x, int64_t x_s
     for (int c = threadIdx.x; c < chunks; c += kThreads) {
       const int k = k0 + 8 * c;
       const uint16_t* src = x + n * x_stride + k;
-      xs[n * row_chunks + c] = (k + 8 <= K) ? hs::load16(src) : load_partial(src, K - k);
+      xs[n * row_chunks + c] = (k + 8 <= K) ? hs::load16(src) : hs::load_partial(src, K - k);
     }
   }
 }
@@ -180,7 +117,7 @@ __device__ inline void accumulate(float (&acc)[N][YTILE], const hs::u32x4* xs,
   if ((len & 7) != 0 && c == full) {
     hs::u32x4 wv[1][YTILE];
 #pragma unroll
-    for (int r = 0; r < YTILE; ++r) wv[0][r] = load_partial(wrow[r] + k0 + 8 * c, K - (k0 + 8 * c));
+    for (int r = 0; r < YTILE; ++r) wv[0][r] = hs::load_partial(wrow[r] + k0 + 8 * c, K - (k0 + 8 * c));
     step<T, N, YTILE, 1>(acc, wv, xs, row_chunks, c);
   }
 }
@@ -232,7 +169,7 @@ __device__ void skinny_gemm(const uint16_t* __restrict__ x, const uint16_t* __re
       float v[P];
 #pragma unroll
       for (int j = 0; j < P; ++j) v[j] = j < N * YTILE ? acc[j / YTILE][j % YTILE] : 0.0f;
-      float mine = reduce_scatter<hs::kWave / 2, P>(v, lane);
+      float mine = hs::reduce_scatter<hs::kWave / 2, P>(v, lane);
       constexpr int kGroup = hs::kWave / P;
       const int j = lane / kGroup, n = j / YTILE, row = m0 + j % YTILE;
       if (lane % kGroup == 0 && j < N * YTILE && row < M) {

@@ -42,6 +42,7 @@
 // are zero in LDS and not loaded from W (K must be a multiple of 8: the op pads host
 // inputs and requires it of device tensors); tokens past N are zero in LDS and never written.
 #include "hipskinny/common.h"
+#include "hipskinny/loads.h"
 
 namespace {
 
@@ -129,11 +130,6 @@ __device__ inline int result_row(int lane, int r) {
 #endif
 }
 
-// W[row, k .. k + 7], zero at and past column K (a multiple of 8).
-__device__ inline hs::u32x4 load_w_tail(const uint16_t* row, int k, int K) {
-  return k < K ? hs::load16_stream(row + k) : hs::u32x4{0u, 0u, 0u, 0u};
-}
-
 // LDS slot of x's 16-byte chunk c of token n: rows of KC / 8 chunks, the chunk index
 // xor-ed with n % 16 so that 16 lanes reading one chunk of 16 tokens hit 16 different
 // 16-byte bank groups.
@@ -192,7 +188,7 @@ __device__ inline void group(accv (&acc)[kTiles][NT], const hs::u32x4* xs, const
   for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
     for (int t = 0; t < kTiles; ++t)
-      wv[u][t] = TAIL ? load_w_tail(wrow[t], kl + u * kStep, K) : hs::load16_stream(wrow[t] + kl + u * kStep);
+      wv[u][t] = TAIL ? hs::load16_stream_or_zero(wrow[t], kl + u * kStep, K) : hs::load16_stream(wrow[t] + kl + u * kStep);
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     frag b[kTiles];

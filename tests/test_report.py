@@ -35,7 +35,11 @@ def test_report_check_mode(tmp_path):
     assert shipped == {(r["family"], r["arch"]) for r in ok}
     assert any(r["linearity"] is not None for r in ok)
     assert {"gemv", "skinny_gemm"} <= set(rep["python_overhead"]["families"])
+    cases = rep["python_overhead"]["cases"]           # per-call cost through HipDevice on the fake runtime
+    assert {"skinny_gemm_torch_out", "skinny_gemm_dlpack_out", "skinny_gemm_numpy_no_copies"} <= set(cases)
+    assert all(v > 0 for v in cases.values()) and rep["python_overhead"]["torch_add_us"] > 0
     text = md.read_text()
+    assert "## Per-call cost" in text and "present_cpu_torch_as_gpu" in text
     assert "not measured" in text or "none was measured on a GPU" in text
 
 

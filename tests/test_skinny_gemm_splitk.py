@@ -155,10 +155,13 @@ def test_deterministic_across_calls_schedules_and_cu_counts(arch):
         fast = hipskinny.skinny_gemm(x, w, deterministic=False)
         assert op.plan_info(dev, np.float16, n, m, k, deterministic=False)["kernel"].endswith("_atomic")
         assert not _pool_bytes(dev, "skinny_gemm.counters").any()
-        assert not _pool_bytes(dev, "skinny_gemm.partials").any()
+        assert not _pool_bytes(dev, "skinny_gemm.atomic_slices").any()
         again = hipskinny.skinny_gemm(x, w, deterministic=False)   # clean scratch: same bound again
+        hipskinny.skinny_gemm(x, w)                          # leaves its partials as written ...
+        after = hipskinny.skinny_gemm(x, w, deterministic=False)   # ... which the atomic slices are not
     assert_bound(fast, x, w)
     assert_bound(again, x, w)
+    assert_bound(after, x, w)
 
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)

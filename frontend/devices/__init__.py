@@ -6,6 +6,11 @@ torch CPU, host DLPack) run on the *current device*: the one chosen with
 ``"emulator:gfx942"``), else HIP device 0 when a GPU is present, else the
 emulator (for the arch in ``HIPSKINNY_EMULATED_ARCH``, default gfx942) when it is
 available.
+
+The choice is per thread, like HIP's current device: `use_device` and `on_device` in one thread
+do not move another thread's host inputs. The default is found on first use and kept (probing
+HIP on every call would cost microseconds); ``use_device(None)`` forgets it, so a GPU that
+appeared since (a driver loaded, ``HIP_VISIBLE_DEVICES`` changed) is found on the next call.
 """
 
 from __future__ import annotations
@@ -21,10 +26,10 @@ from ..errors import PROBE_HINT, HipRuntimeError, HipSkinnyError
 from .base import Device, DeviceProperties
 
 __all__ = ["Device", "DeviceProperties", "current_device", "emulator_available", "hip_device", "on_device",
-           "use_device"]
+           "selection", "use_device"]
 
-_lock = threading.Lock()
-_selected: Device | None = None
+_lock = threading.RLock()
+_local = threading.local()                  # .selected: this thread's choice
 _default: Device | None = None      # found once: probing HIP on every call would cost microseconds
 _hip_devices: dict[int, Device] = {}
 _emulated: dict[tuple[str, int | None], Device] = {}
@@ -37,13 +42,20 @@ def emulator_available() -> bool:
 
 def hip_device(ordinal: int = 0) -> Device:
     """The (cached) HipDevice for a GPU ordinal."""
-    with _lock:
-        dev = _hip_devices.get(ordinal)
-        if dev is None:
-            from .hip import HipDevice
-
-            dev = _hip_devices[ordinal] = HipDevice(ordinal)
+    dev = _hip_devices.get(ordinal)
+    if dev is not None:
         return dev
+    with _lock:
+        return _hip_device_unlocked(ordinal)
+
+
+def _hip_device_unlocked(ordinal: int) -> Device:
+    dev = _hip_devices.get(ordinal)
+    if dev is None:
+        from .hip import HipDevice
+
+        dev = _hip_devices[ordinal] = HipDevice(ordinal)
+    return dev
 
 
 def emulated_device(arch: str, num_cus: int | None = None) -> Device:
@@ -53,13 +65,21 @@ def emulated_device(arch: str, num_cus: int | None = None) -> Device:
         raise HipSkinnyError("the CPU emulator (hipskinny.emulator) is not part of this installation yet; "
                              "without it kernels can only run on a real AMD GPU. " + PROBE_HINT)
     with _lock:
-        key = (arch, num_cus)
-        dev = _emulated.get(key)
-        if dev is None:
-            from ..emulator import EmulatedDevice  # type: ignore[import-not-found]
+        return _emulated_unlocked(arch, num_cus)
 
-            dev = _emulated[key] = EmulatedDevice(arch, num_cus) if num_cus else EmulatedDevice(arch)
-        return dev
+
+def _emulated_unlocked(arch: str, num_cus: int | None) -> Device:
+    key = (arch, num_cus)
+    dev = _emulated.get(key)
+    if dev is None:
+        from ..emulator import EmulatedDevice  # type: ignore[import-not-found]
+
+        dev = _emulated[key] = EmulatedDevice(arch, num_cus) if num_cus else EmulatedDevice(arch)
+    return dev
+
+
+def _parse_unlocked(spec: str) -> Device:
+    return parse_device(spec)   # the lock is re-entrant
 
 
 def parse_device(spec: str | Device) -> Device:
@@ -79,42 +99,62 @@ def parse_device(spec: str | Device) -> Device:
 
 
 def use_device(spec: str | Device | None) -> Device | None:
-    """Select the device host inputs run on (None restores the default); returns it."""
-    global _selected
-    _selected = None if spec is None else parse_device(spec)
-    return _selected
+    """Select the device this thread's host inputs run on; returns it. ``None`` restores the
+    default and makes hipskinny look for it again on the next call."""
+    global _default
+    if spec is None:
+        _local.selected = None
+        with _lock:
+            _default = None
+        return None
+    _local.selected = parse_device(spec)
+    return _local.selected
 
 
 @contextmanager
 def on_device(spec: str | Device) -> Iterator[Device]:
-    """Run host inputs on `spec` inside a ``with`` block, then restore the previous choice."""
-    global _selected
-    previous = _selected
-    _selected = parse_device(spec)
+    """Run this thread's host inputs on `spec` inside a ``with`` block, then restore its previous choice."""
+    previous = getattr(_local, "selected", None)
+    _local.selected = parse_device(spec)
     try:
-        yield _selected
+        yield _local.selected
     finally:
-        _selected = previous
+        _local.selected = previous
+
+
+def selection() -> Device | None:
+    """This thread's chosen device, else the default if it has been found: never probes, never raises
+    (ops put it in the signature of host calls)."""
+    return getattr(_local, "selected", None) or _default
 
 
 def current_device() -> Device:
-    if _selected is not None:
-        return _selected
-    global _default
+    selected = getattr(_local, "selected", None)
+    if selected is not None:
+        return selected
     if _default is not None:
         return _default
+    with _lock:
+        if _default is None:
+            _find_default()
+        assert _default is not None
+        return _default
+
+
+def _find_default() -> None:
+    global _default
     env = os.environ.get("HIPSKINNY_DEVICE")
     if env:
-        _default = parse_device(env)
-        return _default
+        _default = _parse_unlocked(env)
+        return
     from .hip import hip_runtime_status
 
     status = hip_runtime_status()
     if status.get("device_count", 0) > 0:
-        _default = hip_device(0)
-        return _default
+        _default = _hip_device_unlocked(0)
+        return
     if emulator_available():
-        _default = emulated_device(os.environ.get("HIPSKINNY_EMULATED_ARCH", "gfx942"))
-        return _default
+        _default = _emulated_unlocked(os.environ.get("HIPSKINNY_EMULATED_ARCH", "gfx942"), None)
+        return
     raise HipRuntimeError("no device to run on: " + (status.get("problem") or "no AMD GPU found")
                           + "; and the CPU emulator is not part of this installation. " + PROBE_HINT)

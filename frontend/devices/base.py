@@ -8,10 +8,18 @@ scratch pool, which calls `alloc` only when it has to grow.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..arch import ArchInfo, arch_info
+
+if TYPE_CHECKING:
+    from ..launch import LaunchPlan
+
+# A prepared launch: ``launch(pointers, tail, stream)`` packs the explicit arguments -- the first
+# ``len(pointers)`` of them from ``pointers``, the rest from ``tail`` -- and launches.
+Launcher = Callable[[Sequence[int], tuple, int], None]
 
 
 @dataclass(frozen=True)
@@ -36,7 +44,10 @@ class Device(ABC):
 
     @property
     def arch(self) -> ArchInfo:
-        return arch_info(self.properties.gcn_arch_name)
+        info = self.__dict__.get("_arch_info")
+        if info is None:   # parsed once per device: callers read it on every plan
+            info = self.__dict__["_arch_info"] = arch_info(self.properties.gcn_arch_name)
+        return info
 
     @property
     def label(self) -> str:
@@ -77,3 +88,21 @@ class Device(ABC):
 
     @abstractmethod
     def synchronize(self, stream: int = 0) -> None: ...
+
+    def launcher(self, plan: LaunchPlan) -> Launcher:
+        """A prepared launch of ``plan``: everything that does not change between calls (function,
+        grid, block, hidden arguments) is checked and fixed once; a call packs the explicit values."""
+        function, grid, block, shared_mem = plan.function, plan.grid, plan.block, plan.shared_mem
+        template, pack = plan.template, plan.args.pack_into
+        plan.packer.pack_into(bytearray(template), [0] * len(plan.packer.explicit))  # arity checked once
+
+        def launch(pointers: Sequence[int], tail: tuple, stream: int = 0) -> None:
+            buf = bytearray(template)
+            pack(buf, 0, *pointers, *tail)
+            self.launch(function, grid, block, bytes(buf), shared_mem, stream)
+
+        return launch
+
+    def is_capturing(self, stream: int = 0) -> bool:
+        """Is ``stream`` being captured into a graph? (Devices without graphs: never.)"""
+        return False

@@ -62,9 +62,11 @@ REQUIRED_SYMBOLS: tuple[str, ...] = (
     "hipRuntimeGetVersion", "hipGetDeviceCount", "hipGetDevicePropertiesR0600", "hipGetDevice",
     "hipSetDevice", "hipMalloc", "hipFree", "hipMemcpyAsync", "hipMemsetAsync", "hipModuleLoadData",
     "hipModuleGetFunction", "hipModuleLaunchKernel", "hipStreamSynchronize", "hipGetErrorString",
+    "hipStreamIsCapturing",
 )
 
 _ERR_NO_DEVICE = 100  # hipErrorNoDevice
+_ERR_CAPTURE_IMPLICIT = 906  # hipErrorStreamCaptureImplicit
 
 
 # -- hip-python access ---------------------------------------------------------------------------
@@ -134,13 +136,16 @@ def _call(hip_module: Any, name: str, *args: Any, what: str | None = None) -> An
         result = (result,)
     err, outputs = result[0], result[1:]
     if int(err) != 0:
-        err_name = getattr(err, "name", f"hipError {int(err)}")
-        raise _hip_error(
-            f"{label} failed: {err_name} ({int(err)}): {_error_text(hip_module, err)}. {PROBE_HINT}",
-            label, int(err), err_name)
+        raise _failed(hip_module, label, err)
     if not outputs:
         return None
     return outputs[0] if len(outputs) == 1 else outputs
+
+
+def _failed(hip_module: Any, label: str, err: Any) -> HipRuntimeError:
+    err_name = getattr(err, "name", f"hipError {int(err)}")
+    return _hip_error(f"{label} failed: {err_name} ({int(err)}): {_error_text(hip_module, err)}. {PROBE_HINT}",
+                      label, int(err), err_name)
 
 
 def _raw_properties(hip_module: Any, ordinal: int) -> Any:
@@ -421,6 +426,7 @@ class HipFunction:
     handle: int
     name: str
     module: HipModule = field(repr=False)
+    raw: Any = field(repr=False, default=None)          # hip-python's handle object: no conversion per launch
     launch_label: str = field(init=False, repr=False)  # built once: launches are the hot path
 
     def __post_init__(self) -> None:
@@ -498,12 +504,17 @@ class _LaunchConfig:
 
     Reused across launches (building it costs more than the rest of the Python side); safe because
     the runtime copies the arguments during the call, and per thread because calls may overlap.
+    ``extra`` is the same array already wrapped in hip-python's own argument type when it has one,
+    so hip-python does not convert it on every launch.
     """
 
-    def __init__(self, markers: tuple[int, int, int], capacity: int = 512) -> None:
+    def __init__(self, markers: tuple[int, int, int], capacity: int = 512, template: bytes = b"") -> None:
         self.markers = markers
         self.size = ctypes.c_size_t(0)
-        self.grow(capacity)
+        self.grow(max(capacity, len(template)))
+        if template:
+            ctypes.memmove(self.buf, template, len(template))
+            self.size.value = len(template)
 
     def grow(self, capacity: int) -> None:
         self.capacity = capacity
@@ -511,6 +522,7 @@ class _LaunchConfig:
         pointer, size, end = self.markers
         self.config = (ctypes.c_void_p * 5)(pointer, ctypes.addressof(self.buf), size,
                                             ctypes.addressof(self.size), end)
+        self.extra = _wrap_extra(self.config)
 
     def fill(self, kernarg: bytes) -> Any:
         n = len(kernarg)
@@ -519,6 +531,50 @@ class _LaunchConfig:
         ctypes.memmove(self.buf, kernarg, n)
         self.size.value = n
         return self.config
+
+
+def _wrap_extra(config: Any) -> Any:
+    """``config`` in hip-python's ``extra`` argument type (10.x and 7.x name it differently), or
+    ``config`` itself when this hip-python has no such type (it then converts on every call)."""
+    for module in ("rocm.bindings._hip_helpers", "hip._hip_helpers"):
+        try:
+            helpers = __import__(module, fromlist=["HipModuleLaunchKernel_extra"])
+            return helpers.HipModuleLaunchKernel_extra(config)
+        except Exception:  # noqa: BLE001 - not this generation's layout: try the next, else the plain array
+            continue
+    return config
+
+
+class _StreamObjects:
+    """hip-python stream objects by handle, built once each (an int is converted on every call)."""
+
+    def __init__(self, hip_module: Any) -> None:
+        self._make = getattr(getattr(hip_module, "ihipStream_t", None), "fromObj", None)
+        self._objects: dict[int, Any] = {}
+        self.get = self._objects.get
+
+    def add(self, stream: int) -> Any:
+        handle = _stream(stream)
+        obj: Any = handle
+        if self._make is not None:
+            try:
+                obj = self._make(handle)
+            except Exception:  # noqa: BLE001 - fall back to the int, which hip-python converts itself
+                obj = handle
+        if len(self._objects) > 1024:  # streams come and go: do not keep every handle ever seen
+            self._objects.clear()
+        self._objects[handle] = obj
+        return obj
+
+
+_streams_by_module: dict[int, _StreamObjects] = {}
+
+
+def _stream_objects(hip_module: Any) -> _StreamObjects:
+    found = _streams_by_module.get(id(hip_module))
+    if found is None:
+        found = _streams_by_module[id(hip_module)] = _StreamObjects(hip_module)
+    return found
 
 
 _thread_state = threading.local()
@@ -684,7 +740,7 @@ class HipDevice(Device):
                         what=f"hipModuleGetFunction({name!r})")  # bytes: 7.x rejects str names
         finally:
             self._leave(hip_module, previous)
-        return HipFunction(handle=int(raw), name=name, module=module)
+        return HipFunction(handle=int(raw), name=name, module=module, raw=raw)
 
     def launch(self, function: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
                kernarg: bytes, shared_mem: int = 0, stream: int = 0) -> None:
@@ -709,6 +765,73 @@ class HipDevice(Device):
                   shared_mem, stream, None, config, what=function.launch_label)
         finally:
             self._leave(hip_module, previous)
+
+    def launcher(self, plan: Any) -> Any:
+        """A prepared launch of ``plan`` (see `Device.launcher`): function, grid, block and shared
+        memory are checked once; each thread gets its own kernarg buffer with the hidden
+        arguments already in place, and hip-python's argument objects (the ``extra`` array, the
+        function, the stream) are built once, so a launch costs one ``pack_into`` and one call."""
+        function = plan.function
+        if not isinstance(function, HipFunction):
+            raise InputTypeError(f"expected a function from HipDevice.get_function, got {type(function).__name__}")
+        if function.module.ordinal != self.ordinal:
+            raise DeviceMismatchError(f"{function.name} belongs to hip:{function.module.ordinal}, not {self.label}")
+        gx, gy, gz = _dims(plan.grid, "grid")
+        bx, by, bz = _dims(plan.block, "block")
+        shared_mem = plan.shared_mem
+        plan.packer.pack_into(bytearray(plan.template), [0] * len(plan.packer.explicit))  # arity, once
+        hip_module = self._ready()
+        launch_kernel = hip_module.hipModuleLaunchKernel
+        handle = function.raw if function.raw is not None else function.handle
+        label, template, pack = function.launch_label, plan.template, plan.args.pack_into
+        markers, local = self._launch_markers, threading.local()
+        streams = _stream_objects(hip_module)
+
+        def buffer() -> Any:
+            cfg = local.cfg = _LaunchConfig(markers, len(template), template)
+            return cfg
+
+        only_device = self._only_device
+
+        def launch(pointers: Any, tail: tuple, stream: int = 0) -> None:
+            cfg = local.__dict__.get("cfg") or buffer()
+            pack(cfg.buf, 0, *pointers, *tail)
+            st = streams.get(stream)
+            if st is None:
+                st = streams.add(stream)
+            if only_device:
+                err = launch_kernel(handle, gx, gy, gz, bx, by, bz, shared_mem, st, None, cfg.extra)[0]
+            else:
+                previous = self._enter(hip_module)
+                try:
+                    err = launch_kernel(handle, gx, gy, gz, bx, by, bz, shared_mem, st, None, cfg.extra)[0]
+                finally:
+                    self._leave(hip_module, previous)
+            if err:
+                raise _failed(hip_module, label, err)
+
+        return launch
+
+    def is_capturing(self, stream: int = 0) -> bool:
+        """``hipStreamIsCapturing``: is ``stream`` being captured into a HIP graph? A stream that the
+        runtime says may not be used while another stream captures (hipErrorStreamCaptureImplicit)
+        counts as capturing: nothing may be allocated, copied or synchronized on it either."""
+        hip_module = self._ready()
+        previous = self._enter(hip_module)
+        try:
+            result = hip_module.hipStreamIsCapturing(_stream(stream))
+        except RuntimeError as exc:  # hip-python's dlopen/dlsym failures
+            raise _loader_error("hipStreamIsCapturing", exc) from exc
+        except ValueError:   # a failure whose status hip-python could not read: assume the worst
+            return True
+        finally:
+            self._leave(hip_module, previous)
+        err = int(result[0])
+        if err == _ERR_CAPTURE_IMPLICIT:
+            return True
+        if err:
+            _call(hip_module, "hipStreamIsCapturing", stream)   # raises with the runtime's description
+        return int(result[1]) != 0
 
     def synchronize(self, stream: int = 0) -> None:
         stream = _stream(stream)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import threading
 from collections import deque
 from dataclasses import dataclass
 from importlib import resources
@@ -84,6 +85,7 @@ class EmulatedDevice(Device):
         self._queue = self.memory.alloc(256, "queue")
         self._kernarg = (0, 0)             # (address, capacity) reused across launches
         self._packet = self.memory.alloc(64, "dispatch packet")
+        self._launch_lock = threading.Lock()   # one launch at a time: kernarg and packet are shared
 
     @property
     def properties(self) -> DeviceProperties:
@@ -99,10 +101,12 @@ class EmulatedDevice(Device):
 
     # memory ---------------------------------------------------------------------
     def alloc(self, nbytes: int) -> int:
-        return self.memory.alloc(nbytes)
+        with self._launch_lock:
+            return self.memory.alloc(nbytes)
 
     def free(self, ptr: int) -> None:
-        self.memory.free(ptr)
+        with self._launch_lock:
+            self.memory.free(ptr)
 
     def copy_to_device(self, dst: int, src: Any, nbytes: int, stream: int = 0) -> None:
         self.memory.view(dst, nbytes)[:] = _host_bytes(src)[:nbytes]
@@ -133,6 +137,11 @@ class EmulatedDevice(Device):
 
     def launch(self, function: tuple[EmulatedModule, Kernel], grid: tuple[int, int, int],
                block: tuple[int, int, int], kernarg: bytes, shared_mem: int = 0, stream: int = 0) -> None:
+        with self._launch_lock:
+            self._launch(function, grid, block, kernarg, shared_mem)
+
+    def _launch(self, function: tuple[EmulatedModule, Kernel], grid: tuple[int, int, int],
+                block: tuple[int, int, int], kernarg: bytes, shared_mem: int) -> None:
         module, kernel = function
         if len(kernarg) < kernel.kernarg_segment_size:
             raise EmulatorError(f"kernel {kernel.name} needs {kernel.kernarg_segment_size} kernarg bytes, "

@@ -14,18 +14,21 @@ from typing import Any
 
 import numpy as np
 
-from .. import registry, scratch, tensors
-from ..devices import current_device, hip_device
+from .. import operands, registry, tensors
 from ..devices.base import Device
 from ..errors import InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
+from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
+from ..torch_ops import declare
 from ._common import check_16bit_dtypes
 
 FAMILY = "gemv"
 THREADS = 256
 ROWS_PER_GROUP = (8, 4, 2, 1)       # kernel variants, largest first
 _MAX_DIM = 2**31 - 1
+NAMES = ("x", "w", "bias", "out")
 _plans = PlanCache()
+_calls = operands.CallCache()
 
 
 def rows_per_group(m: int, cu_count: int) -> int:
@@ -45,18 +48,44 @@ def gemv(x: Any, w: Any, bias: Any = None, *, out: Any = None) -> Any:
     all on the same GPU. Returns ``[M]`` or ``[1, M]`` (following x) of the input dtype, in
     the container kind of x, or writes it into ``out`` (contiguous, same device) and returns it.
     """
-    xv, wv = tensors.view(x, "x"), tensors.view(w, "w")
-    bv = None if bias is None else tensors.view(bias, "bias")
-    ov = None if out is None else tensors.view(out, "out")
+    objs = (x, w, bias, out)
+    key, addresses = operands.signature(NAMES, objs)
+    call = _calls.get(key)
+    if call is None:
+        call = _calls.add(key, _bind(operands.gather("gemv", NAMES, objs)))
+    return call(objs, addresses)
+
+
+def _bind(ops: Operands) -> Any:
+    xv, wv, bv = ops["x"], ops["w"], ops["bias"]
+    assert xv is not None and wv is not None
     m, k, tag = _check_shapes(xv, wv, bv)
     out_shape = (m,) if len(xv.shape) == 1 else (1, m)
-    tensors.same_device([v for v in (xv, wv, bv, ov) if v is not None])
-    if ov is not None and (ov.shape != out_shape or ov.dtype != xv.dtype or not ov.is_contiguous or ov.readonly):
-        raise InputValueError(f"gemv: out must be a writable contiguous {xv.dtype} array of shape {out_shape}; "
-                              f"got {ov.dtype} {ov.shape}{' (read-only)' if ov.readonly else ''}")
-    if xv.on_host:
-        return _run_host(xv, wv, bv, ov, m, k, tag, out_shape)
-    return _run_device(xv, wv, bv, ov, m, k, tag, out_shape)
+    operands.check_out(ops, out_shape, xv.dtype)
+    device = ops.device
+    if ops.on_host:
+        w_stride = -(-k // 8) * 8       # staged rows padded to 16 bytes
+        launches = [] if m == 0 else [_launch(device, tag, m, k, w_stride)]
+        staged = [Staged("gemv.x", 1, k, k), Staged("gemv.w", m, k, w_stride),
+                  None if bv is None else Staged("gemv.bias", 1, m, m, optional=True)]
+        return HostCall(ops, launches, staged, out_shape=out_shape, out_dtype=xv.dtype, out_slot="gemv.y")
+    w_stride = wv.strides[0]
+    if m:
+        _require(xv.strides[-1] == 1 or k == 1, "x must be contiguous along K")
+        _require(wv.strides[1] == 1 or k == 1, "w must be contiguous along K (unit column stride)")
+        _require(w_stride >= k and w_stride % 8 == 0,
+                 f"w's row stride must be a multiple of 8 elements (16 bytes) and >= K; got {w_stride}")
+        if bv is not None:
+            _require(bv.strides[-1] == 1 or m == 1, "bias must be contiguous")
+    launches = [] if m == 0 else [_launch(device, tag, m, k, w_stride)]
+    return DeviceCall(ops, launches, out_shape=out_shape, out_dtype=xv.dtype, aligned=("x", "w") if m else (),
+                      align_message="x and w must start at 16-byte aligned addresses")
+
+
+def _launch(device: Device, tag: str, m: int, k: int, w_stride: int) -> Launch:
+    plan = _plan(device, tag, m, k, w_stride)
+    tail = (m, k, w_stride)
+    return Launch(device.launcher(plan), 4, tail)
 
 
 def _check_shapes(xv: tensors.TensorView, wv: tensors.TensorView,
@@ -90,66 +119,13 @@ def _plan(device: Device, tag: str, m: int, k: int, w_stride: int) -> LaunchPlan
     return _plans.get(key, build)
 
 
-def _launch(device: Device, plan: LaunchPlan, ptrs: tuple[int, int, int, int], m: int, k: int,
-            w_stride: int, stream: int) -> None:
-    kernarg = plan.kernarg((*ptrs, m, k, w_stride))
-    device.launch(plan.function, plan.grid, plan.block, kernarg, plan.shared_mem, stream)
-
-
-def _run_host(xv: tensors.TensorView, wv: tensors.TensorView, bv: tensors.TensorView | None,
-              ov: tensors.TensorView | None, m: int, k: int, tag: str, out_shape: tuple[int, ...]) -> Any:
-    device = current_device()
-    if m == 0:
-        return ov.obj if ov is not None else tensors.to_kind(np.empty(out_shape, xv.dtype), xv)
-    w_host = wv.host_array()
-    w_stride = -(-k // 8) * 8
-    if w_host.shape[1] != w_stride or not w_host.flags.c_contiguous:
-        padded = np.zeros((m, w_stride), dtype=w_host.dtype)   # rows padded to 16 bytes
-        padded[:, :k] = w_host
-        w_host = padded
-    x_host = np.ascontiguousarray(xv.host_array().reshape(k))
-    pool = scratch.pool(device, 0)
-    item = xv.itemsize
-    x_d = pool.buffer("gemv.x", max(k, 1) * item)
-    w_d = pool.buffer("gemv.w", w_host.nbytes)
-    y_d = pool.buffer("gemv.y", m * item)
-    device.copy_to_device(x_d, x_host, k * item)
-    device.copy_to_device(w_d, w_host, w_host.nbytes)
-    b_d = 0
-    if bv is not None:
-        b_host = np.ascontiguousarray(bv.host_array().reshape(m))
-        b_d = pool.buffer("gemv.bias", m * item)
-        device.copy_to_device(b_d, b_host, m * item)
-    _launch(device, _plan(device, tag, m, k, w_stride), (x_d, w_d, b_d, y_d), m, k, w_stride, 0)
-    y = ov.host_array() if ov is not None else np.empty(out_shape, dtype=xv.dtype)
-    device.copy_to_host(y, y_d, m * item)
-    device.synchronize(0)
-    return ov.obj if ov is not None else tensors.to_kind(y, xv)
-
-
-def _run_device(xv: tensors.TensorView, wv: tensors.TensorView, bv: tensors.TensorView | None,
-                ov: tensors.TensorView | None, m: int, k: int, tag: str, out_shape: tuple[int, ...]) -> Any:
-    device = hip_device(xv.device_id)
-    out, yv = (ov.obj, ov) if ov is not None else tensors.new_output(xv, out_shape, xv.dtype)
-    if m == 0:
-        return out
-    w_stride = wv.strides[0]
-    _require(xv.strides[-1] == 1 or k == 1, "x must be contiguous along K")
-    _require(wv.strides[1] == 1 or k == 1, "w must be contiguous along K (unit column stride)")
-    _require(w_stride >= k and w_stride % 8 == 0,
-             f"w's row stride must be a multiple of 8 elements (16 bytes) and >= K; got {w_stride}")
-    _require(xv.ptr % 16 == 0 and wv.ptr % 16 == 0, "x and w must start at 16-byte aligned addresses")
-    if bv is not None:
-        _require(bv.strides[-1] == 1 or m == 1, "bias must be contiguous")
-    stream = tensors.torch_current_stream(xv)
-    ptrs = (xv.ptr, wv.ptr, bv.ptr if bv is not None else 0, yv.ptr)
-    _launch(device, _plan(device, tag, m, k, w_stride), ptrs, m, k, w_stride, stream)
-    return out
-
-
 def _require(ok: bool, what: str) -> None:
-    if not ok:
-        raise InputValueError(f"gemv on a GPU tensor: {what} (host inputs have no layout limits)")
+    operands.require("gemv", ok, what)
+
+
+# torch.ops.hipskinny.gemv / gemv_out (registered by hipskinny.torch_ops when torch is there).
+TORCH_OPS = declare("gemv", "Tensor x, Tensor w, Tensor? bias=None", gemv,
+                    lambda x, w, bias=None: (w[0],) if len(x) == 1 else (1, w[0]))
 
 
 def gemv_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:

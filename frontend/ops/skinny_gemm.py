@@ -52,9 +52,10 @@ Configuration rules, larger N:
 * **Grid**: ``min(units, CU count * groups per CU)`` persistent workgroups of 256 threads,
   groups per CU from the kernel's VGPRs and its 32 KiB of LDS, at most 4.
 * **Scratch**: the partials (``S * ceil(M / 128) * 128 * 16 * NT`` fp32, or one slice per
-  row block for the atomic variant) and one counter per row block come from the scratch
-  pool of (device, stream), sized by the call's shapes; the kernel leaves the counters
-  (and the atomic slices) zero, so nothing is cleared per call.
+  row block for the atomic variant, in a slot of its own: it needs them zero on entry, and
+  the deterministic kernel leaves its partials as written) and one counter per row block
+  come from the scratch pool of (device, stream), sized by the call's shapes; the kernel
+  leaves the counters (and the atomic slices) zero, so nothing is cleared per call.
 * ``deterministic=True`` sums the shard partials in shard order: bitwise equal across
   calls, schedules and CU counts. ``deterministic=False`` adds them atomically (one slice
   instead of S to write and read back; last bits follow arrival order); with ``S = 1``
@@ -84,11 +85,12 @@ from typing import Any
 
 import numpy as np
 
-from .. import registry, scratch, tensors
-from ..devices import current_device, hip_device
+from .. import operands, registry, tensors
 from ..devices.base import Device
 from ..errors import InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
+from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
+from ..torch_ops import declare
 from ._common import DTYPE_TAG, check_16bit_dtypes
 
 FAMILY = "skinny_gemm"
@@ -105,7 +107,9 @@ YTILES = (4, 2, 1)                  # kernel variants, largest first ...
 MAX_TILE_OUTPUTS = 16               # ... built while N * YTILE <= 16 (96 VGPRs on gfx11/12)
 MAX_GROUPS_PER_CU = 2
 _MAX_DIM = 2**31 - 1
+NAMES = ("x", "w", "bias", "out")
 _plans = PlanCache()
+_calls = operands.CallCache()
 log = logging.getLogger(__name__)
 
 
@@ -142,38 +146,103 @@ def skinny_gemm(x: Any, w: Any, bias: Any = None, *, deterministic: bool = True,
     calls whose K is split into shards add the shard partials atomically (less scratch
     traffic; the last bits then depend on arrival order). N <= 8 is always deterministic.
     """
-    xv, wv = tensors.view(x, "x"), tensors.view(w, "w")
-    bv = None if bias is None else tensors.view(bias, "bias")
-    ov = None if out is None else tensors.view(out, "out")
+    objs = (x, w, bias, out)
+    key, addresses = operands.signature(NAMES, objs)
+    key = (key, deterministic)
+    call = _calls.get(key)
+    if call is None:
+        call = _calls.add(key, _bind(operands.gather("skinny_gemm", NAMES, objs), deterministic))
+    return call(objs, addresses)
+
+
+def _bind(ops: Operands, deterministic: bool) -> Any:
+    xv, wv, bv = ops["x"], ops["w"], ops["bias"]
+    assert xv is not None and wv is not None
     n, m, k, tag = _check_shapes(xv, wv, bv)
     out_shape = (*xv.shape[:-1], m)
-    tensors.same_device([v for v in (xv, wv, bv, ov) if v is not None])
-    if ov is not None and (ov.shape != out_shape or ov.dtype != xv.dtype or not ov.is_contiguous or ov.readonly):
-        raise InputValueError(f"skinny_gemm: out must be a writable contiguous {xv.dtype} array of shape "
-                              f"{out_shape}; got {ov.dtype} {ov.shape}{' (read-only)' if ov.readonly else ''}")
+    operands.check_out(ops, out_shape, xv.dtype)
     atomic = not deterministic and n > MAX_N
     if n > SPLITK_MAX_N:
-        return _unsupported(xv, wv, bv, ov, f"x has N={n} rows (tokens)")
-    if xv.on_host:
-        return _run_host(xv, wv, bv, ov, n, m, k, tag, out_shape, atomic)
+        return _unsupported(ops, f"x has N={n} rows (tokens)")
+    device, empty = ops.device, m == 0 or n == 0
+    if ops.on_host:
+        pitch = -(-k // 8) * 8                       # staged rows padded to 16 bytes
+        b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
+        # The zero padding past K contributes nothing, so the split-K kernel gets K rounded up to 8.
+        k_kernel = pitch if n > MAX_N else k
+        staged = [Staged("skinny_gemm.x", n, k, pitch), Staged("skinny_gemm.w", m, k, pitch),
+                  None if bv is None else Staged("skinny_gemm.bias", b_rows, m, m, optional=True)]
+        launch, slots = (None, ()) if empty else _launch(device, tag, n, m, k_kernel, atomic, pitch, pitch,
+                                                          m if b_rows > 1 else 0)
+        return HostCall(ops, [launch] if launch else [], staged, out_shape=out_shape, out_dtype=xv.dtype,
+                        out_slot="skinny_gemm.y", scratch_slots=slots)
     if n > MAX_N and k % 8 != 0:
-        return _unsupported(xv, wv, bv, ov, f"K={k} is not a multiple of 8 (needed for N > {MAX_N} on a GPU)")
-    return _run_device(xv, wv, bv, ov, n, m, k, tag, out_shape, atomic)
+        return _unsupported(ops, f"K={k} is not a multiple of 8 (needed for N > {MAX_N} on a GPU)")
+    if empty:
+        return DeviceCall(ops, [], out_shape=out_shape, out_dtype=xv.dtype)
+    x_stride = operands.row_stride("skinny_gemm", xv)
+    w_stride = wv.strides[0]
+    _require(xv.strides[-1] == 1 or k == 1, "x must be contiguous along K")
+    _require(wv.strides[1] == 1 or k == 1, "w must be contiguous along K (unit column stride)")
+    _require((n == 1 or x_stride >= k) and x_stride % 8 == 0,
+             f"x's row stride must be a multiple of 8 elements (16 bytes) and >= K; got {x_stride}")
+    _require((m == 1 or w_stride >= k) and w_stride % 8 == 0,
+             f"w's row stride must be a multiple of 8 elements (16 bytes) and >= K; got {w_stride}")
+    b_stride = 0
+    if bv is not None:
+        _require(bv.strides[-1] == 1 or m == 1, "bias must be contiguous along M")
+        if len(bv.shape) == 2 and bv.shape[0] > 1:
+            b_stride = bv.strides[0]
+            _require(b_stride >= m, f"bias rows must not overlap; got row stride {b_stride} for M={m}")
+    launch, slots = _launch(device, tag, n, m, k, atomic, x_stride, w_stride, b_stride)
+    return DeviceCall(ops, [launch], out_shape=out_shape, out_dtype=xv.dtype, aligned=("x", "w"),
+                      align_message="x and w must start at 16-byte aligned addresses", scratch_slots=slots)
 
 
-def _unsupported(xv: tensors.TensorView, wv: tensors.TensorView, bv: tensors.TensorView | None,
-                 ov: tensors.TensorView | None, why: str) -> Any:
-    if xv.kind == "torch" and not xv.on_host and xv.device_type == tensors.DL_ROCM:
+def _launch(device: Device, tag: str, n: int, m: int, k: int, atomic: bool, x_stride: int, w_stride: int,
+            b_stride: int) -> tuple[Launch, tuple[tuple[str, int], ...]]:
+    """The launch of a call of this shape, and the scratch slots it needs (partials, counters)."""
+    plan = _plan(device, tag, n, m, k, atomic)
+    info, launcher = plan.info, device.launcher(plan)
+    if "shard_len" not in info:
+        tail = (m, k, x_stride, w_stride, b_stride, info["k_chunk"])
+        return Launch(launcher, 4, tail), ()
+    tail = (n, m, k, x_stride, w_stride, b_stride, info["shard_len"])
+    if info["shards"] == 1:
+        unsplit = (0, 0) + tail
+        return Launch(launcher, 4, unsplit), ()
+    # The atomic variant needs its slices zero on entry (it leaves them so); the deterministic one
+    # leaves its partials as written: they must not share a slot.
+    partials = "skinny_gemm.atomic_slices" if info["kernel"].endswith("_atomic") else "skinny_gemm.partials"
+    slots = ((partials, info["partial_bytes"]), ("skinny_gemm.counters", info["counter_bytes"]))
+    return Launch(launcher, 6, tail), slots
+
+
+class _TorchFallback:
+    """Outside the kernels' range, torch tensors on a ROCm GPU go to ``torch.nn.functional.linear``."""
+
+    def __init__(self, per_token_bias: bool) -> None:
+        self.per_token_bias = per_token_bias
+
+    def __call__(self, objs: Any, addresses: Any) -> Any:
         import torch.nn.functional as F  # noqa: N812
 
-        log.debug("skinny_gemm: %s is outside the kernels' range; using torch.nn.functional.linear", why)
-        y = F.linear(xv.obj, wv.obj)
-        if bv is not None:   # [M], [1, M] or [N, M]: F.linear takes only [M]
-            y = y + bv.obj.reshape(y.shape if bv.shape[0] > 1 and len(bv.shape) == 2 else (y.shape[-1],))
-        if ov is None:
+        x, w, bias, out = objs
+        y = F.linear(x, w)
+        if bias is not None:   # [M], [1, M] or [N, M]: F.linear takes only [M]
+            y = y + bias.reshape(y.shape if self.per_token_bias else (y.shape[-1],))
+        if out is None:
             return y
-        ov.obj.copy_(y)
-        return ov.obj
+        out.copy_(y)
+        return out
+
+
+def _unsupported(ops: Operands, why: str) -> Any:
+    xv, bv = ops["x"], ops["bias"]
+    assert xv is not None
+    if xv.kind == "torch" and not xv.on_host and xv.device_type == tensors.DL_ROCM:
+        log.debug("skinny_gemm: %s is outside the kernels' range; using torch.nn.functional.linear", why)
+        return _TorchFallback(bv is not None and len(bv.shape) == 2 and bv.shape[0] > 1)
     raise InputValueError(f"skinny_gemm: {why}; supported: N = 1..{SPLITK_MAX_N} tokens, any K for host "
                           f"inputs, K % 8 == 0 for GPU tensors when N > {MAX_N} (torch tensors on a ROCm GPU "
                           "fall back to torch.nn.functional.linear outside that)")
@@ -281,107 +350,13 @@ def plan_info(device: Device, dtype: Any, n: int, m: int, k: int, *, determinist
     return dict(_plan(device, DTYPE_TAG[np.dtype(dtype)], n, m, k, not deterministic and n > MAX_N).info)
 
 
-def _launch(device: Device, plan: LaunchPlan, ptrs: tuple[int, int, int, int], n: int, m: int, k: int,
-            x_stride: int, w_stride: int, bias_stride: int, stream: int) -> None:
-    info = plan.info
-    if "shard_len" in info:
-        partials = counters = 0
-        if info["shards"] > 1:
-            pool = scratch.pool(device, stream)
-            partials = pool.buffer("skinny_gemm.partials", info["partial_bytes"])
-            counters = pool.buffer("skinny_gemm.counters", info["counter_bytes"])
-        values = (*ptrs, partials, counters, n, m, k, x_stride, w_stride, bias_stride, info["shard_len"])
-    else:
-        values = (*ptrs, m, k, x_stride, w_stride, bias_stride, info["k_chunk"])
-    device.launch(plan.function, plan.grid, plan.block, plan.kernarg(values), plan.shared_mem, stream)
-
-
-def _padded_rows(a: np.ndarray, k: int) -> np.ndarray:
-    """a as C-contiguous rows of ceil(K / 8) * 8 elements (zero padding)."""
-    stride = -(-k // 8) * 8
-    if a.shape[1] == stride and a.flags.c_contiguous:
-        return a
-    padded = np.zeros((a.shape[0], stride), dtype=a.dtype)
-    padded[:, :k] = a
-    return padded
-
-
-def _run_host(xv: tensors.TensorView, wv: tensors.TensorView, bv: tensors.TensorView | None,
-              ov: tensors.TensorView | None, n: int, m: int, k: int, tag: str, out_shape: tuple[int, ...],
-              atomic: bool) -> Any:
-    device = current_device()
-    if m == 0 or n == 0:
-        return ov.obj if ov is not None else tensors.to_kind(np.empty(out_shape, xv.dtype), xv)
-    x_host = _padded_rows(xv.host_array().reshape(n, k), k)
-    w_host = _padded_rows(wv.host_array(), k)
-    pool = scratch.pool(device, 0)
-    item = xv.itemsize
-    x_d = pool.buffer("skinny_gemm.x", x_host.nbytes)
-    w_d = pool.buffer("skinny_gemm.w", w_host.nbytes)
-    y_d = pool.buffer("skinny_gemm.y", n * m * item)
-    device.copy_to_device(x_d, x_host, x_host.nbytes)
-    device.copy_to_device(w_d, w_host, w_host.nbytes)
-    b_d, b_stride = 0, 0
-    if bv is not None:
-        b_host = np.ascontiguousarray(bv.host_array().reshape(-1, m))
-        b_d = pool.buffer("skinny_gemm.bias", b_host.nbytes)
-        device.copy_to_device(b_d, b_host, b_host.nbytes)
-        b_stride = m if b_host.shape[0] > 1 else 0
-    # The zero padding past K contributes nothing, so the split-K kernel gets K rounded up to 8.
-    k_kernel = x_host.shape[1] if n > MAX_N else k
-    plan = _plan(device, tag, n, m, k_kernel, atomic)
-    _launch(device, plan, (x_d, w_d, b_d, y_d), n, m, k_kernel, x_host.shape[1], w_host.shape[1], b_stride, 0)
-    y = ov.host_array() if ov is not None else np.empty(out_shape, dtype=xv.dtype)
-    device.copy_to_host(y, y_d, n * m * item)
-    device.synchronize(0)
-    return ov.obj if ov is not None else tensors.to_kind(y, xv)
-
-
-def _run_device(xv: tensors.TensorView, wv: tensors.TensorView, bv: tensors.TensorView | None,
-                ov: tensors.TensorView | None, n: int, m: int, k: int, tag: str, out_shape: tuple[int, ...],
-                atomic: bool) -> Any:
-    device = hip_device(xv.device_id)
-    out, yv = (ov.obj, ov) if ov is not None else tensors.new_output(xv, out_shape, xv.dtype)
-    if m == 0 or n == 0:
-        return out
-    x_stride = _row_stride(xv)
-    w_stride = wv.strides[0]
-    _require(xv.strides[-1] == 1 or k == 1, "x must be contiguous along K")
-    _require(wv.strides[1] == 1 or k == 1, "w must be contiguous along K (unit column stride)")
-    _require((n == 1 or x_stride >= k) and x_stride % 8 == 0,
-             f"x's row stride must be a multiple of 8 elements (16 bytes) and >= K; got {x_stride}")
-    _require((m == 1 or w_stride >= k) and w_stride % 8 == 0,
-             f"w's row stride must be a multiple of 8 elements (16 bytes) and >= K; got {w_stride}")
-    _require(xv.ptr % 16 == 0 and wv.ptr % 16 == 0, "x and w must start at 16-byte aligned addresses")
-    b_stride = 0
-    if bv is not None:
-        _require(bv.strides[-1] == 1 or m == 1, "bias must be contiguous along M")
-        if len(bv.shape) == 2 and bv.shape[0] > 1:
-            b_stride = bv.strides[0]
-            _require(b_stride >= m, f"bias rows must not overlap; got row stride {b_stride} for M={m}")
-    stream = tensors.torch_current_stream(xv)
-    ptrs = (xv.ptr, wv.ptr, bv.ptr if bv is not None else 0, yv.ptr)
-    _launch(device, _plan(device, tag, n, m, k, atomic), ptrs, n, m, k, x_stride, w_stride, b_stride, stream)
-    return out
-
-
-def _row_stride(xv: tensors.TensorView) -> int:
-    """Stride between the N rows of x viewed as [N, K]; leading dims must flatten without a copy."""
-    if len(xv.shape) == 1:
-        return -(-xv.shape[0] // 8) * 8        # one row: any multiple of 8 will do
-    dims = [(d, s) for d, s in zip(xv.shape[:-1], xv.strides[:-1], strict=True) if d != 1]
-    if not dims:
-        return -(-xv.shape[-1] // 8) * 8
-    for (_, outer), (inner_n, inner) in zip(dims, dims[1:], strict=False):
-        _require(outer == inner * inner_n,
-                 f"x's leading dims {xv.shape[:-1]} (strides {xv.strides[:-1]}) do not flatten to rows "
-                 "without a copy; pass x.reshape(-1, K).contiguous()")
-    return dims[-1][1]
-
-
 def _require(ok: bool, what: str) -> None:
-    if not ok:
-        raise InputValueError(f"skinny_gemm on a GPU tensor: {what} (host inputs have no layout limits)")
+    operands.require("skinny_gemm", ok, what)
+
+
+# torch.ops.hipskinny.skinny_gemm / skinny_gemm_out (registered by hipskinny.torch_ops).
+TORCH_OPS = declare("skinny_gemm", "Tensor x, Tensor w, Tensor? bias=None", skinny_gemm,
+                    lambda x, w, bias=None: (*x[:-1], w[0]), options="bool deterministic=True")
 
 
 def skinny_gemm_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:

@@ -26,6 +26,12 @@
  *   FAKEHIP_LOG              path; every call appends one JSON line: {"fn": name, ...arguments
  *                            as the C side saw them..., "ret": hipError_t}
  *
+ * Stream capture and graphs (hipStreamBeginCapture/EndCapture/IsCapturing/GetCaptureInfo,
+ * hipGraphInstantiate/Launch/Destroy/ExecDestroy): launches on a capturing stream are recorded,
+ * not run, and replayed by hipGraphLaunch; calls a capture forbids fail and invalidate it (see
+ * the section "stream capture and graphs"). With FAKEHIP_LOG unset, no record is built at all,
+ * so a call costs next to nothing (the per-call benchmark relies on that).
+ *
  * Extension points for in-process use through ctypes (e.g. running launches on an emulator):
  *   fakehip_set_launch_hook(hook, user_data)   called by every valid hipModuleLaunchKernel
  *   fakehip_allocations(ptrs, sizes, cap)      the live allocations
@@ -187,9 +193,11 @@ static hipError_t injected(const char *fn) {
 typedef struct {
     char *p;
     size_t n, cap;
+    int on; /* the log is open: without it records are not built, so calls cost next to nothing */
 } sb_t;
 
 static void sb_put(sb_t *b, const char *s, size_t len) {
+    if (!b->on) return;
     if (b->n + len + 1 > b->cap) {
         b->cap = (b->n + len + 1) * 2 + 256;
         b->p = realloc(b->p, b->cap);
@@ -200,6 +208,7 @@ static void sb_put(sb_t *b, const char *s, size_t len) {
 }
 
 static void sb_fmt(sb_t *b, const char *fmt, ...) {
+    if (!b->on) return;
     char tmp[512];
     va_list ap;
     va_start(ap, fmt);
@@ -209,6 +218,7 @@ static void sb_fmt(sb_t *b, const char *fmt, ...) {
 }
 
 static void sb_str(sb_t *b, const char *s) {
+    if (!b->on) return;
     if (!s) {
         sb_put(b, "null", 4);
         return;
@@ -229,6 +239,7 @@ static void sb_str(sb_t *b, const char *s) {
 }
 
 static void sb_hex(sb_t *b, const void *data, size_t len) {
+    if (!b->on) return;
     static const char digits[] = "0123456789abcdef";
     const unsigned char *d = data;
     sb_put(b, "\"", 1);
@@ -241,6 +252,7 @@ static void sb_hex(sb_t *b, const void *data, size_t len) {
 
 static void rec_begin(sb_t *b, const char *fn) {
     memset(b, 0, sizeof *b);
+    b->on = cfg.log_fd >= 0;
     sb_put(b, "{\"fn\":", 6);
     sb_str(b, fn);
 }
@@ -248,7 +260,7 @@ static void rec_begin(sb_t *b, const char *fn) {
 /* Finish the record, write it as one line (one write(2), so lines never interleave). */
 static hipError_t rec_end(sb_t *b, hipError_t ret) {
     sb_fmt(b, ",\"ret\":%d}\n", ret);
-    if (cfg.log_fd >= 0) {
+    if (cfg.log_fd >= 0 && b->p) {
         ssize_t w = write(cfg.log_fd, b->p, b->n);
         (void)w;
     }
@@ -644,6 +656,8 @@ EXPORT hipError_t hipGetDevicePropertiesR0600(void *prop, int device) {
     return rec_end(&b, r);
 }
 
+static hipError_t capture_violation(int kind, hipStream_t stream);
+
 /* ---------------------------------------------------------------- memory API */
 
 EXPORT hipError_t hipMalloc(void **ptr, size_t size) {
@@ -653,6 +667,7 @@ EXPORT hipError_t hipMalloc(void **ptr, size_t size) {
     sb_fmt(&b, ",\"size\":%zu", size);
     hipError_t r = injected("hipMalloc");
     if (!r && !ptr) r = hipErrorInvalidValue;
+    if (!r) r = capture_violation(0, NULL);
     if (!r && cfg.device_count == 0) r = hipErrorNoDevice;
     void *mem = NULL;
     if (!r && size) {
@@ -682,6 +697,7 @@ EXPORT hipError_t hipFree(void *ptr) {
     rec_begin(&b, "hipFree");
     sb_fmt(&b, ",\"ptr\":%llu", U64(ptr));
     hipError_t r = injected("hipFree");
+    if (!r) r = capture_violation(0, NULL);
     if (!r && ptr) {
         pthread_mutex_lock(&lock);
         size_t i = 0;
@@ -705,6 +721,7 @@ static hipError_t do_memcpy(const char *fn, void *dst, const void *src, size_t n
     sb_fmt(&b, ",\"dst\":%llu,\"src\":%llu,\"size\":%zu,\"kind\":%d", U64(dst), U64(src), n, kind);
     if (async) sb_fmt(&b, ",\"stream\":%llu", U64(stream));
     hipError_t r = injected(fn);
+    if (!r) r = capture_violation(async ? 1 : 0, async ? stream : NULL);
     if (!r && (kind < H2H || kind > DEFAULT_KIND)) r = hipErrorInvalidValue;
     if (!r && n && (!dst || !src)) r = hipErrorInvalidValue;
     if (!r && n) {
@@ -733,6 +750,7 @@ static hipError_t do_memset(const char *fn, void *dst, int value, size_t n, void
     sb_fmt(&b, ",\"dst\":%llu,\"value\":%d,\"size\":%zu", U64(dst), value, n);
     if (async) sb_fmt(&b, ",\"stream\":%llu", U64(stream));
     hipError_t r = injected(fn);
+    if (!r) r = capture_violation(async ? 1 : 0, async ? stream : NULL);
     if (!r && n) {
         pthread_mutex_lock(&lock);
         if (!in_alloc(dst, n)) r = hipErrorInvalidValue;
@@ -783,14 +801,285 @@ EXPORT hipError_t hipStreamSynchronize(hipStream_t stream) {
     sb_t b;
     rec_begin(&b, "hipStreamSynchronize");
     sb_fmt(&b, ",\"stream\":%llu", U64(stream));
-    return rec_end(&b, injected("hipStreamSynchronize"));
+    hipError_t r = injected("hipStreamSynchronize");
+    if (!r) r = capture_violation(1, stream);
+    return rec_end(&b, r);
 }
 
 EXPORT hipError_t hipDeviceSynchronize(void) {
     init();
     sb_t b;
     rec_begin(&b, "hipDeviceSynchronize");
-    return rec_end(&b, injected("hipDeviceSynchronize"));
+    hipError_t r = injected("hipDeviceSynchronize");
+    if (!r) r = capture_violation(0, NULL);
+    return rec_end(&b, r);
+}
+
+
+/* ---------------------------------------------------------------- stream capture and graphs */
+
+/*
+ * A stream being captured records kernel launches into a graph instead of running them (the
+ * kernel arguments copied out of `extra`, as HIP does). The fake is strict: while a capture in
+ * global or thread-local mode is active, hipMalloc, hipFree, hipDeviceSynchronize and
+ * synchronizing the capturing stream fail with hipErrorStreamCaptureUnsupported, copies and
+ * memsets on the capturing stream fail the same way (a real runtime would capture them as
+ * nodes; hipskinny must not issue them), and any work on the null stream fails with
+ * hipErrorStreamCaptureImplicit. Each such failure invalidates the capture, so
+ * hipStreamEndCapture then fails with hipErrorStreamCaptureInvalidated. hipGraphLaunch replays
+ * the recorded launches, in order, through the launch hook.
+ */
+enum { hipErrorIllegalState = 401, hipErrorStreamCaptureUnsupported = 900, hipErrorStreamCaptureInvalidated = 901,
+       hipErrorStreamCaptureImplicit = 906 };
+enum { CAPTURE_NONE = 0, CAPTURE_ACTIVE = 1, CAPTURE_INVALIDATED = 2 };
+enum { MODE_GLOBAL = 0, MODE_THREAD_LOCAL = 1, MODE_RELAXED = 2 };
+
+typedef struct {
+    void *function;
+    unsigned grid[3], block[3], shared;
+    unsigned char *kernarg;
+    size_t kernarg_size;
+} captured_t;
+
+typedef struct graph {
+    captured_t *items;
+    size_t n, cap;
+    int device;
+} graph_t;
+
+#define MAX_CAPTURES 64
+static struct {
+    hipStream_t stream;
+    int mode, status;
+    graph_t *graph;
+    unsigned long long id;
+} captures[MAX_CAPTURES];
+static int n_captures;
+static unsigned long long next_capture_id = 1;
+
+/* Index of the capture on `stream`, or -1 (caller holds the lock). */
+static int capture_of(hipStream_t stream) {
+    for (int i = 0; i < n_captures; i++)
+        if (captures[i].stream == stream) return i;
+    return -1;
+}
+
+/* Is a capture that forbids unsafe calls active? (caller holds the lock) */
+static int strict_capture_active(void) {
+    for (int i = 0; i < n_captures; i++)
+        if (captures[i].status == CAPTURE_ACTIVE && captures[i].mode != MODE_RELAXED) return 1;
+    return 0;
+}
+
+static void invalidate_strict(void) {
+    for (int i = 0; i < n_captures; i++)
+        if (captures[i].mode != MODE_RELAXED) captures[i].status = CAPTURE_INVALIDATED;
+}
+
+/* The error an API call meets because of captures, invalidating what it breaks (takes the lock).
+   kind: 0 = allocation / device-wide synchronization, 1 = work or synchronization on `stream`. */
+static hipError_t capture_violation(int kind, hipStream_t stream) {
+    hipError_t r = hipSuccess;
+    pthread_mutex_lock(&lock);
+    if (kind == 0) {
+        if (strict_capture_active()) {
+            r = hipErrorStreamCaptureUnsupported;
+            invalidate_strict();
+        }
+    } else {
+        int i = stream ? capture_of(stream) : -1;
+        if (i >= 0) {
+            r = hipErrorStreamCaptureUnsupported;
+            captures[i].status = CAPTURE_INVALIDATED;
+        } else if (!stream && strict_capture_active()) {
+            r = hipErrorStreamCaptureImplicit;
+            invalidate_strict();
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+EXPORT hipError_t hipStreamBeginCapture(hipStream_t stream, int mode) {
+    init();
+    sb_t b;
+    rec_begin(&b, "hipStreamBeginCapture");
+    sb_fmt(&b, ",\"stream\":%llu,\"mode\":%d", U64(stream), mode);
+    hipError_t r = injected("hipStreamBeginCapture");
+    pthread_mutex_lock(&lock);
+    if (!r && (!stream || mode < MODE_GLOBAL || mode > MODE_RELAXED)) r = hipErrorInvalidValue;
+    if (!r && capture_of(stream) >= 0) r = hipErrorIllegalState;
+    if (!r && n_captures == MAX_CAPTURES) r = hipErrorOutOfMemory;
+    if (!r) {
+        graph_t *g = calloc(1, sizeof *g);
+        g->device = current_device;
+        captures[n_captures].stream = stream;
+        captures[n_captures].mode = mode;
+        captures[n_captures].status = CAPTURE_ACTIVE;
+        captures[n_captures].graph = g;
+        captures[n_captures].id = next_capture_id++;
+        n_captures++;
+    }
+    pthread_mutex_unlock(&lock);
+    return rec_end(&b, r);
+}
+
+EXPORT hipError_t hipStreamEndCapture(hipStream_t stream, void **graph) {
+    init();
+    sb_t b;
+    rec_begin(&b, "hipStreamEndCapture");
+    sb_fmt(&b, ",\"stream\":%llu", U64(stream));
+    hipError_t r = injected("hipStreamEndCapture");
+    graph_t *g = NULL;
+    size_t launches = 0;
+    pthread_mutex_lock(&lock);
+    int i = capture_of(stream);
+    if (!r && !graph) r = hipErrorInvalidValue;
+    if (!r && i < 0) r = hipErrorIllegalState;
+    if (!r) {
+        g = captures[i].graph;
+        launches = g->n;
+        if (captures[i].status == CAPTURE_INVALIDATED) {
+            r = hipErrorStreamCaptureInvalidated;
+            for (size_t k = 0; k < g->n; k++) free(g->items[k].kernarg);
+            free(g->items);
+            free(g);
+            g = NULL;
+        }
+        captures[i] = captures[--n_captures];
+    }
+    pthread_mutex_unlock(&lock);
+    if (graph && r != hipErrorInvalidValue) *graph = g;
+    sb_fmt(&b, ",\"graph\":%llu,\"launches\":%zu", U64(g), launches);
+    return rec_end(&b, r);
+}
+
+EXPORT hipError_t hipStreamIsCapturing(hipStream_t stream, int *status) {
+    init();
+    sb_t b;
+    rec_begin(&b, "hipStreamIsCapturing");
+    sb_fmt(&b, ",\"stream\":%llu", U64(stream));
+    hipError_t r = injected("hipStreamIsCapturing");
+    int st = CAPTURE_NONE;
+    if (status) *status = CAPTURE_NONE; /* also on failure: hip-python converts it to its enum regardless */
+    pthread_mutex_lock(&lock);
+    if (!r && !status) r = hipErrorInvalidValue;
+    if (!r && !stream && strict_capture_active()) r = hipErrorStreamCaptureImplicit;
+    if (!r && stream) {
+        int i = capture_of(stream);
+        if (i >= 0) st = captures[i].status;
+    }
+    pthread_mutex_unlock(&lock);
+    if (!r) *status = st;
+    sb_fmt(&b, ",\"status\":%d", st);
+    return rec_end(&b, r);
+}
+
+EXPORT hipError_t hipStreamGetCaptureInfo(hipStream_t stream, int *status, unsigned long long *id) {
+    init();
+    sb_t b;
+    rec_begin(&b, "hipStreamGetCaptureInfo");
+    sb_fmt(&b, ",\"stream\":%llu", U64(stream));
+    hipError_t r = injected("hipStreamGetCaptureInfo");
+    int st = CAPTURE_NONE;
+    unsigned long long cid = 0;
+    if (status) *status = CAPTURE_NONE;
+    pthread_mutex_lock(&lock);
+    if (!r && !status) r = hipErrorInvalidValue;
+    if (!r && !stream && strict_capture_active()) r = hipErrorStreamCaptureImplicit;
+    if (!r && stream) {
+        int i = capture_of(stream);
+        if (i >= 0) {
+            st = captures[i].status;
+            cid = captures[i].id;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    if (!r) {
+        *status = st;
+        if (id) *id = cid;
+    }
+    sb_fmt(&b, ",\"status\":%d,\"id\":%llu", st, cid);
+    return rec_end(&b, r);
+}
+
+typedef struct graph_exec {
+    graph_t *graph; /* a private copy: the graph may be destroyed after instantiation */
+} graph_exec_t;
+
+EXPORT hipError_t hipGraphInstantiate(void **exec, void *graph, void *error_node, char *log_buffer,
+                                      size_t buffer_size) {
+    init();
+    sb_t b;
+    rec_begin(&b, "hipGraphInstantiate");
+    sb_fmt(&b, ",\"graph\":%llu", U64(graph));
+    (void)error_node;
+    if (log_buffer && buffer_size) log_buffer[0] = 0;
+    hipError_t r = injected("hipGraphInstantiate");
+    if (!r && (!exec || !graph)) r = hipErrorInvalidValue;
+    graph_exec_t *e = NULL;
+    if (!r) {
+        const graph_t *g = graph;
+        e = calloc(1, sizeof *e);
+        e->graph = calloc(1, sizeof *e->graph);
+        e->graph->device = g->device;
+        e->graph->n = e->graph->cap = g->n;
+        e->graph->items = calloc(g->n ? g->n : 1, sizeof *g->items);
+        for (size_t k = 0; k < g->n; k++) {
+            e->graph->items[k] = g->items[k];
+            e->graph->items[k].kernarg = malloc(g->items[k].kernarg_size ? g->items[k].kernarg_size : 1);
+            memcpy(e->graph->items[k].kernarg, g->items[k].kernarg, g->items[k].kernarg_size);
+        }
+        *exec = e;
+    }
+    sb_fmt(&b, ",\"exec\":%llu", U64(e));
+    return rec_end(&b, r);
+}
+
+static void free_graph(graph_t *g) {
+    if (!g) return;
+    for (size_t k = 0; k < g->n; k++) free(g->items[k].kernarg);
+    free(g->items);
+    free(g);
+}
+
+EXPORT hipError_t hipGraphDestroy(void *graph) {
+    init();
+    sb_t b;
+    rec_begin(&b, "hipGraphDestroy");
+    sb_fmt(&b, ",\"graph\":%llu", U64(graph));
+    hipError_t r = injected("hipGraphDestroy");
+    if (!r && !graph) r = hipErrorInvalidValue;
+    if (!r) free_graph(graph);
+    return rec_end(&b, r);
+}
+
+EXPORT hipError_t hipGraphExecDestroy(void *exec) {
+    init();
+    sb_t b;
+    rec_begin(&b, "hipGraphExecDestroy");
+    sb_fmt(&b, ",\"exec\":%llu", U64(exec));
+    hipError_t r = injected("hipGraphExecDestroy");
+    if (!r && !exec) r = hipErrorInvalidValue;
+    if (!r) {
+        free_graph(((graph_exec_t *)exec)->graph);
+        free(exec);
+    }
+    return rec_end(&b, r);
+}
+
+/* Record a launch into the capture on `stream` (caller holds the lock). */
+static void capture_launch(int i, void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                           unsigned bz, unsigned shared, const void *kernarg, size_t kernarg_size) {
+    graph_t *g = captures[i].graph;
+    if (g->n == g->cap) {
+        g->cap = g->cap * 2 + 8;
+        g->items = realloc(g->items, g->cap * sizeof *g->items);
+    }
+    captured_t *c = &g->items[g->n++];
+    *c = (captured_t){function, {gx, gy, gz}, {bx, by, bz}, shared, malloc(kernarg_size ? kernarg_size : 1),
+                      kernarg_size};
+    if (kernarg_size) memcpy(c->kernarg, kernarg, kernarg_size);
 }
 
 /* ---------------------------------------------------------------- modules and launches */
@@ -922,6 +1211,21 @@ EXPORT hipError_t hipModuleLaunchKernel(void *f, unsigned gx, unsigned gy, unsig
     if (!r && (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0)) r = hipErrorInvalidConfiguration;
     if (!r && (gx > 2147483647u || gy > 65536 || gz > 65536)) r = hipErrorInvalidValue;
     if (!r && (unsigned long long)bx * by * bz > 1024) r = hipErrorInvalidConfiguration;
+    int captured = 0;
+    if (!r) {
+        int i = stream ? capture_of(stream) : -1;
+        if (i >= 0) {
+            if (captures[i].status == CAPTURE_ACTIVE) {
+                capture_launch(i, f, gx, gy, gz, bx, by, bz, shared, kernarg, kernarg_size);
+                captured = 1;
+            } else {
+                r = hipErrorStreamCaptureInvalidated;
+            }
+        } else if (!stream && strict_capture_active()) {
+            r = hipErrorStreamCaptureImplicit;
+            invalidate_strict();
+        }
+    }
     fakehip_launch_hook_t hook = launch_hook;
     void *hook_data = launch_hook_data;
     const char *kname = fn ? fn->name : NULL;
@@ -931,8 +1235,9 @@ EXPORT hipError_t hipModuleLaunchKernel(void *f, unsigned gx, unsigned gy, unsig
     sb_put(&b, ",\"kernel\":", 10);
     sb_str(&b, kname);
     sb_fmt(&b, ",\"module\":%llu", U64(m));
+    if (captured) sb_put(&b, ",\"captured\":true", 16); /* only then: other launch records stay as they were */
     rec_end(&b, r);
-    if (!r && hook) {
+    if (!r && hook && !captured) {
         /* The runtime captures the arguments during the call; so does the fake, so the caller may
            reuse its buffer (even from inside the hook). */
         void *captured = kernarg ? malloc(kernarg_size ? kernarg_size : 1) : NULL;
@@ -946,6 +1251,42 @@ EXPORT hipError_t hipModuleLaunchKernel(void *f, unsigned gx, unsigned gy, unsig
             sb_str(&b, kname);
             rec_end(&b, r);
         }
+    }
+    return r;
+}
+
+EXPORT hipError_t hipGraphLaunch(void *exec, hipStream_t stream) {
+    init();
+    sb_t b;
+    rec_begin(&b, "hipGraphLaunch");
+    sb_fmt(&b, ",\"exec\":%llu,\"stream\":%llu", U64(exec), U64(stream));
+    hipError_t r = injected("hipGraphLaunch");
+    if (!r && !exec) r = hipErrorInvalidValue;
+    if (!r) r = capture_violation(1, stream);
+    const graph_t *g = exec ? ((graph_exec_t *)exec)->graph : NULL;
+    sb_fmt(&b, ",\"launches\":%zu", g ? g->n : 0);
+    rec_end(&b, r);
+    if (r) return r;
+    /* Replay in order through the hook, with the arguments captured at capture time. */
+    for (size_t k = 0; k < g->n && !r; k++) {
+        const captured_t *c = &g->items[k];
+        pthread_mutex_lock(&lock);
+        function_t *fn = find_function(c->function);
+        int usable = fn && fn->module->loaded;
+        fakehip_launch_hook_t hook = launch_hook;
+        void *hook_data = launch_hook_data;
+        pthread_mutex_unlock(&lock);
+        rec_begin(&b, "fakehip_graph_kernel");
+        sb_put(&b, ",\"kernel\":", 10);
+        sb_str(&b, usable ? fn->name : NULL);
+        sb_put(&b, ",\"kernarg\":", 11);
+        sb_hex(&b, c->kernarg, c->kernarg_size);
+        if (!usable) r = hipErrorInvalidHandle;
+        if (!r && hook)
+            r = hook(fn->name, fn->module->image ? (const void *)fn->module->image : fn->module->image_arg,
+                     fn->module->size, c->grid[0], c->grid[1], c->grid[2], c->block[0], c->block[1], c->block[2],
+                     c->shared, stream, c->kernarg, c->kernarg_size, hook_data);
+        rec_end(&b, r);
     }
     return r;
 }

@@ -1,0 +1,404 @@
+"""The operand layer every op goes through: seeing, checking, placing and returning operands.
+
+A call's *signature* is what its operands are -- container kind, shape, strides, dtype,
+device, writability -- plus the op's own options and this thread's device choice. The first
+call with a signature runs the op's ``bind``: every operand is viewed once (`tensors.view`),
+checked by the op's declared rules and by the shared ones here (one device, the GPU layout
+rules, ``out=``), the device, kernels and launch configuration are chosen, and a bound call is
+stored. A later call with the same signature does only what can differ between calls with
+equal signatures: read data pointers (and check their alignment), take the stream, allocate
+or take the output, pack the arguments and launch. Nothing is re-validated, re-planned or
+re-parsed that the signature already proves.
+
+GPU-resident operands are used in place (`DeviceCall`); host operands (numpy, torch CPU,
+host DLPack) are staged through the scratch pool of the current device, launched on its
+default stream, copied back and synchronized (`HostCall`). Results come back in the kind of
+container ``x`` came in (or in ``out``).
+
+A test seam, `present_cpu_torch_as_gpu`, makes torch CPU tensors take the GPU path (pointers
+used in place, torch's stream), so the torch fast path runs on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import devices as _devices
+from . import scratch, tensors
+from .devices import _local, current_device, hip_device
+from .devices.base import Device, Launcher
+from .errors import CaptureError, HipRuntimeError, InputValueError
+from .tensors import TensorView
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch of a bound call. A call's pointers are those of its inputs (0 for absent
+    ones), of the output, then of its scratch slots, in that order; the kernel's arguments are the
+    first ``pointers`` of them followed by ``tail`` (the values the signature fixes)."""
+
+    launcher: Launcher
+    pointers: int
+    tail: tuple
+
+
+# ----------------------------------------------------------------------------------------------
+# signatures
+
+_NP = np.ndarray
+_torch_tensor: Any = None          # torch.Tensor once torch has been imported by someone
+_seam: tuple[int, Callable[[int], int], Callable[..., Any] | None] | None = None   # test seam, see below
+
+
+def _torch_class() -> Any:
+    global _torch_tensor
+    if _torch_tensor is None:
+        torch = sys.modules.get("torch")
+        if torch is not None and hasattr(torch, "Tensor"):
+            _torch_tensor = torch.Tensor
+    return _torch_tensor
+
+
+def signature(names: Sequence[str], objs: Sequence[Any]) -> tuple[tuple, list[int | None] | None]:
+    """The hashable signature of ``objs`` -- ending with where this thread's host inputs would run
+    (`devices.selection`) -- and, for DLPack producers (their address comes from the same export
+    as their layout), their data addresses by position (None elsewhere)."""
+    keys: list[Hashable] = []
+    addresses: list[int | None] | None = None
+    tt = _torch_tensor or _torch_class()
+    for i, obj in enumerate(objs):
+        if obj is None:
+            keys.append(None)
+        elif tt is not None and isinstance(obj, tt):
+            try:
+                keys.append((obj.shape, obj.stride(), obj.dtype, obj.device, obj.is_neg(), obj.layout))
+            except RuntimeError:      # no strides: let the view say what is wrong
+                tensors.view(obj, names[i])
+                raise
+        elif type(obj) is _NP:
+            keys.append((obj.shape, obj.strides, obj.dtype, obj.flags.writeable))
+        else:
+            if addresses is None:
+                addresses = [None] * len(objs)
+            found = tensors.dlpack_signature(obj) if hasattr(obj, "__dlpack_device__") else None
+            if found is None:         # an older or unusual producer (or not one at all): the full view
+                v = tensors.view(obj, names[i])
+                found = ((type(obj), v.device_type, v.device_id, v.dtype, v.shape, v.strides, v.readonly), v.ptr)
+            keys.append(found[0])
+            addresses[i] = found[1]
+    keys.append(_local.__dict__.get("selected") or _devices._default)
+    return tuple(keys), addresses
+
+
+class CallCache:
+    """Bound calls by signature (thread-safe; bounded: cleared when it overflows)."""
+
+    def __init__(self, maxsize: int = 1024) -> None:
+        self.maxsize = maxsize
+        self._calls: dict[Hashable, Any] = {}
+        self._lock = threading.Lock()
+        self.get = self._calls.get
+        self.binds = 0
+        _caches.append(self)
+
+    def add(self, key: Hashable, call: Any) -> Any:
+        with self._lock:
+            if len(self._calls) >= self.maxsize:
+                self._calls.clear()
+            self._calls[key] = call
+            self.binds += 1
+        return call
+
+    def clear(self) -> None:
+        with self._lock:
+            self._calls.clear()
+
+
+_caches: list[CallCache] = []
+
+
+def forget_bound_calls(device: Device | None = None) -> None:
+    """Drop every bound call (they may hold scratch addresses of a released pool)."""
+    for cache in _caches:
+        cache.clear()
+
+
+scratch.on_release(forget_bound_calls)
+
+
+def present_cpu_torch_as_gpu(ordinal: int | None, stream: Callable[[int], int] | None = None,
+                             empty: Callable[..., Any] | None = None) -> None:
+    """Test seam: treat torch CPU tensors as tensors on HIP device ``ordinal`` (``None`` ends it), with
+    ``stream(ordinal)`` as torch's current stream (default: 0) and ``empty(shape, dtype)`` allocating
+    outputs (default: ``torch.empty``). Their memory must be memory the device can address (with the
+    fake HIP runtime: its allocations)."""
+    global _seam
+    _seam = None if ordinal is None else (int(ordinal), stream or (lambda _ordinal: 0), empty)
+    forget_bound_calls()
+
+
+# ----------------------------------------------------------------------------------------------
+# the slow path: viewing and placing
+
+
+class Operands:
+    """The operands of one call, viewed once; the device they run on is decided on first use."""
+
+    def __init__(self, op: str, views: dict[str, TensorView | None], out: TensorView | None) -> None:
+        self.op = op
+        self.views = views                 # inputs by name, None for absent ones
+        self.out = out
+        present = [v for v in (*views.values(), out) if v is not None]
+        self.present = present
+        self.first = present[0]            # decides the result's container kind and the device
+        self.on_host = self.first.on_host
+        self._device: Device | None = None
+
+    def __getitem__(self, name: str) -> TensorView | None:
+        return self.views[name]
+
+    @property
+    def device(self) -> Device:
+        """The GPU the operands live on, else this thread's current device (checks they share one place)."""
+        if self._device is None:
+            tensors.same_device(self.present)
+            self._device = current_device() if self.on_host else hip_device(self.first.device_id)
+        return self._device
+
+
+def gather(op: str, names: Sequence[str], objs: Sequence[Any]) -> Operands:
+    """View every operand (the last name is ``out``)."""
+    seen = [None if obj is None else _view(obj, name) for name, obj in zip(names, objs, strict=True)]
+    return Operands(op, dict(zip(names[:-1], seen[:-1], strict=True)), seen[-1])
+
+
+def _view(obj: Any, name: str) -> TensorView:
+    v = tensors.view(obj, name)
+    if _seam is not None and v.kind == "torch" and v.on_host:
+        v.on_host, v.device_type, v.device_id = False, tensors.DL_ROCM, _seam[0]
+    return v
+
+
+def check_out(ops: Operands, shape: tuple[int, ...], dtype: Any) -> None:
+    """``out=``: a writable, contiguous array of the result's shape and dtype, on the operands' device
+    (checked first: every operand in one place)."""
+    tensors.same_device(ops.present)
+    ov = ops.out
+    if ov is not None and (ov.shape != shape or ov.dtype != dtype or not ov.is_contiguous or ov.readonly):
+        raise InputValueError(f"{ops.op}: out must be a writable contiguous {dtype} array of shape {shape}; "
+                              f"got {ov.dtype} {ov.shape}{' (read-only)' if ov.readonly else ''}")
+
+
+# ----------------------------------------------------------------------------------------------
+# GPU layout rules
+
+
+def require(op: str, ok: bool, what: str) -> None:
+    """A GPU layout rule: host inputs are staged, so they never hit these."""
+    if not ok:
+        raise InputValueError(f"{op} on a GPU tensor: {what} (host inputs have no layout limits)")
+
+
+def row_stride(op: str, v: TensorView) -> int:
+    """Stride between the rows of ``v`` viewed as ``[rows, K]`` (leading dims flattened); leading dims
+    must flatten without a copy. A single row gets K rounded up to 8 (any multiple of 8 will do)."""
+    if len(v.shape) == 1:
+        return -(-v.shape[0] // 8) * 8
+    dims = [(d, s) for d, s in zip(v.shape[:-1], v.strides[:-1], strict=True) if d != 1]
+    if not dims:
+        return -(-v.shape[-1] // 8) * 8
+    for (_, outer), (inner_n, inner) in zip(dims, dims[1:], strict=False):
+        require(op, outer == inner * inner_n,
+                f"{v.name}'s leading dims {v.shape[:-1]} (strides {v.strides[:-1]}) do not flatten to rows "
+                f"without a copy; pass {v.name}.reshape(-1, K).contiguous()")
+    return dims[-1][1]
+
+
+# ----------------------------------------------------------------------------------------------
+# bound calls
+
+
+def stream_of(v: TensorView, ordinal: int) -> Callable[[], int]:
+    """torch's current stream on the device for torch tensors (the cheapest call torch offers), else 0."""
+    if v.kind != "torch":
+        return lambda: 0
+    if _seam is not None:
+        seam_stream, seam_ordinal = _seam[1], _seam[0]
+        return lambda: seam_stream(seam_ordinal)
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)   # what torch's compiled code calls
+    if raw is not None:
+        return lambda: raw(ordinal)
+    device = torch.device("cuda", ordinal)
+    return lambda: int(torch.cuda.current_stream(device).cuda_stream)
+
+
+class DeviceCall:
+    """A bound call on GPU-resident operands: pointers in place, torch's current stream."""
+
+    def __init__(self, ops: Operands, launches: Sequence[Launch], *, out_shape: tuple[int, ...], out_dtype: Any,
+                 aligned: Sequence[str] = (), align_message: str = "", scratch_slots: Sequence[tuple[str, int]] = (),
+                 ) -> None:
+        names = list(ops.views)
+        self.device = ops.device
+        self.launches = tuple(launches)
+        self.runs = tuple((launch.launcher, launch.pointers, launch.tail) for launch in launches)
+        self.stream = stream_of(ops.first, ops.first.device_id)
+        self.scratch_slots = tuple(scratch_slots)
+        self._scratch: dict[int, tuple[int, ...]] = {}
+        self.aligned = tuple(names.index(n) for n in aligned)
+        self.align_message = align_message
+        self.op = ops.op
+        self.new_out: Callable[[], Any] | None = None
+        if ops.out is None:
+            first = ops.first
+            if first.kind == "torch":
+                import torch
+
+                tdt, dev, shape = tensors._torch_dtype(np.dtype(out_dtype)), first.obj.device, out_shape
+                if _seam is not None and _seam[2] is not None:
+                    seam_empty = _seam[2]
+                    self.new_out = lambda: seam_empty(shape, tdt)
+                else:
+                    self.new_out = lambda: torch.empty(shape, dtype=tdt, device=dev)
+            else:
+                tensors.new_output(first, out_shape, out_dtype)   # raises: no allocator for that kind
+
+    def _scratch_for(self, stream: int) -> tuple[int, ...]:
+        found = self._scratch.get(stream)
+        if found is None:
+            pool = scratch.pool(self.device, stream)
+            found = self._scratch[stream] = tuple(pool.buffer(name, size) for name, size in self.scratch_slots)
+        return found
+
+    def __call__(self, objs: Sequence[Any], addresses: list[int | None] | None) -> Any:
+        """``objs``: the inputs, then ``out`` (None: allocate one)."""
+        if addresses is None:        # torch tensors only (what a GPU call without DLPack producers is)
+            ptrs = [0 if o is None else o.data_ptr() for o in objs]
+        else:
+            ptrs = [0 if o is None else a if a is not None else o.data_ptr()
+                    for o, a in zip(objs, addresses, strict=True)]
+        for i in self.aligned:
+            if ptrs[i] & 15:
+                raise InputValueError(f"{self.op} on a GPU tensor: {self.align_message} "
+                                      "(host inputs have no layout limits)")
+        out = objs[-1]
+        if out is None:
+            out = self.new_out()  # type: ignore[misc]
+            ptrs[-1] = out.data_ptr()
+        if not self.runs:
+            return out
+        stream = self.stream()
+        if self.scratch_slots:
+            ptrs += self._scratch.get(stream) or self._scratch_for(stream)
+        for launcher, count, tail in self.runs:
+            launcher(ptrs[:count], tail, stream)
+        return out
+
+
+@dataclass(frozen=True)
+class Staged:
+    """How a host input reaches the device: as ``rows`` x ``cols`` elements with rows ``pitch`` apart
+    (zero padding up to the pitch), copied into the scratch slot ``slot``."""
+
+    slot: str
+    rows: int
+    cols: int
+    pitch: int
+    optional: bool = False        # an input that may be absent (bias)
+
+
+class HostCall:
+    """A bound call on host operands: staged through the device's scratch pool (stream 0), launched,
+    copied back, synchronized; the result in the container kind of the first operand."""
+
+    def __init__(self, ops: Operands, launches: Sequence[Launch], staged: Sequence[Staged | None], *,
+                 out_shape: tuple[int, ...], out_dtype: Any, out_slot: str,
+                 scratch_slots: Sequence[tuple[str, int]] = ()) -> None:
+        self.op = ops.op
+        self.device = ops.device
+        self.launches = tuple(launches)
+        self.staged = tuple(staged)
+        self.names = tuple(ops.views)
+        self.numpy = tuple(v is not None and v.kind == "numpy" for v in ops.views.values())
+        self.out_shape, self.out_dtype = out_shape, np.dtype(out_dtype)
+        self.out_bytes = int(np.prod(out_shape, dtype=np.int64)) * self.out_dtype.itemsize
+        self.out_slot = out_slot
+        self.scratch_slots = tuple(scratch_slots)
+        self.first_kind = ops.first
+
+    def _host(self, i: int, obj: Any) -> np.ndarray:
+        return obj if self.numpy[i] else tensors.view(obj, self.names[i]).host_array()
+
+    def __call__(self, objs: Sequence[Any], addresses: list[int | None] | None) -> Any:
+        """``objs``: the inputs, then ``out`` (None: return a new array)."""
+        *objs, out = objs
+        device = self.device
+        ov = None if out is None else tensors.view(out, "out")
+        if not self.launches:
+            return ov.obj if ov is not None else tensors.to_kind(np.empty(self.out_shape, self.out_dtype),
+                                                               self.first_kind)
+        pool = scratch.pool(device, 0)
+        with pool.lock, _capture_errors(self.op):   # staged inputs are this call's until it has synchronized
+            hosts = [None if how is None or obj is None else _rows(self._host(i, obj), how)
+                     for i, (how, obj) in enumerate(zip(self.staged, objs, strict=True))]
+            # Slots of the required inputs and of the output first, then their copies, then the
+            # optional inputs (bias): the order of HIP calls the ops have always made.
+            ptrs = [0 if h is None or how.optional else pool.buffer(how.slot, h.nbytes)  # type: ignore[union-attr]
+                    for how, h in zip(self.staged, hosts, strict=True)]
+            y_d = pool.buffer(self.out_slot, self.out_bytes)
+            for how, h, ptr in zip(self.staged, hosts, ptrs, strict=True):
+                if h is not None and not how.optional:   # type: ignore[union-attr]
+                    device.copy_to_device(ptr, h, h.nbytes)
+            for i, (how, h) in enumerate(zip(self.staged, hosts, strict=True)):
+                if h is not None and how.optional:       # type: ignore[union-attr]
+                    ptrs[i] = pool.buffer(how.slot, h.nbytes)   # type: ignore[union-attr]
+                    device.copy_to_device(ptrs[i], h, h.nbytes)
+            ptrs.append(y_d)
+            ptrs.extend(pool.buffer(name, size) for name, size in self.scratch_slots)
+            for launch in self.launches:
+                launch.launcher(ptrs[:launch.pointers], launch.tail, 0)
+            y = ov.host_array() if ov is not None else np.empty(self.out_shape, self.out_dtype)
+            device.copy_to_host(y, y_d, self.out_bytes)
+            device.synchronize(0)
+        return ov.obj if ov is not None else tensors.to_kind(y, self.first_kind)
+
+
+# hipErrorStreamCaptureUnsupported, ...Invalidated, ...Implicit: a copy or synchronization met a capture.
+_CAPTURE_ERRORS = frozenset({900, 901, 906})
+
+
+@contextmanager
+def _capture_errors(op: str) -> Iterator[None]:
+    """Host calls copy and synchronize, which a graph capture forbids. Checking for a capture first
+    would cost every host call a HIP call; the runtime refuses the first copy anyway, so that
+    refusal becomes a `CaptureError` that says what to do."""
+    try:
+        yield
+    except HipRuntimeError as e:
+        if getattr(e, "hip_error_code", None) not in _CAPTURE_ERRORS:
+            raise
+        raise CaptureError(f"{op}: host inputs are copied to the device and synchronized, which a graph "
+                           "capture forbids; pass GPU tensors to captured calls") from e
+
+
+def _rows(a: np.ndarray, how: Staged) -> np.ndarray:
+    """``a`` as C-contiguous ``[rows, pitch]`` (zero padding past ``cols``), copying only when needed."""
+    if how.pitch == how.cols and a.flags.c_contiguous:
+        return a
+    flat = a.reshape(how.rows, how.cols)
+    if how.pitch == how.cols:
+        return np.ascontiguousarray(flat)
+    padded = np.zeros((how.rows, how.pitch), dtype=a.dtype)
+    padded[:, :how.cols] = flat
+    return padded
+
+

@@ -1,0 +1,25 @@
+// Partial and guarded 16-byte loads shared by the kernel families: row tails that must not
+// read past column K, zero-extended so the tail chunk joins the full-chunk arithmetic.
+#pragma once
+
+#include "hipskinny/common.h"
+
+namespace hs {
+
+// The first `count` (1..7) elements at p, zero-extended to a 16-byte chunk; nothing at or
+// past p + count is read.
+__device__ inline u32x4 load_partial(const uint16_t* p, int count) {
+  uint32_t d[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    if (e < count) d[e >> 1] |= (uint32_t)p[e] << (16 * (e & 1));
+  return u32x4{d[0], d[1], d[2], d[3]};
+}
+
+// The 8 elements row[k .. k + 7] (streamed, as weights are), or zero when k >= K; for rows
+// whose length K is a multiple of 8, so a chunk is either wholly inside or wholly past it.
+__device__ inline u32x4 load16_stream_or_zero(const uint16_t* row, int k, int K) {
+  return k < K ? load16_stream(row + k) : u32x4{0u, 0u, 0u, 0u};
+}
+
+}  // namespace hs
