@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 import hipskinny
+from hipskinny import operands
 from hipskinny.arch import ARCHS, ArchInfo
 from hipskinny.devices.base import Device, DeviceProperties
 from hipskinny.emulator import EmulatedDevice, LaunchStats
@@ -44,11 +45,23 @@ ROW_CAP_ELEMENTS = 1 << 20        # fit two shorter runs (>= 2x less work) above
 
 class ScaledDevice(EmulatedDevice):
     """An emulated GPU whose CU count can be changed between launches, so the code object is
-    decoded once per arch rather than once per sample (plans are cached per CU count)."""
+    decoded once per arch rather than once per sample (plans are cached per CU count; the ops'
+    bound calls, which a real device's fixed CU count lets skip planning, are dropped when it
+    changes)."""
 
     def __init__(self, arch: str) -> None:
         super().__init__(arch)
-        self.cus = ARCHS[arch].default_cu_count
+        self._cus = ARCHS[arch].default_cu_count
+
+    @property
+    def cus(self) -> int:
+        return self._cus
+
+    @cus.setter
+    def cus(self, value: int) -> None:
+        if value != self._cus:
+            operands.forget_bound_calls(self)
+        self._cus = value
 
     @property
     def properties(self) -> DeviceProperties:
