@@ -33,11 +33,12 @@ from hipskinny import operands
 from dlpack_helpers import DL_ROCM, HandMade
 
 SECONDS = {seconds!r}
+ROUNDS = 9
 N1, M, K, N16 = 1, 256, 4096, 16
 
 
-def us_per_call(fn):
-    """Median over 5 rounds of the mean µs per call (the median resists other processes' bursts)."""
+def calibrate(fn):
+    """Calls per round so that a round takes about SECONDS / ROUNDS."""
     fn()
     n = 1
     while True:
@@ -45,17 +46,24 @@ def us_per_call(fn):
         for _ in range(n):
             fn()
         dt = time.perf_counter() - t
-        if dt > SECONDS / 50 or n > 1 << 20:
-            break
+        if dt > SECONDS / 100 or n > 1 << 20:
+            return max(1, int(n * (SECONDS / ROUNDS) / max(dt, 1e-9)))
         n *= 2
-    n = max(1, int(n * (SECONDS / 5) / max(dt, 1e-9)))
-    rounds = []
-    for _ in range(5):
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        rounds.append((time.perf_counter() - t) / n * 1e6)
-    return sorted(rounds)[2]
+
+
+def us_per_call(cases):
+    """Median over ROUNDS rounds of the mean µs per call of each case, the cases' rounds interleaved
+    (the machine is shared: a burst of other work then hits every case alike, not one)."""
+    counts = {{name: calibrate(fn) for name, fn in cases.items()}}
+    rounds = {{name: [] for name in cases}}
+    for _ in range(ROUNDS):
+        for name, fn in cases.items():
+            n = counts[name]
+            t = time.perf_counter()
+            for _ in range(n):
+                fn()
+            rounds[name].append((time.perf_counter() - t) / n * 1e6)
+    return {{name: sorted(r)[len(r) // 2] for name, r in rounds.items()}}
 
 
 def device_bytes(nbytes):
@@ -95,29 +103,34 @@ cases["skinny_gemm_dlpack_out"] = lambda: hipskinny.skinny_gemm(dx, dw, out=do)
 hx, hw = np.ones((N1, K), np.float16), np.ones((M, K), np.float16)
 cases["skinny_gemm_numpy"] = lambda: hipskinny.skinny_gemm(hx, hw)
 cases["gemv_numpy"] = lambda: hipskinny.gemv(hx[0], hw)
-for name, fn in cases.items():
-    res["cases"][name] = us_per_call(fn)
+# Floors measured in the same rounds: a bare torch op, torch.empty of the output, and one hip-python
+# launch of the same kernel with its arguments prepared (what the launch itself costs here).
+a = torch.ones(1)
+xs, ws = torch.ones((1, 8)), torch.ones((8, 8))
+cases["torch_add"] = lambda: torch.add(a, a)
+cases["torch_linear"] = lambda: torch.nn.functional.linear(xs, ws)
+cases["torch_empty"] = lambda: torch.empty((N1, M), dtype=torch.float16)
+hipskinny.skinny_gemm(x1, w, out=o1)
+bound = [c for c in hipskinny.ops.skinny_gemm._calls._calls.values() if getattr(c, "launches", None)][0]
+launch = bound.launches[0]
+zeros = [0] * launch.pointers
+cases["bare_launch"] = lambda: launch.launcher(zeros, launch.tail, 0)
 
-# The host path without its copies: the same calls with hipMemcpyAsync made a no-op on our side.
+# The host path without its copies: the same calls with hipMemcpyAsync made a no-op on our side
+# (another device object's copies, so the rows above keep theirs).
+measured = us_per_call(cases)
 dev = hipskinny.current_device()
 copies = (dev.copy_to_device, dev.copy_to_host)
 dev.copy_to_device = lambda *a, **k: None
 dev.copy_to_host = lambda *a, **k: None
-res["cases"]["skinny_gemm_numpy_no_copies"] = us_per_call(cases["skinny_gemm_numpy"])
-res["cases"]["gemv_numpy_no_copies"] = us_per_call(cases["gemv_numpy"])
+measured.update({{name + "_no_copies": us for name, us in us_per_call(
+    {{"skinny_gemm_numpy": cases["skinny_gemm_numpy"], "gemv_numpy": cases["gemv_numpy"],
+     "torch_add": cases["torch_add"]}}).items()}})
 dev.copy_to_device, dev.copy_to_host = copies
-
-# Floors measured in the same run: a bare torch op, and one hip-python launch of the same kernel
-# with its arguments prepared (what the fake runtime's launch itself costs here).
-a = torch.ones(1)
-res["torch_add_us"] = us_per_call(lambda: torch.add(a, a))
-xs, ws = torch.ones((1, 8)), torch.ones((8, 8))
-res["torch_linear_us"] = us_per_call(lambda: torch.nn.functional.linear(xs, ws))
-call = hipskinny.ops.skinny_gemm._calls.get
-bound = [c for c in hipskinny.ops.skinny_gemm._calls._calls.values() if hasattr(c, "launches") and c.launches][0]
-launch = bound.launches[0]
-zeros = [0] * launch.pointers
-res["bare_launch_us"] = us_per_call(lambda: launch.launcher(zeros, launch.tail, 0))
+for floor in ("torch_add", "torch_linear", "torch_empty", "bare_launch"):
+    res[floor + "_us"] = measured.pop(floor)
+res["torch_add_no_copies_round_us"] = measured.pop("torch_add_no_copies")
+res["cases"] = measured
 res["torch_version"] = torch.__version__
 
 # Where the microseconds of the torch fast path go (cProfile; its own overhead inflates the total).

@@ -21,6 +21,7 @@ used in place, torch's stream), so the torch fast path runs on machines without 
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 from collections.abc import Callable, Hashable, Iterator, Sequence
@@ -66,13 +67,21 @@ def _torch_class() -> Any:
     return _torch_tensor
 
 
-def signature(names: Sequence[str], objs: Sequence[Any]) -> tuple[tuple, list[int | None] | None]:
+def signature(names: Sequence[str], objs: Sequence[Any], options: Hashable = None
+              ) -> tuple[tuple, list[int | None] | None]:
     """The hashable signature of ``objs`` -- ending with where this thread's host inputs would run
-    (`devices.selection`) -- and, for DLPack producers (their address comes from the same export
-    as their layout), their data addresses by position (None elsewhere)."""
+    (`devices.selection`) and the op's ``options`` -- and, for DLPack producers (their address
+    comes from the same export as their layout), their data addresses by position (None elsewhere)."""
+    tt = _torch_tensor or _torch_class()
+    if tt is not None and isinstance(objs[0], tt):
+        # All torch (the hot case): one pass. Anything else among them fails an attribute lookup.
+        try:
+            return (*[None if o is None else (o.shape, o.stride(), o.dtype, o.device, o.is_neg(), o.layout)
+                      for o in objs], _local.__dict__.get("selected") or _devices._default, options), None
+        except (AttributeError, TypeError, RuntimeError):
+            pass
     keys: list[Hashable] = []
     addresses: list[int | None] | None = None
-    tt = _torch_tensor or _torch_class()
     for i, obj in enumerate(objs):
         if obj is None:
             keys.append(None)
@@ -87,13 +96,14 @@ def signature(names: Sequence[str], objs: Sequence[Any]) -> tuple[tuple, list[in
         else:
             if addresses is None:
                 addresses = [None] * len(objs)
-            found = tensors.dlpack_signature(obj) if hasattr(obj, "__dlpack_device__") else None
+            found = tensors.dlpack_signature(obj)
             if found is None:         # an older or unusual producer (or not one at all): the full view
                 v = tensors.view(obj, names[i])
                 found = ((type(obj), v.device_type, v.device_id, v.dtype, v.shape, v.strides, v.readonly), v.ptr)
             keys.append(found[0])
             addresses[i] = found[1]
     keys.append(_local.__dict__.get("selected") or _devices._default)
+    keys.append(options)
     return tuple(keys), addresses
 
 
@@ -230,13 +240,12 @@ def stream_of(v: TensorView, ordinal: int) -> Callable[[], int]:
     if v.kind != "torch":
         return lambda: 0
     if _seam is not None:
-        seam_stream, seam_ordinal = _seam[1], _seam[0]
-        return lambda: seam_stream(seam_ordinal)
+        return functools.partial(_seam[1], _seam[0])
     import torch
 
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)   # what torch's compiled code calls
     if raw is not None:
-        return lambda: raw(ordinal)
+        return functools.partial(raw, ordinal)                   # no Python frame per call
     device = torch.device("cuda", ordinal)
     return lambda: int(torch.cuda.current_stream(device).cuda_stream)
 
@@ -254,7 +263,12 @@ class DeviceCall:
         self.stream = stream_of(ops.first, ops.first.device_id)
         self.scratch_slots = tuple(scratch_slots)
         self._scratch: dict[int, tuple[int, ...]] = {}
-        self.aligned = tuple(names.index(n) for n in aligned)
+        # The operands that must be 16-byte aligned, checked on every call: none, or two positions
+        # (one operand is given twice), so the check is one expression.
+        idx = [names.index(n) for n in aligned]
+        if len(idx) > 2:
+            raise ValueError("DeviceCall checks the alignment of at most two operands")
+        self.aligned = tuple((idx + idx)[:2])
         self.align_message = align_message
         self.op = ops.op
         self.new_out: Callable[[], Any] | None = None
@@ -286,10 +300,10 @@ class DeviceCall:
         else:
             ptrs = [0 if o is None else a if a is not None else o.data_ptr()
                     for o, a in zip(objs, addresses, strict=True)]
-        for i in self.aligned:
-            if ptrs[i] & 15:
-                raise InputValueError(f"{self.op} on a GPU tensor: {self.align_message} "
-                                      "(host inputs have no layout limits)")
+        aligned = self.aligned
+        if aligned and (ptrs[aligned[0]] | ptrs[aligned[1]]) & 15:
+            raise InputValueError(f"{self.op} on a GPU tensor: {self.align_message} "
+                                  "(host inputs have no layout limits)")
         out = objs[-1]
         if out is None:
             out = self.new_out()  # type: ignore[misc]
@@ -300,7 +314,7 @@ class DeviceCall:
         if self.scratch_slots:
             ptrs += self._scratch.get(stream) or self._scratch_for(stream)
         for launcher, count, tail in self.runs:
-            launcher(ptrs[:count], tail, stream)
+            launcher(ptrs if count == len(ptrs) else ptrs[:count], tail, stream)
         return out
 
 

@@ -483,21 +483,24 @@ def dlpack_signature(obj: Any) -> tuple[tuple, int] | None:
     per-call path of ops: about half the cost of `view`). None when the export is not a plain
     DLPack >= 1.0 one (the caller then takes `view`, which also says what is wrong)."""
     try:
+        # Held until the reads below are done: dropping the capsule runs the export's deleter, which
+        # may free the shape and strides (the data stays: the producer, alive in the caller, owns it).
         capsule = obj.__dlpack__(max_version=_DLPACK_MAX_VERSION)
         address = _PyCapsule_GetPointer(capsule, b"dltensor_versioned")
     except Exception:  # noqa: BLE001 - anything unusual: the full view decides
         return None
-    major, _minor, flags = _read(_VERSIONED_HEAD, address)
-    if major != _DLPACK_MAJOR:
+    if _MEMORY is None or address + 96 > _MEMORY_END:
         return None
+    major, _minor, flags = _VERSIONED_HEAD.unpack_from(_MEMORY, address)
     (data, device_type, device_id, ndim, code, bits, lanes, shape_ptr, strides_ptr,
-     byte_offset) = _read(_DLTENSOR, address + _VERSIONED_HEAD.size)
-    if not 0 < ndim < len(_DIMS) or not strides_ptr:
+     byte_offset) = _DLTENSOR.unpack_from(_MEMORY, address + 32)
+    if major != _DLPACK_MAJOR or not 0 < ndim < len(_DIMS) or not strides_ptr:
         return None
     dims = _DIMS[ndim]
-    # The capsule is dropped here: its deleter releases the export, not the producer's memory.
-    return ((type(obj), device_type, device_id, code, bits, lanes, _read(dims, shape_ptr), _read(dims, strides_ptr),
-             flags & _FLAG_READ_ONLY, data == 0), data + byte_offset)
+    key = (type(obj), device_type, device_id, code, bits, lanes, dims.unpack_from(_MEMORY, shape_ptr),
+           dims.unpack_from(_MEMORY, strides_ptr), flags & _FLAG_READ_ONLY, data == 0)
+    del capsule
+    return key, data + byte_offset
 
 
 def _row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

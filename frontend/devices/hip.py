@@ -794,7 +794,10 @@ class HipDevice(Device):
         only_device = self._only_device
 
         def launch(pointers: Any, tail: tuple, stream: int = 0) -> None:
-            cfg = local.__dict__.get("cfg") or buffer()
+            try:
+                cfg = local.cfg
+            except AttributeError:           # this thread's first launch of this kernel
+                cfg = buffer()
             pack(cfg.buf, 0, *pointers, *tail)
             st = streams.get(stream)
             if st is None:

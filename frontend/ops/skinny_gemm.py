@@ -147,8 +147,7 @@ def skinny_gemm(x: Any, w: Any, bias: Any = None, *, deterministic: bool = True,
     traffic; the last bits then depend on arrival order). N <= 8 is always deterministic.
     """
     objs = (x, w, bias, out)
-    key, addresses = operands.signature(NAMES, objs)
-    key = (key, deterministic)
+    key, addresses = operands.signature(NAMES, objs, deterministic)
     call = _calls.get(key)
     if call is None:
         call = _calls.add(key, _bind(operands.gather("skinny_gemm", NAMES, objs), deterministic))
