@@ -5,9 +5,8 @@ Two trees, built and checked by the same run:
 * shipped: ``kernels/<family>.hip`` -> ``hsaco/<arch>/<family>.hsaco`` + ``.lst.gz``, ``hsaco/manifest.json``
   (package data);
 * tests: ``tests/kernels/<name>.hip`` for every arch, and hand-written assembly
-  ``tests/kernels/asm/<name>.<arch>.s`` for the one arch its file name names, or
-  ``<name>.<isa>.s`` (gfx9, gfx11, gfx12) for every arch of that ISA family (preprocessed per
-  arch: see ``compiler.preprocess_asm``) ->
+  ``tests/kernels/asm/<name>.s`` for every arch its ``;%targets`` line names (default all),
+  preprocessed per arch (see ``compiler.preprocess_asm``) ->
   ``tests/hsaco/<arch>/<name>.hsaco`` + ``.lst.gz``, ``tests/hsaco/manifest.json`` (same schema; the
   ``family`` field holds the test kernel's name). Not package data.
 
@@ -30,11 +29,11 @@ from typing import Any
 from frontend.arch import ARCHS
 
 from . import REPO_ROOT
-from .compiler import ISA_FAMILIES, BuildError, Built, assemble, compile_family, sha256_bytes
+from .compiler import BuildError, Built, asm_targets, assemble, compile_family, sha256_bytes
 from .manifest import ManifestError, compose, dumps, load
 from .toolchain import Toolchain, ToolchainError, detect_compiler, find_toolchain
 
-_ASM_NAME = re.compile(r"(?P<name>[A-Za-z0-9_]+)\.(?P<arch>gfx[0-9a-f]+)\.s")   # an arch or an ISA family
+_ASM_NAME = re.compile(r"[A-Za-z0-9_]+\.s")
 
 
 class SourceError(Exception):
@@ -100,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"only these archs (default: all of {', '.join(ARCHS)})")
     p.add_argument("--family", action="extend", nargs="+", default=[], metavar="F",
                    help="only these kernel families (kernels/<F>.hip) or test kernels (tests/kernels/<F>.hip, "
-                        "tests/kernels/asm/<F>.<arch>.s); default: all")
+                        "tests/kernels/asm/<F>.s); default: all")
     p.add_argument("-j", "--jobs", type=int, default=2, metavar="N",
                    help="archs built in parallel (default 2)")
     return p
@@ -118,18 +117,17 @@ def jobs_in(repo: Path, tree: Tree, archs: list[str] | None = None) -> list[Job]
     if tree.test:
         hip_names = {p.stem for p in src.glob("*.hip")}
         for p in sorted((src / "asm").glob("*.s")):
-            m = _ASM_NAME.fullmatch(p.name)
-            if m is None or (m.group("arch") not in ARCHS and m.group("arch") not in ISA_FAMILIES):
-                raise SourceError(f"{tree.src}/asm/{p.name}: assembly kernels are named <name>.<arch>.s with "
-                                  f"<arch> one of {', '.join(ARCHS)}, or <name>.<isa>.s for every arch of an "
-                                  f"ISA family, <isa> one of {', '.join(ISA_FAMILIES)}")
-            if m.group("name") in hip_names:
-                raise SourceError(f"{tree.src}/asm/{p.name}: {tree.src}/{m.group('name')}.hip has the same name")
-            for arch in ISA_FAMILIES.get(m.group("arch"), (m.group("arch"),)):
-                if arch in archs:
-                    if any(j.key == f"{arch}/{m.group('name')}" for j in jobs):
-                        raise SourceError(f"{tree.src}/asm/{p.name}: {arch}/{m.group('name')} has another source")
-                    jobs.append(Job(tree, arch, m.group("name"), f"{tree.src}/asm/{p.name}"))
+            source = f"{tree.src}/asm/{p.name}"
+            if _ASM_NAME.fullmatch(p.name) is None:
+                raise SourceError(f"{source}: assembly kernels are named <name>.s (letters, digits, _); "
+                                  "a ;%targets line picks the archs")
+            if p.stem in hip_names:
+                raise SourceError(f"{source}: {tree.src}/{p.stem}.hip has the same name")
+            try:
+                targets = asm_targets(p.read_text(errors="replace"), source)
+            except BuildError as exc:
+                raise SourceError(str(exc)) from None
+            jobs += [Job(tree, arch, p.stem, source) for arch in targets if arch in archs]
     return sorted(jobs, key=lambda j: (list(ARCHS).index(j.arch), j.name))
 
 
@@ -294,7 +292,8 @@ def check(repo: Path, jobs_by_tree: dict[Tree, list[Job]], archs: list[str], nam
         for key, e in sorted(entries.items()):
             if key not in expected:
                 gone = next(iter(e.get("sources", {})), f"{tree.src}/{e.get('family')}.hip")
-                stale.append(f"{tree.label(key)}: {gone} no longer exists")
+                why = f"no longer targets {e.get('arch')}" if (repo / gone).is_file() else "no longer exists"
+                stale.append(f"{tree.label(key)}: {gone} {why}")
                 continue
             for field, sha_field in (("path", "sha256"), ("listing", "listing_sha256")):
                 path = repo / tree.out / e[field]

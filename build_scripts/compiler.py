@@ -35,37 +35,78 @@ class BuildError(Exception):
     """A code object failed to compile or breaks a shipping rule."""
 
 
-# Assembly test kernels written once per ISA family (tests/kernels/asm/<name>.<isa>.s) are
-# preprocessed per arch: "@ARCH@" becomes the arch, and lines between ";%if <arch> ..." and
-# ";%else" / ";%endif" are kept only for the archs named (the others keep the ";%else" part).
+# Assembly test kernels (tests/kernels/asm/<name>.s) are written once for every arch they are
+# built for and preprocessed per arch (see asm_targets and preprocess_asm). A target names an
+# arch or an ISA family: gfx9 (gfx942, gfx950), gfx11 (gfx1100, gfx1151), gfx12 (gfx1201).
 ISA_FAMILIES: dict[str, tuple[str, ...]] = {}
 for _arch in ARCHS:
     ISA_FAMILIES.setdefault(_arch[:-2], ())
     ISA_FAMILIES[_arch[:-2]] += (_arch,)
-_COND = re.compile(r"^;%(?P<kw>if|else|endif)\b\s*(?P<archs>.*)$")
+_DIRECTIVE = re.compile(r"^\s*;%(?P<kw>\w*)(?P<rest>.*)$")
+_TAG = re.compile(r"^(?P<line>.*?\S)\s*;%(?P<targets>[^;]*)$")
+
+
+def _archs_of(names: list[str], what: str) -> frozenset[str]:
+    """The archs a list of targets (archs or ISA families) names; BuildError naming `what` otherwise."""
+    unknown = [n for n in names if n not in ARCHS and n not in ISA_FAMILIES]
+    if unknown or not names:
+        raise BuildError(f"{what}: targets are archs ({', '.join(ARCHS)}) or ISA families "
+                         f"({', '.join(ISA_FAMILIES)}), not {' '.join(unknown) or 'nothing'}")
+    return frozenset(a for n in names for a in ISA_FAMILIES.get(n, (n,)))
+
+
+def asm_targets(text: str, where: str = "") -> tuple[str, ...]:
+    """The archs an assembly test kernel is built for: its ``;%targets`` line, else every arch."""
+    found = [(number, m.group("rest").split()) for number, line in enumerate(text.split("\n"), 1)
+             if (m := _DIRECTIVE.match(line)) and m.group("kw") == "targets"]
+    if len(found) > 1:
+        raise BuildError(f"{where}:{found[1][0]}: a second ;%targets line")
+    if not found:
+        return tuple(ARCHS)
+    archs = _archs_of(found[0][1], f"{where}:{found[0][0]}: ;%targets")
+    return tuple(a for a in ARCHS if a in archs)
 
 
 def preprocess_asm(text: str, arch: str, where: str = "") -> str:
-    """The assembly ``text`` of an ISA family's test kernel as ``arch`` sees it."""
+    """The assembly ``text`` of a test kernel as ``arch`` sees it.
+
+    * ``@ARCH@`` becomes the arch and ``@WAVE@`` its wave size;
+    * a line ending in ``;%<target>...`` is kept (without the tag) only for the targets named;
+    * ``;%if <target>...`` / ``;%elif <target>...`` / ``;%else`` / ``;%endif`` lines (not nested)
+      keep the lines of the first branch whose targets include the arch;
+    * the ``;%targets`` line (see asm_targets) is dropped.
+    """
     out: list[str] = []
     keep: bool | None = None          # None: outside a conditional
+    taken = False                     # a branch of the current conditional was kept
+    after_else = False
+    wave = str(ARCHS[arch].wave_size)
     for number, line in enumerate(text.split("\n"), 1):
-        m = _COND.match(line.strip())
+        here = f"{where}:{number}"
+        m = _DIRECTIVE.match(line)
         if m is None:
+            tag = _TAG.match(line)
+            if tag is not None:
+                if arch not in _archs_of(tag.group("targets").split(), f"{here}: ;% tag"):
+                    continue
+                line = tag.group("line")
             if keep is not False:
-                out.append(line.replace("@ARCH@", arch))
+                out.append(line.replace("@ARCH@", arch).replace("@WAVE@", wave))
             continue
-        kw, names = m.group("kw"), m.group("archs").split()
-        unknown = [n for n in names if n not in ARCHS]
-        if (kw == "if") == (keep is not None) or (kw != "if" and names) or (kw == "if" and not names) or unknown:
-            raise BuildError(f"{where}:{number}: bad conditional {line.strip()!r} (;%if <arch>... / ;%else / "
-                             ";%endif, not nested, archs among " + ", ".join(ARCHS) + ")")
+        kw, names = m.group("kw"), m.group("rest").split()
+        if kw == "targets":
+            continue
+        if kw not in ("if", "elif", "else", "endif") or (kw in ("if", "elif")) != bool(names) \
+                or (kw == "if") == (keep is not None) or (after_else and kw != "endif"):
+            raise BuildError(f"{here}: bad conditional {line.strip()!r} (;%if <target>... / ;%elif "
+                             "<target>... / ;%else / ;%endif, not nested)")
+        if kw == "endif":
+            keep, after_else = None, False
+            continue
         if kw == "if":
-            keep = arch in names
-        elif kw == "else":
-            keep = not keep
-        else:
-            keep = None
+            taken = False
+        keep = not taken and (kw == "else" or arch in _archs_of(names, f"{here}: ;%{kw}"))
+        taken, after_else = taken or keep, kw == "else"
     if keep is not None:
         raise BuildError(f"{where}: ;%if without ;%endif")
     return "\n".join(out)

@@ -18,6 +18,7 @@ sys.path.insert(0, str(REPO))   # build_scripts is a repo tool, not part of the 
 from build_scripts.compiler import (  # noqa: E402
     ISA_FAMILIES,
     BuildError,
+    asm_targets,
     gzip_bytes,
     parse_depfile,
     preprocess_asm,
@@ -56,20 +57,24 @@ extern "C" __global__ void scratchy_f32(const int* idx, float* y) {
 """
 
 
-# A minimal hand-written kernel (tests/kernels/asm/<name>.<arch>.s): out[lane] = 7.
+# A minimal hand-written kernel (tests/kernels/asm/<name>.s), written once for gfx9 and gfx12
+# (preceded by a ;%targets line): out[lane] = 7.
 TINY_ASM = """
-\t.amdgcn_target "amdgcn-amd-amdhsa--gfx942"
+\t.amdgcn_target "amdgcn-amd-amdhsa--@ARCH@"
 \t.amdhsa_code_object_version 6
 \t.text
 \t.globl tiny
 \t.p2align 8
 \t.type tiny,@function
 tiny:
-\ts_load_dwordx2 s[0:1], s[0:1], 0x0
+\ts_load_dwordx2 s[0:1], s[0:1], 0x0\t;%gfx9
+\ts_load_b64 s[0:1], s[0:1], 0x0\t;%gfx12
 \tv_mov_b32_e32 v1, 7
 \tv_lshlrev_b32_e32 v0, 2, v0
-\ts_waitcnt lgkmcnt(0)
-\tglobal_store_dword v0, v1, s[0:1]
+\ts_waitcnt lgkmcnt(0)\t;%gfx9
+\ts_wait_kmcnt 0x0\t;%gfx12
+\tglobal_store_dword v0, v1, s[0:1]\t;%gfx9
+\tglobal_store_b32 v0, v1, s[0:1]\t;%gfx12
 \ts_endpgm
 .Ltiny_end:
 \t.size tiny, .Ltiny_end-tiny
@@ -79,17 +84,18 @@ tiny:
 \t\t.amdhsa_kernarg_size 8
 \t\t.amdhsa_user_sgpr_count 2
 \t\t.amdhsa_user_sgpr_kernarg_segment_ptr 1
+\t\t.amdhsa_wavefront_size32 1\t;%gfx12
 \t\t.amdhsa_next_free_vgpr 2
 \t\t.amdhsa_next_free_sgpr 2
-\t\t.amdhsa_accum_offset 4
+\t\t.amdhsa_accum_offset 4\t;%gfx9
 \t.end_amdhsa_kernel
 \t.amdgpu_metadata
 ---
 amdhsa.version: [ 1, 2 ]
-amdhsa.target: amdgcn-amd-amdhsa--gfx942
+amdhsa.target: amdgcn-amd-amdhsa--@ARCH@
 amdhsa.kernels:
   - { .name: tiny, .symbol: tiny.kd, .kernarg_segment_size: 8, .kernarg_segment_align: 8,
-      .group_segment_fixed_size: 0, .private_segment_fixed_size: 0, .wavefront_size: 64,
+      .group_segment_fixed_size: 0, .private_segment_fixed_size: 0, .wavefront_size: @WAVE@,
       .sgpr_count: 4, .vgpr_count: 2, .max_flat_workgroup_size: 64,
       .args: [ { .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global } ] }
 ...
@@ -120,12 +126,12 @@ def make_tree(root: Path, with_repo_kernels: bool = False, extra: dict[str, str]
 
 
 def repo_test_kernels() -> dict[str, list[str]]:
-    """{name: [archs]} of the repo's test kernels: every arch for .hip, the named arch or the archs of
-    the named ISA family for asm."""
+    """{name: [archs]} of the repo's test kernels: every arch for .hip, the archs of its ;%targets line
+    (default all) for asm."""
     out = {p.stem: list(ARCHS) for p in (REPO / "tests" / "kernels").glob("*.hip")}
     for p in (REPO / "tests" / "kernels" / "asm").glob("*.s"):
-        name, arch, _ = p.name.split(".")
-        out.setdefault(name, []).extend(ISA_FAMILIES.get(arch, (arch,)))
+        assert p.stem not in out
+        out[p.stem] = list(asm_targets(p.read_text(), p.name))
     return out
 
 
@@ -160,8 +166,7 @@ def test_test_manifest_covers_every_test_kernel():
         if f"tests/kernels/{e['family']}.hip" in e["sources"]:
             assert "-cuid=hipskinny-" + e["family"] in e["flags"]
         else:
-            isa = e["arch"][:-2]           # one source per ISA family (gfx9, gfx11, gfx12)
-            assert list(e["sources"]) == [f"tests/kernels/asm/{e['family']}.{isa}.s"]
+            assert list(e["sources"]) == [f"tests/kernels/asm/{e['family']}.s"]   # one source, every arch
             assert e["flags"] == Toolchain.asm_flags(e["arch"])
         for k in e["kernels"]:
             assert k["vgpr_spill_count"] == k["sgpr_spill_count"] == k["private_segment_fixed_size"] == 0
@@ -291,12 +296,7 @@ def test_cli_rejects_unknown_names(tmp_path):
 def test_test_kernels_build_into_their_own_tree(tmp_path):
     files = {"kernels/small.hip": SMALL_HIP, "kernels/include/small/axpy.h": SMALL_H,
              "tests/kernels/probe.hip": SMALL_HIP.replace("small_f32_u2", "probe_k"),
-             "tests/kernels/asm/tiny.gfx942.s": TINY_ASM,
-             "tests/kernels/asm/tiny.gfx1201.s": TINY_ASM.replace("gfx942", "gfx1201")
-             .replace("s_waitcnt lgkmcnt(0)", "s_wait_kmcnt 0x0").replace("s_load_dwordx2", "s_load_b64")
-             .replace("global_store_dword", "global_store_b32").replace("\t\t.amdhsa_accum_offset 4\n", "")
-             .replace(".wavefront_size: 64", ".wavefront_size: 32")
-             .replace("kernarg_segment_ptr 1", "kernarg_segment_ptr 1\n\t\t.amdhsa_wavefront_size32 1")}
+             "tests/kernels/asm/tiny.s": ";%targets gfx942 gfx1201\n" + TINY_ASM}
     a = make_tree(tmp_path / "a", extra=files)
     b = make_tree(tmp_path / "elsewhere" / "b", extra=files)
     for root in (a, b):
@@ -312,7 +312,7 @@ def test_test_kernels_build_into_their_own_tree(tmp_path):
     assert set(tests["code_objects"]) == {"gfx942/probe", "gfx1201/probe", "gfx942/tiny", "gfx1201/tiny"}
     tiny = tests["code_objects"]["gfx942/tiny"]
     assert tiny["flags"] == Toolchain.asm_flags("gfx942") and tiny["family"] == "tiny"
-    assert tiny["sources"].keys() == {"tests/kernels/asm/tiny.gfx942.s"}
+    assert tiny["sources"].keys() == {"tests/kernels/asm/tiny.s"}
     assert tiny["kernels"][0]["name"] == "tiny" and tiny["kernels"][0]["wavefront_size"] == 64
     assert tests["code_objects"]["gfx1201/tiny"]["kernels"][0]["wavefront_size"] == 32
     listing = gzip.decompress((a / "tests" / "hsaco" / "gfx942" / "tiny.lst.gz").read_bytes()).decode()
@@ -325,11 +325,11 @@ def test_test_kernels_build_into_their_own_tree(tmp_path):
     assert "tests/hsaco/ matches the sources (4 code objects)" in check.stdout
 
     # An edit to the assembly: both check modes see it; other archs (gfx950) are simply absent.
-    asm = a / "tests" / "kernels" / "asm" / "tiny.gfx942.s"
+    asm = a / "tests" / "kernels" / "asm" / "tiny.s"
     asm.write_text(asm.read_text().replace("v_mov_b32_e32 v1, 7", "v_mov_b32_e32 v1, 8"))
     hashes = run_build(a, "--check", "--no-rebuild", "--arch", "gfx942")
     assert hashes.returncode == 1
-    assert "tests/hsaco/gfx942/tiny: source tests/kernels/asm/tiny.gfx942.s changed since the build" in hashes.stdout
+    assert "tests/hsaco/gfx942/tiny: source tests/kernels/asm/tiny.s changed since the build" in hashes.stdout
     rebuilt = run_build(a, "--check", "--arch", "gfx942", "--family", "tiny")
     assert rebuilt.returncode == 1
     assert "tests/hsaco/gfx942/tiny: rebuilt tests/hsaco/gfx942/tiny.hsaco differs" in rebuilt.stdout
@@ -337,14 +337,18 @@ def test_test_kernels_build_into_their_own_tree(tmp_path):
     assert "tests/hsaco/gfx950/probe: tests/kernels/probe.hip has no code object in the manifest" in missing.stdout
     assert "gfx950/tiny" not in missing.stdout           # tiny is only written for gfx942 and gfx1201
 
-    # Removing a test kernel's source makes its code objects stale; an unfiltered build drops them.
-    asm.unlink()
+    # A test kernel that no longer targets an arch makes that code object stale; a build of the kernel
+    # drops it.
+    asm.write_text(asm.read_text().replace(";%targets gfx942 gfx1201", ";%targets gfx1201"))
     gone = run_build(a, "--check", "--no-rebuild", "--arch", "gfx942")
-    assert "tests/hsaco/gfx942/tiny: tests/kernels/asm/tiny.gfx942.s no longer exists" in gone.stdout
+    assert "tests/hsaco/gfx942/tiny: tests/kernels/asm/tiny.s no longer targets gfx942" in gone.stdout
     done = run_build(a, "--family", "tiny")
     assert done.returncode == 0, done.stdout + done.stderr
     assert set(json.loads((a / "tests" / "hsaco" / "manifest.json").read_text())["code_objects"]) == \
         {"gfx942/probe", "gfx1201/probe", "gfx1201/tiny"}
+    asm.unlink()
+    gone = run_build(a, "--check", "--no-rebuild", "--arch", "gfx1201")
+    assert "tests/hsaco/gfx1201/tiny: tests/kernels/asm/tiny.s no longer exists" in gone.stdout
 
 
 def test_build_markers(tmp_path):
@@ -379,18 +383,23 @@ def test_build_markers(tmp_path):
 
 def test_bad_test_kernel_sources_are_refused(tmp_path):
     base = {"kernels/small.hip": SMALL_HIP, "kernels/include/small/axpy.h": SMALL_H}
-    root = make_tree(tmp_path / "name", extra={**base, "tests/kernels/asm/tiny.gfx90a.s": TINY_ASM})
+    root = make_tree(tmp_path / "name", extra={**base, "tests/kernels/asm/tiny.gfx942.s": TINY_ASM})
     done = run_build(root, "--arch", "gfx942")
-    assert done.returncode == 2 and "named <name>.<arch>.s" in done.stderr
-    root = make_tree(tmp_path / "include", extra={**base, "tests/kernels/asm/tiny.gfx942.s":
+    assert done.returncode == 2 and "named <name>.s" in done.stderr
+    root = make_tree(tmp_path / "targets", extra={**base, "tests/kernels/asm/tiny.s": ";%targets gfx90a\n" + TINY_ASM})
+    done = run_build(root, "--arch", "gfx942")
+    assert done.returncode == 2 and "tests/kernels/asm/tiny.s:1: ;%targets: targets are archs" in done.stderr
+    root = make_tree(tmp_path / "include", extra={**base, "tests/kernels/asm/tiny.s":
                                                   '\t.include "other.s"\n' + TINY_ASM})
     done = run_build(root, "--arch", "gfx942")
     assert done.returncode == 1 and "must be self-contained" in done.stderr
-    root = make_tree(tmp_path / "wrongarch", extra={**base, "tests/kernels/asm/tiny.gfx950.s": TINY_ASM})
+    # The source names gfx942 as its target but is built for gfx950: llvm-mc refuses.
+    root = make_tree(tmp_path / "wrongarch", extra={**base, "tests/kernels/asm/tiny.s": ";%targets gfx950\n"
+                                                    + TINY_ASM.replace("@ARCH@", "gfx942")})
     done = run_build(root, "--arch", "gfx950")
-    assert done.returncode == 1 and "tests/hsaco/gfx950/tiny:" in done.stderr      # the file says gfx942
+    assert done.returncode == 1 and "tests/hsaco/gfx950/tiny:" in done.stderr
     root = make_tree(tmp_path / "clash", extra={**base, "tests/kernels/tiny.hip": SMALL_HIP,
-                                                "tests/kernels/asm/tiny.gfx942.s": TINY_ASM})
+                                                "tests/kernels/asm/tiny.s": TINY_ASM})
     done = run_build(root, "--arch", "gfx942")
     assert done.returncode == 2 and "has the same name" in done.stderr
 
@@ -463,22 +472,27 @@ def test_wheel_with_wrong_hash_is_refused(tmp_path):
         fetch_triton_wheel(tmp_path)
 
 
-def test_asm_written_once_per_isa_family(tmp_path):
-    """tests/kernels/asm/<name>.<isa>.s: one source for the archs of an ISA family, preprocessed per arch."""
-    from build_scripts.cli import TESTS, SourceError, jobs_in
+def test_asm_preprocessing(tmp_path):
+    """tests/kernels/asm/<name>.s: one source for every arch it targets, preprocessed per arch."""
+    from build_scripts.cli import TESTS, jobs_in
 
     assert ISA_FAMILIES == {"gfx9": ("gfx942", "gfx950"), "gfx11": ("gfx1100", "gfx1151"), "gfx12": ("gfx1201",)}
-    text = "; @ARCH@\n;%if gfx1100\n.amdhsa_user_sgpr_count 15\n;%else\n.amdhsa_user_sgpr_count 2\n;%endif\nend"
-    assert preprocess_asm(text, "gfx1100") == "; gfx1100\n.amdhsa_user_sgpr_count 15\nend"
-    assert preprocess_asm(text, "gfx1151") == "; gfx1151\n.amdhsa_user_sgpr_count 2\nend"
-    for bad in (";%if gfx1100\nx", ";%else\nx", ";%if gfx90a\nx\n;%endif", ";%if gfx942\n;%if gfx950\n;%endif"):
-        with pytest.raises(BuildError, match="conditional|without"):
+    text = ("; @ARCH@ wave@WAVE@\n;%targets gfx9 gfx1100\n;%if gfx942\na942\n;%elif gfx9 gfx1100\nb\n;%else\nc\n"
+            ";%endif\nx ;%gfx950\ny\t;%gfx11 gfx942\nend")
+    assert asm_targets(text) == ("gfx942", "gfx950", "gfx1100") and asm_targets("x") == tuple(ARCHS)
+    assert preprocess_asm(text, "gfx942") == "; gfx942 wave64\na942\ny\nend"
+    assert preprocess_asm(text, "gfx950") == "; gfx950 wave64\nb\nx\nend"
+    assert preprocess_asm(text, "gfx1100") == "; gfx1100 wave32\nb\ny\nend"
+    assert preprocess_asm(text, "gfx1201") == "; gfx1201 wave32\nc\nend"
+    for bad in (";%if gfx1100\nx", ";%else\nx", ";%if gfx90a\nx\n;%endif", ";%if gfx942\n;%if gfx950\n;%endif",
+                ";%if gfx942\n;%else\n;%elif gfx9\n;%endif", ";%if\n;%endif", ";%gfx9", "x ;%gfx13", "x ;%"):
+        with pytest.raises(BuildError, match="conditional|without|targets are"):
             preprocess_asm(bad, "gfx942", "t.s")
-    root = make_tree(tmp_path / "isa", extra={"tests/kernels/asm/tiny.gfx11.s": TINY_ASM})
+    with pytest.raises(BuildError, match="second ;%targets"):
+        asm_targets(";%targets gfx9\n;%targets gfx12")
+    root = make_tree(tmp_path / "isa", extra={"tests/kernels/asm/tiny.s": ";%targets gfx11\n" + TINY_ASM,
+                                              "tests/kernels/asm/every.s": TINY_ASM})
     jobs = jobs_in(root, TESTS)
     assert sorted(j.key for j in jobs if j.name == "tiny") == ["gfx1100/tiny", "gfx1151/tiny"]
-    assert {j.source for j in jobs if j.name == "tiny"} == {"tests/kernels/asm/tiny.gfx11.s"}
-    twice = make_tree(tmp_path / "twice", extra={"tests/kernels/asm/tiny.gfx11.s": TINY_ASM,
-                                                 "tests/kernels/asm/tiny.gfx1151.s": TINY_ASM})
-    with pytest.raises(SourceError, match="another source"):
-        jobs_in(twice, TESTS)
+    assert {j.source for j in jobs if j.name == "tiny"} == {"tests/kernels/asm/tiny.s"}
+    assert sorted(j.arch for j in jobs if j.name == "every") == sorted(ARCHS)

@@ -1,6 +1,6 @@
 """Instruction tests from hand-written assembly kernels: rounding, fp8 conversions, MFMA / WMMA.
 
-The kernels are tests/kernels/asm/{rounding,fp8cvt,matrix}.<arch>.s (each file's header says
+The kernels are tests/kernels/asm/{rounding,fp8cvt,matrix}.s (each file's header says
 what its records hold), assembled by ``python -m build_scripts`` into tests/hsaco/. Expected
 values are worked out here from the ISA rules (shared/reference/isa_notes.md §5.0, §5.4, §5.7,
 §5.14 and shared/reference/matrix_layouts.md), never taken from the emulator:

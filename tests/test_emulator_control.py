@@ -1,5 +1,5 @@
 """Program control in the emulator: s_call_b64 / s_swappc_b64 / s_setpc_b64 with s_getpc_b64,
-and s_sendmsg. Kernels: tests/kernels/asm/control.<arch>.s (the header says what they write);
+and s_sendmsg. Kernels: tests/kernels/asm/control.s (the header says what they write);
 expected values follow the ISA rules (PCs are byte addresses; a saved return address is the
 address of the next instruction)."""
 
