@@ -77,12 +77,13 @@ def _sext(v: int, bits: int) -> int:
 
 
 # --- two-source ALU ops: fn(a, b, scc) -> (result, new scc or None) -----------------
-def _alu(width: int, fn: Callable[[int, int, int], tuple[int, int | None]], nsrc: int = 2):
+def _alu(fn: Callable[[int, int, int], tuple[int, int | None]], width: int, b_width: int):
+    """Handler factory of a `width`-bit op whose second source is `b_width` bits wide."""
     def factory(inst: Inst, ctx: DecodeContext) -> Handler:
         ops = _ops(inst)
         d = swriter(ops[0], width)
         a = sreader(ops[1], width)
-        b = sreader(ops[2], width) if nsrc == 2 else (lambda w: 0)
+        b = sreader(ops[2], b_width)
 
         def run(w: Wave) -> None:
             r, scc = fn(a(w), b(w), w.scc)
@@ -148,7 +149,7 @@ _SUB_U32 = lambda a, b, c: ((a - b) & M32, int(b > a))                # noqa: E7
 _SUBB_U32 = lambda a, b, c: ((a - b - c) & M32, int(b + c > a))       # noqa: E731
 
 # gfx9 names first, then the gfx11+ spellings of the same operations.
-_ALU32 = {
+_ALU = {32: {
     "s_add_u32": _ADD_U32, "s_add_co_u32": _ADD_U32, "s_addc_u32": _ADDC_U32, "s_add_co_ci_u32": _ADDC_U32,
     "s_sub_u32": _SUB_U32, "s_sub_co_u32": _SUB_U32, "s_subb_u32": _SUBB_U32, "s_sub_co_ci_u32": _SUBB_U32,
     "s_add_i32": _add_i32, "s_add_co_i32": _add_i32,
@@ -165,38 +166,18 @@ _ALU32 = {
     "s_pack_lh_b32_b16": lambda a, b, c: ((a & 0xFFFF) | (b & 0xFFFF0000), None),
     "s_pack_hh_b32_b16": lambda a, b, c: ((a >> 16) | (b & 0xFFFF0000), None),
     **_logic(32),
-}
-_ALU64 = {
+}, 64: {
     "s_add_nc_u64": lambda a, b, c: ((a + b) & M64, None),
     "s_sub_nc_u64": lambda a, b, c: ((a - b) & M64, None),
     "s_mul_u64": lambda a, b, c: ((a * b) & M64, None),
     **_logic(64),
-}
-# Shift amounts are 32-bit operands even in the 64-bit forms.
-_SHIFT64 = {"s_lshl_b64", "s_lshr_b64", "s_ashr_i64", "s_bfe_u64", "s_bfe_i64"}
+}}
+# Shift amounts and bit-field offset/width are 32-bit operands even in the 64-bit forms.
+_SHIFTS = ("s_lshl_b", "s_lshr_b", "s_ashr_i", "s_bfe_u", "s_bfe_i")
 
-for _name, _fn in _ALU32.items():
-    register(_name, cls="salu")(_alu(32, _fn))
-
-
-def _alu64_factory(name: str, fn):
-    def factory(inst: Inst, ctx: DecodeContext) -> Handler:
-        ops = _ops(inst)
-        d = swriter(ops[0], 64)
-        a = sreader(ops[1], 64)
-        b = sreader(ops[2], 32 if name in _SHIFT64 else 64)
-
-        def run(w: Wave) -> None:
-            r, scc = fn(a(w), b(w), w.scc)
-            d(w, r)
-            if scc is not None:
-                w.scc = scc
-        return run
-    return factory
-
-
-for _name, _fn in _ALU64.items():
-    register(_name, cls="salu")(_alu64_factory(_name, _fn))
+for _w, _table in _ALU.items():
+    for _name, _fn in _table.items():
+        register(_name, cls="salu")(_alu(_fn, _w, 32 if _name.startswith(_SHIFTS) else _w))
 
 
 def _popcount(v: int) -> int:
@@ -224,17 +205,25 @@ def _ctz(v: int) -> int:
     return M32 if v == 0 else (v & -v).bit_length() - 1
 
 
+def _unary_ops(width: int) -> dict[str, tuple[int, int, Callable[[int], tuple[int, int | None]]]]:
+    """The unary ops both widths have (``_b32``/``_b64`` source; the gfx11+ spelling ``ctz`` is an
+    alias of ``ff1``): name -> (dst width, src width, fn)."""
+    m, b = (1 << width) - 1, f"b{width}"
+    ctz = (32, width, lambda a: (_ctz(a), None))
+    return {
+        f"s_mov_{b}": (width, width, lambda a: (a, None)),
+        f"s_not_{b}": (width, width, lambda a: _nz(~a & m)),
+        f"s_bcnt1_i32_{b}": (32, width, lambda a: _nz(_popcount(a))),
+        f"s_ff1_i32_{b}": ctz, f"s_ctz_i32_{b}": ctz,
+    }
+
+
 _UNARY = {   # name: (dst width, src width, fn(a) -> (result, scc or None))
-    "s_mov_b32": (32, 32, lambda a: (a, None)), "s_mov_b64": (64, 64, lambda a: (a, None)),
-    "s_not_b32": (32, 32, lambda a: _nz(~a & M32)), "s_not_b64": (64, 64, lambda a: _nz(~a & M64)),
+    **_unary_ops(32), **_unary_ops(64),
     "s_brev_b32": (32, 32, lambda a: (int(f"{a:032b}"[::-1], 2), None)),
-    "s_bcnt1_i32_b32": (32, 32, lambda a: _nz(_popcount(a))),
-    "s_bcnt1_i32_b64": (32, 64, lambda a: _nz(_popcount(a))),
     "s_flbit_i32": (32, 32, lambda a: (_cls(a), None)), "s_cls_i32": (32, 32, lambda a: (_cls(a), None)),
     "s_flbit_i32_b32": (32, 32, lambda a: (_clz(a, 32), None)),
     "s_clz_i32_u32": (32, 32, lambda a: (_clz(a, 32), None)),
-    "s_ff1_i32_b32": (32, 32, lambda a: (_ctz(a), None)), "s_ctz_i32_b32": (32, 32, lambda a: (_ctz(a), None)),
-    "s_ff1_i32_b64": (32, 64, lambda a: (_ctz(a), None)), "s_ctz_i32_b64": (32, 64, lambda a: (_ctz(a), None)),
     "s_sext_i32_i8": (32, 32, lambda a: (_sext(a, 8) & M32, None)),
     "s_sext_i32_i16": (32, 32, lambda a: (_sext(a, 16) & M32, None)),
     "s_abs_i32": (32, 32, lambda a: _nz(abs(_sext(a, 32)) & M32)),
@@ -312,8 +301,8 @@ for _rel, _fn in _CMP.items():
     register(f"s_cmp_{_rel}_u32", cls="salu")(_cmp(32, False, _fn))
     register(f"s_cmpk_{_rel}_i32", cls="salu")(_cmp(32, True, _fn, k=True))
     register(f"s_cmpk_{_rel}_u32", cls="salu")(_cmp(32, False, _fn, k=True))
-register("s_cmp_eq_u64", cls="salu")(_cmp(64, False, _CMP["eq"]))
-register("s_cmp_lg_u64", cls="salu")(_cmp(64, False, _CMP["lg"]))
+for _rel in ("eq", "lg"):
+    register(f"s_cmp_{_rel}_u64", cls="salu")(_cmp(64, False, _CMP[_rel]))
 
 
 # --- SALU float (gfx1151, gfx1201) ----------------------------------------------------
@@ -325,28 +314,21 @@ def _bits(f: np.float32) -> int:
     return int(np.float32(f).view(np.uint32))
 
 
-def _fmax(a: np.float32, b: np.float32) -> np.float32:
-    if np.isnan(a):
-        return b
-    if np.isnan(b):
-        return a
-    if a == b == 0:
-        return a if not np.signbit(a) else b
-    return max(a, b)
-
-
-def _fmin(a: np.float32, b: np.float32) -> np.float32:
-    if np.isnan(a):
-        return b
-    if np.isnan(b):
-        return a
-    if a == b == 0:
-        return a if np.signbit(a) else b
-    return min(a, b)
+def _fpick(larger: bool) -> Callable[[np.float32, np.float32], np.float32]:
+    """s_max_f32 (`larger`) / s_min_f32: a NaN operand loses to the other, +0 counts as above -0."""
+    def fn(a: np.float32, b: np.float32) -> np.float32:
+        if np.isnan(a):
+            return b
+        if np.isnan(b):
+            return a
+        if a == b == 0:
+            return a if np.signbit(a) != larger else b
+        return max(a, b) if larger else min(a, b)
+    return fn
 
 
 _FBIN = {"s_add_f32": lambda a, b: a + b, "s_sub_f32": lambda a, b: a - b, "s_mul_f32": lambda a, b: a * b,
-         "s_max_f32": _fmax, "s_min_f32": _fmin}
+         "s_max_f32": _fpick(True), "s_min_f32": _fpick(False)}
 
 for _name, _fn in _FBIN.items():
     def _ffac(inst: Inst, ctx: DecodeContext, fn=_fn) -> Handler:
