@@ -77,17 +77,25 @@ def registered() -> bool:
 def register() -> None:
     """Register every op with torch (idempotent, thread-safe). Imports torch."""
     global _library
+    if _library is not None:
+        return
+    # torch first, outside the lock: while another thread is importing torch it holds torch's module
+    # lock and then (in the import hook) takes ours, so waiting for torch while holding ours deadlocks.
+    import torch
+
     with _lock:
         if _library is not None:
             return
-        import torch
-
         lib = torch.library.Library("hipskinny", "DEF")
-        for op in ops():
-            lib.define(op.schema)
-            # Any device: the Python function itself says what it supports.
-            lib.impl(op.name, op.impl, "CompositeExplicitAutograd")
-            torch.library.register_fake(f"hipskinny::{op.name}", _fake(op), lib=lib)
+        try:
+            for op in ops():
+                lib.define(op.schema)
+                # Any device: the Python function itself says what it supports.
+                lib.impl(op.name, op.impl, "CompositeExplicitAutograd")
+                torch.library.register_fake(f"hipskinny::{op.name}", _fake(op), lib=lib)
+        except BaseException:
+            lib._destroy()       # all or nothing: a later register() starts from a clean namespace
+            raise
         _library = lib
 
 
@@ -114,7 +122,10 @@ class _RegisterAfterTorch(importlib.abc.MetaPathFinder):
         with _lock:
             if self in sys.meta_path:
                 sys.meta_path.remove(self)
-        spec = importlib.util.find_spec("torch")
+        try:
+            spec = importlib.util.find_spec("torch")   # the rest of sys.meta_path, without us
+        except Exception:  # noqa: BLE001 - let the import system find (or not find) torch itself
+            return None
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         spec.loader = _LoaderThenRegister(spec.loader)
