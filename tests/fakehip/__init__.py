@@ -11,6 +11,16 @@ call as one JSON line that `run_with_fakehip` hands back as dicts.
 hip-python 10.x is the installed one; 7.2.2 is installed on demand with ``pip install --no-deps
 --target`` into ``$HIPSKINNY_CACHE_DIR/hip-python-7.2.2`` (default ``~/.cache/hipskinny``) and put
 first on the subprocess's PYTHONPATH. `fake_code_object` makes a small ELF that defines kernels.
+
+The fake also does stream capture and graphs (hipStreamBeginCapture/EndCapture/IsCapturing/
+GetCaptureInfo, hipStreamCreateWithFlags, hipGraphInstantiate/Launch/Destroy/ExecDestroy): launches
+on a capturing stream are logged with ``"captured": true`` and a ``"capture_id"`` and not run;
+hipGraphLaunch replays them through the launch hook, each logged as ``fakehip_graph_kernel``.
+hipMalloc/hipFree/hipStreamSynchronize/hipDeviceSynchronize fail with hipErrorStreamCaptureUnsupported
+(900) and synchronous copies/memsets and null-stream work with hipErrorStreamCaptureImplicit (906),
+invalidating the capture (logged as ``"invalidated": [ids]``), so hipStreamEndCapture then fails
+with hipErrorStreamCaptureInvalidated (901). The exact rules are in fake_hip.c ("stream capture
+state"); tests/test_fakehip_capture.py checks them through both hip-python generations.
 """
 
 from __future__ import annotations

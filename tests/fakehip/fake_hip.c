@@ -27,13 +27,20 @@
  *                            as the C side saw them..., "ret": hipError_t}
  *
  * Stream capture and graphs (hipStreamBeginCapture/EndCapture/IsCapturing/GetCaptureInfo,
- * hipGraphInstantiate/Launch/Destroy/ExecDestroy): launches on a capturing stream are recorded,
- * not run, and replayed by hipGraphLaunch; calls a capture forbids fail and invalidate it (see
- * the section "stream capture and graphs"). With FAKEHIP_LOG unset, no record is built at all,
- * so a call costs next to nothing (the per-call benchmark relies on that).
+ * hipStreamCreateWithFlags, hipGraphInstantiate/Launch/Destroy/ExecDestroy): launches on a
+ * capturing stream are recorded, not run, and replayed by hipGraphLaunch through the launch hook;
+ * calls a capture forbids fail with the error CLR gives and invalidate it (see the section
+ * "stream capture state" for the exact rules). Modules and functions belong to the device that
+ * was current when the module was loaded: using them while another device is current fails with
+ * hipErrorInvalidDevice (CLR aborts). Launch records carry the current device ordinal.
+ * Every call writes its record with one write(2) on an O_APPEND file, so lines from concurrent
+ * threads never interleave. With FAKEHIP_LOG unset, no record is built at all, so a call costs
+ * next to nothing (the per-call benchmark relies on that).
  *
  * Extension points for in-process use through ctypes (e.g. running launches on an emulator):
- *   fakehip_set_launch_hook(hook, user_data)   called by every valid hipModuleLaunchKernel
+ *   fakehip_set_launch_hook(hook, user_data)   called by every valid hipModuleLaunchKernel that
+ *                                              is not captured, and for every launch a
+ *                                              hipGraphLaunch replays
  *   fakehip_allocations(ptrs, sizes, cap)      the live allocations
  */
 #define _GNU_SOURCE
@@ -63,8 +70,13 @@ enum {
     hipErrorInvalidDevice = 101,
     hipErrorInvalidImage = 200,
     hipErrorInvalidHandle = 400,
+    hipErrorIllegalState = 401,
     hipErrorNotFound = 500,
     hipErrorLaunchFailure = 719,
+    hipErrorStreamCaptureUnsupported = 900,
+    hipErrorStreamCaptureInvalidated = 901,
+    hipErrorStreamCaptureImplicit = 906,
+    hipErrorStreamCaptureWrongThread = 908,
     hipErrorUnknown = 999,
 };
 
@@ -439,9 +451,11 @@ static function_t *find_function(const void *f) {
 /* ---------------------------------------------------------------- launch hook */
 
 /*
- * Called for every hipModuleLaunchKernel that passed validation, after it is logged and
- * outside the fake's lock (so the hook may call back into the fake). Its return value is
- * what hipModuleLaunchKernel returns. `kernarg` is NULL when the caller used kernelParams.
+ * Called for every hipModuleLaunchKernel that passed validation and was not captured, after it
+ * is logged and outside the fake's lock (so the hook may call back into the fake); its return
+ * value is what hipModuleLaunchKernel returns. hipGraphLaunch calls it for each recorded launch,
+ * in order, with the arguments copied at capture time, and stops at the first failure, which it
+ * returns. `kernarg` is NULL when the caller used kernelParams.
  */
 typedef int (*fakehip_launch_hook_t)(const char *kernel, const void *image, size_t image_size,
                                      unsigned grid_x, unsigned grid_y, unsigned grid_z,
@@ -475,8 +489,17 @@ static const struct {
     {hipErrorInvalidDevice, "hipErrorInvalidDevice", "invalid device ordinal"},
     {hipErrorInvalidImage, "hipErrorInvalidImage", "device kernel image is invalid"},
     {hipErrorInvalidHandle, "hipErrorInvalidHandle", "invalid resource handle"},
+    {hipErrorIllegalState, "hipErrorIllegalState", "the operation is not permitted in the current state"},
     {hipErrorNotFound, "hipErrorNotFound", "named symbol not found"},
     {hipErrorLaunchFailure, "hipErrorLaunchFailure", "unspecified launch failure"},
+    {hipErrorStreamCaptureUnsupported, "hipErrorStreamCaptureUnsupported",
+     "operation not permitted when stream is capturing"},
+    {hipErrorStreamCaptureInvalidated, "hipErrorStreamCaptureInvalidated",
+     "operation failed due to a previous error during capture"},
+    {hipErrorStreamCaptureImplicit, "hipErrorStreamCaptureImplicit",
+     "operation would make the legacy stream depend on a capturing blocking stream"},
+    {hipErrorStreamCaptureWrongThread, "hipErrorStreamCaptureWrongThread",
+     "attempt to terminate a thread-local capture sequence from another thread"},
     {hipErrorUnknown, "hipErrorUnknown", "unknown error"},
 };
 
@@ -656,7 +679,219 @@ EXPORT hipError_t hipGetDevicePropertiesR0600(void *prop, int device) {
     return rec_end(&b, r);
 }
 
-static hipError_t capture_violation(int kind, hipStream_t stream);
+/* ---------------------------------------------------------------- stream capture state */
+
+/*
+ * Stream capture, after CLR (hipamd/src/hip_graph.cpp, hip_stream.cpp, hip_internal.hpp):
+ *   - A launch on a capturing stream is recorded into its graph (kernel arguments copied out of
+ *     `extra`) and not run; hipGraphLaunch replays the recorded launches in order through the
+ *     launch hook, with the arguments as they were at capture time.
+ *   - hipMalloc, hipFree: hipErrorStreamCaptureUnsupported while a global-mode capture (any
+ *     thread) or a thread-local-mode capture of the calling thread is registered; those captures
+ *     are invalidated (CHECK_STREAM_CAPTURE_SUPPORTED).
+ *   - hipMemcpy, hipMemset (the synchronous ones): hipErrorStreamCaptureImplicit while any capture
+ *     (every mode) is registered; all of them are invalidated (CHECK_STREAM_CAPTURING).
+ *   - hipDeviceSynchronize: hipErrorStreamCaptureUnsupported while any capture is registered; all
+ *     are invalidated (CHECK_SUPPORTED_DURING_CAPTURE).
+ *   - hipStreamSynchronize(s): the capturing stream itself, or any other stream while a global
+ *     (or own thread-local) capture is registered: hipErrorStreamCaptureUnsupported, invalidating
+ *     (StreamCaptureOngoing). The null stream: hipErrorStreamCaptureImplicit, invalidating all
+ *     (stricter than CLR, which only waits, and the same as CUDA).
+ *   - Work on the null/legacy stream (launches, async copies and memsets, graph launches) while
+ *     any capture is registered: hipErrorStreamCaptureImplicit, invalidating all.
+ *   - hipMemcpyAsync, hipMemsetAsync, hipGraphLaunch on the capturing stream itself: the fake
+ *     refuses them with hipErrorStreamCaptureUnsupported and invalidates the capture (CLR would
+ *     record a copy/memset/child-graph node; hipskinny must capture nothing but kernel launches).
+ *   - Work on a stream whose capture was invalidated: hipErrorStreamCaptureInvalidated.
+ *   - Async work and synchronization-free calls on other, non-capturing streams are allowed.
+ *   - hipStreamEndCapture: hipErrorIllegalState when the stream is not capturing,
+ *     hipErrorStreamCaptureWrongThread when a non-relaxed capture is ended from another thread,
+ *     hipErrorStreamCaptureInvalidated (graph NULL, capture over) when it was invalidated.
+ *   - hipStreamIsCapturing / hipStreamGetCaptureInfo on the null stream:
+ *     hipErrorStreamCaptureImplicit while a blocking stream (not hipStreamNonBlocking) captures.
+ * A call that invalidates captures logs their ids as "invalidated":[...].
+ * Stream handles: 0 and 1 (hipStreamLegacy) are the null stream; 2 (hipStreamPerThread) is one
+ * stream per thread and device; any other value is taken as a stream (created here or not).
+ */
+enum { CAPTURE_NONE = 0, CAPTURE_ACTIVE = 1, CAPTURE_INVALIDATED = 2 };
+enum { MODE_GLOBAL = 0, MODE_THREAD_LOCAL = 1, MODE_RELAXED = 2 };
+enum { STREAM_NON_BLOCKING = 1 };
+
+#define STREAM_LEGACY ((hipStream_t)1)
+#define STREAM_PER_THREAD ((hipStream_t)2)
+
+typedef struct {
+    void *function;
+    unsigned grid[3], block[3], shared;
+    int device;
+    unsigned char *kernarg;
+    size_t kernarg_size;
+} captured_t;
+
+typedef struct graph {
+    captured_t *items;
+    size_t n, cap;
+    int device;
+} graph_t;
+
+typedef struct graph_exec {
+    graph_t *graph; /* a private copy: the graph may be destroyed after instantiation */
+} graph_exec_t;
+
+typedef struct {
+    hipStream_t stream; /* resolved (never 0, 1 or 2) */
+    int mode, status, device, blocking;
+    pthread_t thread;
+    graph_t *graph;
+    unsigned long long id;
+} capture_t;
+
+#define MAX_CAPTURES 64
+static capture_t captures[MAX_CAPTURES];
+static int n_captures;
+static unsigned long long next_capture_id = 1;
+
+/* Streams made by hipStreamCreate*: their flags and device. */
+typedef struct {
+    uintptr_t handle;
+    unsigned flags;
+    int device;
+} stream_rec_t;
+
+static stream_rec_t *streams;
+static size_t n_streams, cap_streams;
+static uintptr_t next_stream = 0x5000;
+static __thread uintptr_t per_thread_stream[MAX_DEVICES];
+
+/* Live graphs and executable graphs, so stale handles fail instead of crashing the process. */
+static void **live_graphs, **live_execs;
+static size_t n_graphs, cap_graphs, n_execs, cap_execs;
+
+static void ptr_add(void ***set, size_t *n, size_t *cap, void *p) {
+    if (*n == *cap) {
+        *cap = *cap * 2 + 16;
+        *set = realloc(*set, *cap * sizeof **set);
+    }
+    (*set)[(*n)++] = p;
+}
+
+static int ptr_remove(void **set, size_t *n, const void *p) {
+    for (size_t i = 0; i < *n; i++)
+        if (set[i] == p) {
+            set[i] = set[--*n];
+            return 1;
+        }
+    return 0;
+}
+
+static int ptr_has(void **set, size_t n, const void *p) {
+    for (size_t i = 0; i < n; i++)
+        if (set[i] == p) return 1;
+    return 0;
+}
+
+static void free_graph(graph_t *g) {
+    if (!g) return;
+    for (size_t k = 0; k < g->n; k++) free(g->items[k].kernarg);
+    free(g->items);
+    free(g);
+}
+
+static int is_null_stream(hipStream_t s) { return s == NULL || s == STREAM_LEGACY; }
+
+/* The stream a handle names: hipStreamPerThread becomes this thread's stream on the current
+   device (caller holds the lock). */
+static hipStream_t resolve_stream(hipStream_t s) {
+    if (s != STREAM_PER_THREAD) return s;
+    int d = current_device >= 0 && current_device < MAX_DEVICES ? current_device : 0;
+    if (!per_thread_stream[d]) {
+        per_thread_stream[d] = next_stream;
+        next_stream += 0x10;
+    }
+    return (hipStream_t)per_thread_stream[d];
+}
+
+static stream_rec_t *find_stream(hipStream_t s) {
+    for (size_t i = 0; i < n_streams; i++)
+        if (streams[i].handle == (uintptr_t)s) return &streams[i];
+    return NULL;
+}
+
+/* Index of the capture on (resolved) `stream`, or -1 (caller holds the lock). */
+static int capture_of(hipStream_t stream) {
+    for (int i = 0; i < n_captures; i++)
+        if (captures[i].stream == stream) return i;
+    return -1;
+}
+
+static int own_capture(const capture_t *c) { return pthread_equal(c->thread, pthread_self()); }
+
+/* Invalidate capture i, noting its id in the record (caller holds the lock). */
+static void invalidate(sb_t *b, int i, int *noted) {
+    captures[i].status = CAPTURE_INVALIDATED;
+    sb_fmt(b, "%s%llu", *noted ? "," : ",\"invalidated\":[", captures[i].id);
+    *noted = 1;
+}
+
+static void close_noted(sb_t *b, int noted) {
+    if (noted) sb_put(b, "]", 1);
+}
+
+/* hipMalloc, hipFree, synchronizing a non-capturing stream: a global capture of any thread or a
+   non-relaxed capture of this thread forbids them (caller holds the lock). */
+static hipError_t forbid_unsafe(sb_t *b) {
+    int noted = 0;
+    for (int i = 0; i < n_captures; i++)
+        if (captures[i].mode == MODE_GLOBAL || (captures[i].mode == MODE_THREAD_LOCAL && own_capture(&captures[i])))
+            invalidate(b, i, &noted);
+    close_noted(b, noted);
+    return noted ? hipErrorStreamCaptureUnsupported : hipSuccess;
+}
+
+/* Any capture at all forbids the call; `err` is what it fails with (caller holds the lock). */
+static hipError_t forbid_any(sb_t *b, hipError_t err) {
+    int noted = 0;
+    for (int i = 0; i < n_captures; i++) invalidate(b, i, &noted);
+    close_noted(b, noted);
+    return noted ? err : hipSuccess;
+}
+
+/* Work other than a kernel launch on `stream` (async copy or memset, graph launch), or `sync`:
+   synchronizing it (caller holds the lock). */
+static hipError_t check_stream_work(sb_t *b, hipStream_t stream, int sync) {
+    if (is_null_stream(stream)) return forbid_any(b, hipErrorStreamCaptureImplicit);
+    int i = capture_of(resolve_stream(stream));
+    if (i >= 0) {
+        if (!sync && captures[i].status == CAPTURE_INVALIDATED) return hipErrorStreamCaptureInvalidated;
+        int noted = 0;
+        invalidate(b, i, &noted);
+        close_noted(b, noted);
+        return hipErrorStreamCaptureUnsupported;
+    }
+    return sync ? forbid_unsafe(b) : hipSuccess;
+}
+
+/* Locking wrappers for the memory API. */
+static hipError_t locked_unsafe(sb_t *b) {
+    pthread_mutex_lock(&lock);
+    hipError_t r = forbid_unsafe(b);
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+static hipError_t locked_any(sb_t *b, hipError_t err) {
+    pthread_mutex_lock(&lock);
+    hipError_t r = forbid_any(b, err);
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+static hipError_t locked_stream_work(sb_t *b, hipStream_t stream, int sync) {
+    pthread_mutex_lock(&lock);
+    hipError_t r = check_stream_work(b, stream, sync);
+    pthread_mutex_unlock(&lock);
+    return r;
+}
 
 /* ---------------------------------------------------------------- memory API */
 
@@ -667,7 +902,7 @@ EXPORT hipError_t hipMalloc(void **ptr, size_t size) {
     sb_fmt(&b, ",\"size\":%zu", size);
     hipError_t r = injected("hipMalloc");
     if (!r && !ptr) r = hipErrorInvalidValue;
-    if (!r) r = capture_violation(0, NULL);
+    if (!r) r = locked_unsafe(&b);
     if (!r && cfg.device_count == 0) r = hipErrorNoDevice;
     void *mem = NULL;
     if (!r && size) {
@@ -697,7 +932,7 @@ EXPORT hipError_t hipFree(void *ptr) {
     rec_begin(&b, "hipFree");
     sb_fmt(&b, ",\"ptr\":%llu", U64(ptr));
     hipError_t r = injected("hipFree");
-    if (!r) r = capture_violation(0, NULL);
+    if (!r) r = locked_unsafe(&b);
     if (!r && ptr) {
         pthread_mutex_lock(&lock);
         size_t i = 0;
@@ -721,7 +956,7 @@ static hipError_t do_memcpy(const char *fn, void *dst, const void *src, size_t n
     sb_fmt(&b, ",\"dst\":%llu,\"src\":%llu,\"size\":%zu,\"kind\":%d", U64(dst), U64(src), n, kind);
     if (async) sb_fmt(&b, ",\"stream\":%llu", U64(stream));
     hipError_t r = injected(fn);
-    if (!r) r = capture_violation(async ? 1 : 0, async ? stream : NULL);
+    if (!r) r = async ? locked_stream_work(&b, stream, 0) : locked_any(&b, hipErrorStreamCaptureImplicit);
     if (!r && (kind < H2H || kind > DEFAULT_KIND)) r = hipErrorInvalidValue;
     if (!r && n && (!dst || !src)) r = hipErrorInvalidValue;
     if (!r && n) {
@@ -750,7 +985,7 @@ static hipError_t do_memset(const char *fn, void *dst, int value, size_t n, void
     sb_fmt(&b, ",\"dst\":%llu,\"value\":%d,\"size\":%zu", U64(dst), value, n);
     if (async) sb_fmt(&b, ",\"stream\":%llu", U64(stream));
     hipError_t r = injected(fn);
-    if (!r) r = capture_violation(async ? 1 : 0, async ? stream : NULL);
+    if (!r) r = async ? locked_stream_work(&b, stream, 0) : locked_any(&b, hipErrorStreamCaptureImplicit);
     if (!r && n) {
         pthread_mutex_lock(&lock);
         if (!in_alloc(dst, n)) r = hipErrorInvalidValue;
@@ -768,24 +1003,34 @@ EXPORT hipError_t hipMemsetAsync(void *dst, int value, size_t n, hipStream_t str
 
 /* ---------------------------------------------------------------- streams */
 
-static uintptr_t next_stream = 0x5000;
-
-EXPORT hipError_t hipStreamCreate(hipStream_t *stream) {
+static hipError_t create_stream(const char *fn, hipStream_t *stream, unsigned flags) {
     init();
     sb_t b;
-    rec_begin(&b, "hipStreamCreate");
-    hipError_t r = injected("hipStreamCreate");
+    rec_begin(&b, fn);
+    hipError_t r = injected(fn);
     if (!r && !stream) r = hipErrorInvalidValue;
+    if (!r && flags != 0 && flags != STREAM_NON_BLOCKING) r = hipErrorInvalidValue;
     uintptr_t s = 0;
     if (!r) {
         pthread_mutex_lock(&lock);
         s = next_stream;
         next_stream += 0x10;
+        if (n_streams == cap_streams) {
+            cap_streams = cap_streams * 2 + 16;
+            streams = realloc(streams, cap_streams * sizeof *streams);
+        }
+        streams[n_streams++] = (stream_rec_t){s, flags, current_device};
         pthread_mutex_unlock(&lock);
         *stream = (hipStream_t)s;
     }
-    sb_fmt(&b, ",\"stream\":%llu", U64(s));
+    sb_fmt(&b, ",\"stream\":%llu,\"flags\":%u,\"device\":%d", U64(s), flags, current_device);
     return rec_end(&b, r);
+}
+
+EXPORT hipError_t hipStreamCreate(hipStream_t *stream) { return create_stream("hipStreamCreate", stream, 0); }
+
+EXPORT hipError_t hipStreamCreateWithFlags(hipStream_t *stream, unsigned int flags) {
+    return create_stream("hipStreamCreateWithFlags", stream, flags);
 }
 
 EXPORT hipError_t hipStreamDestroy(hipStream_t stream) {
@@ -793,7 +1038,22 @@ EXPORT hipError_t hipStreamDestroy(hipStream_t stream) {
     sb_t b;
     rec_begin(&b, "hipStreamDestroy");
     sb_fmt(&b, ",\"stream\":%llu", U64(stream));
-    return rec_end(&b, injected("hipStreamDestroy"));
+    hipError_t r = injected("hipStreamDestroy");
+    if (!r && (is_null_stream(stream) || stream == STREAM_PER_THREAD)) r = hipErrorInvalidHandle;
+    if (!r) {
+        pthread_mutex_lock(&lock);
+        stream_rec_t *rec = find_stream(stream);
+        if (rec) *rec = streams[--n_streams];
+        int i = capture_of(stream);
+        if (i >= 0) {
+            /* The capture ends with the stream; its graph is never handed out. */
+            sb_fmt(&b, ",\"capture_dropped\":%llu", captures[i].id);
+            free_graph(captures[i].graph);
+            captures[i] = captures[--n_captures];
+        }
+        pthread_mutex_unlock(&lock);
+    }
+    return rec_end(&b, r);
 }
 
 EXPORT hipError_t hipStreamSynchronize(hipStream_t stream) {
@@ -802,7 +1062,7 @@ EXPORT hipError_t hipStreamSynchronize(hipStream_t stream) {
     rec_begin(&b, "hipStreamSynchronize");
     sb_fmt(&b, ",\"stream\":%llu", U64(stream));
     hipError_t r = injected("hipStreamSynchronize");
-    if (!r) r = capture_violation(1, stream);
+    if (!r) r = locked_stream_work(&b, stream, 1);
     return rec_end(&b, r);
 }
 
@@ -811,116 +1071,41 @@ EXPORT hipError_t hipDeviceSynchronize(void) {
     sb_t b;
     rec_begin(&b, "hipDeviceSynchronize");
     hipError_t r = injected("hipDeviceSynchronize");
-    if (!r) r = capture_violation(0, NULL);
+    if (!r) r = locked_any(&b, hipErrorStreamCaptureUnsupported);
     return rec_end(&b, r);
 }
 
-
 /* ---------------------------------------------------------------- stream capture and graphs */
-
-/*
- * A stream being captured records kernel launches into a graph instead of running them (the
- * kernel arguments copied out of `extra`, as HIP does). The fake is strict: while a capture in
- * global or thread-local mode is active, hipMalloc, hipFree, hipDeviceSynchronize and
- * synchronizing the capturing stream fail with hipErrorStreamCaptureUnsupported, copies and
- * memsets on the capturing stream fail the same way (a real runtime would capture them as
- * nodes; hipskinny must not issue them), and any work on the null stream fails with
- * hipErrorStreamCaptureImplicit. Each such failure invalidates the capture, so
- * hipStreamEndCapture then fails with hipErrorStreamCaptureInvalidated. hipGraphLaunch replays
- * the recorded launches, in order, through the launch hook.
- */
-enum { hipErrorIllegalState = 401, hipErrorStreamCaptureUnsupported = 900, hipErrorStreamCaptureInvalidated = 901,
-       hipErrorStreamCaptureImplicit = 906 };
-enum { CAPTURE_NONE = 0, CAPTURE_ACTIVE = 1, CAPTURE_INVALIDATED = 2 };
-enum { MODE_GLOBAL = 0, MODE_THREAD_LOCAL = 1, MODE_RELAXED = 2 };
-
-typedef struct {
-    void *function;
-    unsigned grid[3], block[3], shared;
-    unsigned char *kernarg;
-    size_t kernarg_size;
-} captured_t;
-
-typedef struct graph {
-    captured_t *items;
-    size_t n, cap;
-    int device;
-} graph_t;
-
-#define MAX_CAPTURES 64
-static struct {
-    hipStream_t stream;
-    int mode, status;
-    graph_t *graph;
-    unsigned long long id;
-} captures[MAX_CAPTURES];
-static int n_captures;
-static unsigned long long next_capture_id = 1;
-
-/* Index of the capture on `stream`, or -1 (caller holds the lock). */
-static int capture_of(hipStream_t stream) {
-    for (int i = 0; i < n_captures; i++)
-        if (captures[i].stream == stream) return i;
-    return -1;
-}
-
-/* Is a capture that forbids unsafe calls active? (caller holds the lock) */
-static int strict_capture_active(void) {
-    for (int i = 0; i < n_captures; i++)
-        if (captures[i].status == CAPTURE_ACTIVE && captures[i].mode != MODE_RELAXED) return 1;
-    return 0;
-}
-
-static void invalidate_strict(void) {
-    for (int i = 0; i < n_captures; i++)
-        if (captures[i].mode != MODE_RELAXED) captures[i].status = CAPTURE_INVALIDATED;
-}
-
-/* The error an API call meets because of captures, invalidating what it breaks (takes the lock).
-   kind: 0 = allocation / device-wide synchronization, 1 = work or synchronization on `stream`. */
-static hipError_t capture_violation(int kind, hipStream_t stream) {
-    hipError_t r = hipSuccess;
-    pthread_mutex_lock(&lock);
-    if (kind == 0) {
-        if (strict_capture_active()) {
-            r = hipErrorStreamCaptureUnsupported;
-            invalidate_strict();
-        }
-    } else {
-        int i = stream ? capture_of(stream) : -1;
-        if (i >= 0) {
-            r = hipErrorStreamCaptureUnsupported;
-            captures[i].status = CAPTURE_INVALIDATED;
-        } else if (!stream && strict_capture_active()) {
-            r = hipErrorStreamCaptureImplicit;
-            invalidate_strict();
-        }
-    }
-    pthread_mutex_unlock(&lock);
-    return r;
-}
 
 EXPORT hipError_t hipStreamBeginCapture(hipStream_t stream, int mode) {
     init();
     sb_t b;
     rec_begin(&b, "hipStreamBeginCapture");
-    sb_fmt(&b, ",\"stream\":%llu,\"mode\":%d", U64(stream), mode);
+    sb_fmt(&b, ",\"stream\":%llu,\"mode\":%d,\"device\":%d", U64(stream), mode, current_device);
     hipError_t r = injected("hipStreamBeginCapture");
+    unsigned long long id = 0;
     pthread_mutex_lock(&lock);
-    if (!r && (!stream || mode < MODE_GLOBAL || mode > MODE_RELAXED)) r = hipErrorInvalidValue;
-    if (!r && capture_of(stream) >= 0) r = hipErrorIllegalState;
+    if (!r && is_null_stream(stream)) r = hipErrorStreamCaptureUnsupported; /* never on the null stream */
+    if (!r && (mode < MODE_GLOBAL || mode > MODE_RELAXED)) r = hipErrorInvalidValue;
+    hipStream_t s = r ? NULL : resolve_stream(stream);
+    if (!r && capture_of(s) >= 0) r = hipErrorIllegalState;
     if (!r && n_captures == MAX_CAPTURES) r = hipErrorOutOfMemory;
     if (!r) {
-        graph_t *g = calloc(1, sizeof *g);
-        g->device = current_device;
-        captures[n_captures].stream = stream;
-        captures[n_captures].mode = mode;
-        captures[n_captures].status = CAPTURE_ACTIVE;
-        captures[n_captures].graph = g;
-        captures[n_captures].id = next_capture_id++;
-        n_captures++;
+        stream_rec_t *rec = find_stream(s);
+        capture_t *c = &captures[n_captures++];
+        memset(c, 0, sizeof *c);
+        c->stream = s;
+        c->mode = mode;
+        c->status = CAPTURE_ACTIVE;
+        c->device = rec ? rec->device : current_device;
+        c->blocking = !(rec && (rec->flags & STREAM_NON_BLOCKING));
+        c->thread = pthread_self();
+        c->graph = calloc(1, sizeof *c->graph);
+        c->graph->device = c->device;
+        c->id = id = next_capture_id++;
     }
     pthread_mutex_unlock(&lock);
+    sb_fmt(&b, ",\"id\":%llu", id);
     return rec_end(&b, r);
 }
 
@@ -932,26 +1117,49 @@ EXPORT hipError_t hipStreamEndCapture(hipStream_t stream, void **graph) {
     hipError_t r = injected("hipStreamEndCapture");
     graph_t *g = NULL;
     size_t launches = 0;
+    unsigned long long id = 0;
     pthread_mutex_lock(&lock);
-    int i = capture_of(stream);
     if (!r && !graph) r = hipErrorInvalidValue;
+    int i = r || is_null_stream(stream) ? -1 : capture_of(resolve_stream(stream));
     if (!r && i < 0) r = hipErrorIllegalState;
+    if (!r && captures[i].mode != MODE_RELAXED && !own_capture(&captures[i])) r = hipErrorStreamCaptureWrongThread;
     if (!r) {
+        id = captures[i].id;
         g = captures[i].graph;
         launches = g->n;
         if (captures[i].status == CAPTURE_INVALIDATED) {
             r = hipErrorStreamCaptureInvalidated;
-            for (size_t k = 0; k < g->n; k++) free(g->items[k].kernarg);
-            free(g->items);
-            free(g);
+            free_graph(g);
             g = NULL;
+        } else {
+            ptr_add(&live_graphs, &n_graphs, &cap_graphs, g);
         }
         captures[i] = captures[--n_captures];
     }
     pthread_mutex_unlock(&lock);
-    if (graph && r != hipErrorInvalidValue) *graph = g;
-    sb_fmt(&b, ",\"graph\":%llu,\"launches\":%zu", U64(g), launches);
+    if (graph && r != hipErrorInvalidValue && r != hipErrorStreamCaptureWrongThread) *graph = g;
+    sb_fmt(&b, ",\"id\":%llu,\"graph\":%llu,\"launches\":%zu", id, U64(g), launches);
     return rec_end(&b, r);
+}
+
+/* Status (and id) of the capture on `stream`, for hipStreamIsCapturing / GetCaptureInfo. */
+static hipError_t capture_status(hipStream_t stream, int *st, unsigned long long *id) {
+    hipError_t r = hipSuccess;
+    *st = CAPTURE_NONE;
+    *id = 0;
+    pthread_mutex_lock(&lock);
+    if (is_null_stream(stream)) {
+        for (int i = 0; i < n_captures; i++)
+            if (captures[i].blocking) r = hipErrorStreamCaptureImplicit;
+    } else {
+        int i = capture_of(resolve_stream(stream));
+        if (i >= 0) {
+            *st = captures[i].status;
+            *id = captures[i].id;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
 }
 
 EXPORT hipError_t hipStreamIsCapturing(hipStream_t stream, int *status) {
@@ -961,17 +1169,12 @@ EXPORT hipError_t hipStreamIsCapturing(hipStream_t stream, int *status) {
     sb_fmt(&b, ",\"stream\":%llu", U64(stream));
     hipError_t r = injected("hipStreamIsCapturing");
     int st = CAPTURE_NONE;
+    unsigned long long id = 0;
     if (status) *status = CAPTURE_NONE; /* also on failure: hip-python converts it to its enum regardless */
-    pthread_mutex_lock(&lock);
     if (!r && !status) r = hipErrorInvalidValue;
-    if (!r && !stream && strict_capture_active()) r = hipErrorStreamCaptureImplicit;
-    if (!r && stream) {
-        int i = capture_of(stream);
-        if (i >= 0) st = captures[i].status;
-    }
-    pthread_mutex_unlock(&lock);
+    if (!r) r = capture_status(stream, &st, &id);
     if (!r) *status = st;
-    sb_fmt(&b, ",\"status\":%d", st);
+    sb_fmt(&b, ",\"status\":%d,\"id\":%llu", st, id);
     return rec_end(&b, r);
 }
 
@@ -984,17 +1187,9 @@ EXPORT hipError_t hipStreamGetCaptureInfo(hipStream_t stream, int *status, unsig
     int st = CAPTURE_NONE;
     unsigned long long cid = 0;
     if (status) *status = CAPTURE_NONE;
-    pthread_mutex_lock(&lock);
+    if (id) *id = 0;
     if (!r && !status) r = hipErrorInvalidValue;
-    if (!r && !stream && strict_capture_active()) r = hipErrorStreamCaptureImplicit;
-    if (!r && stream) {
-        int i = capture_of(stream);
-        if (i >= 0) {
-            st = captures[i].status;
-            cid = captures[i].id;
-        }
-    }
-    pthread_mutex_unlock(&lock);
+    if (!r) r = capture_status(stream, &st, &cid);
     if (!r) {
         *status = st;
         if (id) *id = cid;
@@ -1003,44 +1198,41 @@ EXPORT hipError_t hipStreamGetCaptureInfo(hipStream_t stream, int *status, unsig
     return rec_end(&b, r);
 }
 
-typedef struct graph_exec {
-    graph_t *graph; /* a private copy: the graph may be destroyed after instantiation */
-} graph_exec_t;
-
-EXPORT hipError_t hipGraphInstantiate(void **exec, void *graph, void *error_node, char *log_buffer,
+EXPORT hipError_t hipGraphInstantiate(void **exec, void *graph, void **error_node, char *log_buffer,
                                       size_t buffer_size) {
     init();
     sb_t b;
     rec_begin(&b, "hipGraphInstantiate");
     sb_fmt(&b, ",\"graph\":%llu", U64(graph));
-    (void)error_node;
+    if (error_node) *error_node = NULL;
     if (log_buffer && buffer_size) log_buffer[0] = 0;
     hipError_t r = injected("hipGraphInstantiate");
     if (!r && (!exec || !graph)) r = hipErrorInvalidValue;
     graph_exec_t *e = NULL;
+    size_t launches = 0;
+    pthread_mutex_lock(&lock);
+    if (!r && !ptr_has(live_graphs, n_graphs, graph)) r = hipErrorInvalidValue;
     if (!r) {
         const graph_t *g = graph;
+        launches = g->n;
         e = calloc(1, sizeof *e);
         e->graph = calloc(1, sizeof *e->graph);
         e->graph->device = g->device;
         e->graph->n = e->graph->cap = g->n;
         e->graph->items = calloc(g->n ? g->n : 1, sizeof *g->items);
         for (size_t k = 0; k < g->n; k++) {
-            e->graph->items[k] = g->items[k];
-            e->graph->items[k].kernarg = malloc(g->items[k].kernarg_size ? g->items[k].kernarg_size : 1);
-            memcpy(e->graph->items[k].kernarg, g->items[k].kernarg, g->items[k].kernarg_size);
+            const captured_t *src = &g->items[k];
+            captured_t *dst = &e->graph->items[k];
+            *dst = *src;
+            dst->kernarg = src->kernarg ? malloc(src->kernarg_size ? src->kernarg_size : 1) : NULL;
+            if (src->kernarg && src->kernarg_size) memcpy(dst->kernarg, src->kernarg, src->kernarg_size);
         }
+        ptr_add(&live_execs, &n_execs, &cap_execs, e);
         *exec = e;
     }
-    sb_fmt(&b, ",\"exec\":%llu", U64(e));
+    pthread_mutex_unlock(&lock);
+    sb_fmt(&b, ",\"exec\":%llu,\"launches\":%zu", U64(e), launches);
     return rec_end(&b, r);
-}
-
-static void free_graph(graph_t *g) {
-    if (!g) return;
-    for (size_t k = 0; k < g->n; k++) free(g->items[k].kernarg);
-    free(g->items);
-    free(g);
 }
 
 EXPORT hipError_t hipGraphDestroy(void *graph) {
@@ -1050,6 +1242,9 @@ EXPORT hipError_t hipGraphDestroy(void *graph) {
     sb_fmt(&b, ",\"graph\":%llu", U64(graph));
     hipError_t r = injected("hipGraphDestroy");
     if (!r && !graph) r = hipErrorInvalidValue;
+    pthread_mutex_lock(&lock);
+    if (!r && !ptr_remove(live_graphs, &n_graphs, graph)) r = hipErrorIllegalState; /* CLR: already destroyed */
+    pthread_mutex_unlock(&lock);
     if (!r) free_graph(graph);
     return rec_end(&b, r);
 }
@@ -1061,6 +1256,9 @@ EXPORT hipError_t hipGraphExecDestroy(void *exec) {
     sb_fmt(&b, ",\"exec\":%llu", U64(exec));
     hipError_t r = injected("hipGraphExecDestroy");
     if (!r && !exec) r = hipErrorInvalidValue;
+    pthread_mutex_lock(&lock);
+    if (!r && !ptr_remove(live_execs, &n_execs, exec)) r = hipErrorInvalidValue;
+    pthread_mutex_unlock(&lock);
     if (!r) {
         free_graph(((graph_exec_t *)exec)->graph);
         free(exec);
@@ -1068,7 +1266,7 @@ EXPORT hipError_t hipGraphExecDestroy(void *exec) {
     return rec_end(&b, r);
 }
 
-/* Record a launch into the capture on `stream` (caller holds the lock). */
+/* Record a launch into capture i (caller holds the lock). */
 static void capture_launch(int i, void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                            unsigned bz, unsigned shared, const void *kernarg, size_t kernarg_size) {
     graph_t *g = captures[i].graph;
@@ -1077,9 +1275,10 @@ static void capture_launch(int i, void *function, unsigned gx, unsigned gy, unsi
         g->items = realloc(g->items, g->cap * sizeof *g->items);
     }
     captured_t *c = &g->items[g->n++];
-    *c = (captured_t){function, {gx, gy, gz}, {bx, by, bz}, shared, malloc(kernarg_size ? kernarg_size : 1),
-                      kernarg_size};
-    if (kernarg_size) memcpy(c->kernarg, kernarg, kernarg_size);
+    /* kernarg is NULL for a kernelParams launch: the fake cannot size those arguments */
+    *c = (captured_t){function, {gx, gy, gz}, {bx, by, bz}, shared, current_device,
+                      kernarg ? malloc(kernarg_size ? kernarg_size : 1) : NULL, kernarg_size};
+    if (kernarg && kernarg_size) memcpy(c->kernarg, kernarg, kernarg_size);
 }
 
 /* ---------------------------------------------------------------- modules and launches */
@@ -1201,29 +1400,32 @@ EXPORT hipError_t hipModuleLaunchKernel(void *f, unsigned gx, unsigned gy, unsig
         sb_fmt(&b, ",\"kernarg_size\":%zu", kernarg_size);
     } else {
         sb_fmt(&b, ",\"kernarg\":null,\"kernarg_size\":%s", have_size ? "0" : "null");
+        if (!have_buf) kernarg = NULL;
     }
 
     pthread_mutex_lock(&lock);
     function_t *fn = find_function(f);
     if (!r && (!fn || !fn->module->loaded)) r = hipErrorInvalidHandle;
     if (!r && kernelParams && extra) r = hipErrorInvalidValue;
+    /* CLR aborts when the function's module was loaded for another device; an error code is kinder. */
     if (!r && fn->module->device != current_device) r = hipErrorInvalidDevice;
     if (!r && (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0)) r = hipErrorInvalidConfiguration;
     if (!r && (gx > 2147483647u || gy > 65536 || gz > 65536)) r = hipErrorInvalidValue;
     if (!r && (unsigned long long)bx * by * bz > 1024) r = hipErrorInvalidConfiguration;
     int captured = 0;
+    unsigned long long capture_id = 0;
     if (!r) {
-        int i = stream ? capture_of(stream) : -1;
-        if (i >= 0) {
-            if (captures[i].status == CAPTURE_ACTIVE) {
+        if (is_null_stream(stream)) {
+            r = forbid_any(&b, hipErrorStreamCaptureImplicit);
+        } else {
+            int i = capture_of(resolve_stream(stream));
+            if (i >= 0 && captures[i].status != CAPTURE_ACTIVE) {
+                r = hipErrorStreamCaptureInvalidated;
+            } else if (i >= 0) {
                 capture_launch(i, f, gx, gy, gz, bx, by, bz, shared, kernarg, kernarg_size);
                 captured = 1;
-            } else {
-                r = hipErrorStreamCaptureInvalidated;
+                capture_id = captures[i].id;
             }
-        } else if (!stream && strict_capture_active()) {
-            r = hipErrorStreamCaptureImplicit;
-            invalidate_strict();
         }
     }
     fakehip_launch_hook_t hook = launch_hook;
@@ -1235,16 +1437,18 @@ EXPORT hipError_t hipModuleLaunchKernel(void *f, unsigned gx, unsigned gy, unsig
     sb_put(&b, ",\"kernel\":", 10);
     sb_str(&b, kname);
     sb_fmt(&b, ",\"module\":%llu", U64(m));
-    if (captured) sb_put(&b, ",\"captured\":true", 16); /* only then: other launch records stay as they were */
+    /* "captured" only on captured launches (absent = not captured), so records of ordinary launches
+       keep their exact shape; "capture_id" names the capture. */
+    if (captured) sb_fmt(&b, ",\"captured\":true,\"capture_id\":%llu", capture_id);
     rec_end(&b, r);
     if (!r && hook && !captured) {
         /* The runtime captures the arguments during the call; so does the fake, so the caller may
            reuse its buffer (even from inside the hook). */
-        void *captured = kernarg ? malloc(kernarg_size ? kernarg_size : 1) : NULL;
-        if (captured) memcpy(captured, kernarg, kernarg_size);
+        void *copy = kernarg ? malloc(kernarg_size ? kernarg_size : 1) : NULL;
+        if (copy) memcpy(copy, kernarg, kernarg_size);
         r = hook(kname, m->image ? (const void *)m->image : m->image_arg, m->size, gx, gy, gz, bx, by, bz, shared,
-                 stream, captured, kernarg_size, hook_data);
-        free(captured);
+                 stream, copy, kernarg_size, hook_data);
+        free(copy);
         if (r) {
             rec_begin(&b, "fakehip_launch_hook");
             sb_put(&b, ",\"kernel\":", 10);
@@ -1259,15 +1463,19 @@ EXPORT hipError_t hipGraphLaunch(void *exec, hipStream_t stream) {
     init();
     sb_t b;
     rec_begin(&b, "hipGraphLaunch");
-    sb_fmt(&b, ",\"exec\":%llu,\"stream\":%llu", U64(exec), U64(stream));
+    sb_fmt(&b, ",\"exec\":%llu,\"stream\":%llu,\"device\":%d", U64(exec), U64(stream), current_device);
     hipError_t r = injected("hipGraphLaunch");
     if (!r && !exec) r = hipErrorInvalidValue;
-    if (!r) r = capture_violation(1, stream);
-    const graph_t *g = exec ? ((graph_exec_t *)exec)->graph : NULL;
+    pthread_mutex_lock(&lock);
+    if (!r && !ptr_has(live_execs, n_execs, exec)) r = hipErrorInvalidValue;
+    if (!r) r = check_stream_work(&b, stream, 0);
+    pthread_mutex_unlock(&lock);
+    const graph_t *g = r ? NULL : ((graph_exec_t *)exec)->graph;
     sb_fmt(&b, ",\"launches\":%zu", g ? g->n : 0);
     rec_end(&b, r);
     if (r) return r;
-    /* Replay in order through the hook, with the arguments captured at capture time. */
+    /* Replay in order through the hook, with the arguments captured at capture time. Each replayed
+       launch is logged as "fakehip_graph_kernel" (never as hipModuleLaunchKernel). */
     for (size_t k = 0; k < g->n && !r; k++) {
         const captured_t *c = &g->items[k];
         pthread_mutex_lock(&lock);
@@ -1277,11 +1485,20 @@ EXPORT hipError_t hipGraphLaunch(void *exec, hipStream_t stream) {
         void *hook_data = launch_hook_data;
         pthread_mutex_unlock(&lock);
         rec_begin(&b, "fakehip_graph_kernel");
+        sb_fmt(&b, ",\"exec\":%llu,\"index\":%zu,\"stream\":%llu,\"device\":%d,\"function\":%llu", U64(exec), k,
+               U64(stream), c->device, U64(c->function));
+        sb_fmt(&b, ",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"shared_mem\":%u", c->grid[0], c->grid[1],
+               c->grid[2], c->block[0], c->block[1], c->block[2], c->shared);
         sb_put(&b, ",\"kernel\":", 10);
         sb_str(&b, usable ? fn->name : NULL);
-        sb_put(&b, ",\"kernarg\":", 11);
-        sb_hex(&b, c->kernarg, c->kernarg_size);
-        if (!usable) r = hipErrorInvalidHandle;
+        if (c->kernarg) {
+            sb_put(&b, ",\"kernarg\":", 11);
+            sb_hex(&b, c->kernarg, c->kernarg_size);
+        } else {
+            sb_put(&b, ",\"kernarg\":null", 15);
+        }
+        sb_fmt(&b, ",\"kernarg_size\":%zu", c->kernarg_size);
+        if (!usable) r = hipErrorInvalidHandle; /* its module was unloaded after the capture */
         if (!r && hook)
             r = hook(fn->name, fn->module->image ? (const void *)fn->module->image : fn->module->image_arg,
                      fn->module->size, c->grid[0], c->grid[1], c->grid[2], c->block[0], c->block[1], c->block[2],
