@@ -8,7 +8,7 @@ hip-python call. GPU-resident torch tensors cannot exist without a GPU; the torc
 measured with torch CPU tensors whose memory is the fake runtime's device memory, presented
 to hipskinny as GPU tensors by the test seam `operands.present_cpu_torch_as_gpu`, so they take
 exactly the code path a ROCm tensor takes except for the stream lookup (a Python lambda here,
-``torch._C._cuda_getCurrentRawStream`` on ROCm torch) and ``torch.empty`` (the CPU allocator
+``torch._C._cuda_getCurrentRawStream`` on ROCm torch) and ``torch.empty_strided`` (the CPU allocator
 here, torch's caching GPU allocator on ROCm). A bare torch op is measured in the same run.
 """
 
@@ -103,13 +103,13 @@ cases["skinny_gemm_dlpack_out"] = lambda: hipskinny.skinny_gemm(dx, dw, out=do)
 hx, hw = np.ones((N1, K), np.float16), np.ones((M, K), np.float16)
 cases["skinny_gemm_numpy"] = lambda: hipskinny.skinny_gemm(hx, hw)
 cases["gemv_numpy"] = lambda: hipskinny.gemv(hx[0], hw)
-# Floors measured in the same rounds: a bare torch op, torch.empty of the output, and one hip-python
+# Floors measured in the same rounds: a bare torch op, torch.empty_strided of the output, and one hip-python
 # launch of the same kernel with its arguments prepared (what the launch itself costs here).
 a = torch.ones(1)
 xs, ws = torch.ones((1, 8)), torch.ones((8, 8))
 cases["torch_add"] = lambda: torch.add(a, a)
 cases["torch_linear"] = lambda: torch.nn.functional.linear(xs, ws)
-cases["torch_empty"] = lambda: torch.empty((N1, M), dtype=torch.float16)
+cases["torch_empty"] = lambda: torch.empty_strided((N1, M), (M, 1), dtype=torch.float16)
 hipskinny.skinny_gemm(x1, w, out=o1)
 bound = [c for c in hipskinny.ops.skinny_gemm._calls._calls.values() if getattr(c, "launches", None)][0]
 launch = bound.launches[0]

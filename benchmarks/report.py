@@ -467,7 +467,7 @@ def _overhead(rep: dict[str, Any]) -> list[str]:
               "the full run above).", ""] if when else []),
            f"CPU µs per call with a seen signature (bound call cached), M={sh['m']}, K={sh['k']}, fp16, measured "
            "through `HipDevice` on the fake HIP runtime (tests/fakehip: real hip-python, a runtime whose launch "
-           "and copies do no GPU work, call log off), median of 5 rounds, in one run with a bare torch op. "
+           "and copies do no GPU work, call log off), median of 9 rounds, in one run with a bare torch op. "
            "What is timed is everything a real call does on the host: signature, pointers, stream, output, "
            "argument packing, and the hip-python launch call itself.", "",
            "| call | µs | target |", "|---|---|---|"]
@@ -480,7 +480,7 @@ def _overhead(rep: dict[str, Any]) -> list[str]:
             f"| bare torch op: torch.add on 1-element CPU tensors (torch {o['torch_version']}) | "
             f"{o['torch_add_us']:.1f} | |",
             f"| torch.nn.functional.linear 1×8 @ 8×8 fp32 (CPU) | {o['torch_linear_us']:.1f} | |",
-            f"| torch.empty of a 1×256 fp16 output (CPU): inside the two \"output allocated\" rows | "
+            f"| torch.empty_strided of a 1×256 fp16 output (CPU): inside the two \"output allocated\" rows | "
             f"{o.get('torch_empty_us', float('nan')):.1f} | |", "",
             "How faithful: torch GPU tensors cannot exist without a GPU, so those rows use torch CPU tensors over "
             "the fake runtime's device memory, presented as GPU tensors by the test seam "

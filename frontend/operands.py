@@ -147,7 +147,7 @@ def present_cpu_torch_as_gpu(ordinal: int | None, stream: Callable[[int], int] |
                              empty: Callable[..., Any] | None = None) -> None:
     """Test seam: treat torch CPU tensors as tensors on HIP device ``ordinal`` (``None`` ends it), with
     ``stream(ordinal)`` as torch's current stream (default: 0) and ``empty(shape, dtype)`` allocating
-    outputs (default: ``torch.empty``). Their memory must be memory the device can address (with the
+    outputs (default: ``torch.empty_strided``). Their memory must be memory the device can address (with the
     fake HIP runtime: its allocations)."""
     global _seam
     _seam = None if ordinal is None else (int(ordinal), stream or (lambda _ordinal: 0), empty)
@@ -278,11 +278,12 @@ class DeviceCall:
                 import torch
 
                 tdt, dev, shape = tensors._torch_dtype(np.dtype(out_dtype)), first.obj.device, out_shape
+                strides = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape)))
                 if _seam is not None and _seam[2] is not None:
                     seam_empty = _seam[2]
                     self.new_out = lambda: seam_empty(shape, tdt)
-                else:
-                    self.new_out = lambda: torch.empty(shape, dtype=tdt, device=dev)
+                else:       # empty_strided: a third cheaper than torch.empty (no memory-format argument)
+                    self.new_out = functools.partial(torch.empty_strided, shape, strides, dtype=tdt, device=dev)
             else:
                 tensors.new_output(first, out_shape, out_dtype)   # raises: no allocator for that kind
 
