@@ -36,6 +36,14 @@ def _lazy(name: str):
         from .ops import skinny_gemm as _skinny_gemm
 
         return getattr(_skinny_gemm, name)
+    if name in ("fp8_linear", "fp8_linear_reference"):
+        from .ops import fp8_linear as _fp8_linear
+
+        return getattr(_fp8_linear, name)
+    if name == "fp8":
+        import importlib
+
+        return importlib.import_module(f"{__name__}.fp8")
     if name == "probe":
         from .capability import probe
 
@@ -57,6 +65,7 @@ _torch_ops.install()   # torch.ops.hipskinny.*: now if torch is imported, else r
 
 __all__ = [
     "CaptureError", "CodeObjectError", "DeviceMismatchError", "HipRuntimeError", "HipSkinnyError", "InputTypeError",
-    "InputValueError", "KernelArgumentError", "UnsupportedArchError", "__version__", "current_device",
+    "InputValueError", "KernelArgumentError", "UnsupportedArchError", "__version__", "current_device", "fp8",
+    "fp8_linear", "fp8_linear_reference",
     "gemv", "gemv_reference", "on_device", "probe", "reserve", "skinny_gemm", "skinny_gemm_reference", "use_device",
 ]

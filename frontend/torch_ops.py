@@ -27,7 +27,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 # Op modules whose TORCH_OPS are registered (a new family adds its module name here).
-OP_MODULES: tuple[str, ...] = ("gemv", "skinny_gemm")
+OP_MODULES: tuple[str, ...] = ("gemv", "skinny_gemm", "fp8_linear")
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class TorchOp:
     schema: str
     impl: Callable[..., Any]
     out_shape: Callable[..., tuple[int, ...]] | None = None
+    out_dtype: Callable[..., Any] | None = None     # (x, *tensors, **options) -> torch dtype; None: x's
 
     @property
     def name(self) -> str:
@@ -46,7 +47,7 @@ class TorchOp:
 
 
 def declare(name: str, args: str, impl: Callable[..., Any], out_shape: Callable[..., tuple[int, ...]],
-            options: str = "") -> tuple[TorchOp, TorchOp]:
+            options: str = "", out_dtype: Callable[..., Any] | None = None) -> tuple[TorchOp, TorchOp]:
     """The functional op ``name(args[, *, options]) -> Tensor`` and its ``name_out`` twin writing into
     ``Tensor(a!) out``; ``impl(*args, out=None, **options)`` is the public Python function."""
     kw = f", *, {options}" if options else ""
@@ -55,7 +56,7 @@ def declare(name: str, args: str, impl: Callable[..., Any], out_shape: Callable[
         *inputs, out = a
         impl(*inputs, out=out, **k)
 
-    return (TorchOp(f"{name}({args}{kw}) -> Tensor", impl, out_shape),
+    return (TorchOp(f"{name}({args}{kw}) -> Tensor", impl, out_shape, out_dtype),
             TorchOp(f"{name}_out({args.replace('=None', '')}, Tensor(a!) out{kw}) -> ()", into))
 
 
@@ -107,7 +108,8 @@ def _fake(op: TorchOp) -> Callable[..., Any]:
     def fake(x: Any, *rest: Any, **kwargs: Any) -> Any:
         shapes: Sequence[Any] = [tuple(t.shape) if t is not None else None for t in (x, *rest)
                                  if t is None or hasattr(t, "shape")]
-        return x.new_empty(shape_of(*shapes))
+        dtype = op.out_dtype(x, *rest, **kwargs) if op.out_dtype is not None else x.dtype
+        return x.new_empty(shape_of(*shapes), dtype=dtype)
 
     return fake
 

@@ -305,6 +305,23 @@ for _rel in ("eq", "lg"):
     register(f"s_cmp_{_rel}_u64", cls="salu")(_cmp(64, False, _CMP[_rel]))
 
 
+def _bitcmp(width: int, want: int):
+    """s_bitcmp{0,1}_b{32,64}: SCC = (bit S1 mod width of S0) == want; S1 is 32-bit for both."""
+    def factory(inst: Inst, ctx: DecodeContext) -> Handler:
+        ops = _ops(inst)
+        a, b = sreader(ops[0], width), sreader(ops[1], 32)
+
+        def run(w: Wave) -> None:
+            w.scc = int((a(w) >> (b(w) & (width - 1))) & 1 == want)
+        return run
+    return factory
+
+
+for _w in (32, 64):
+    for _want in (0, 1):
+        register(f"s_bitcmp{_want}_b{_w}", cls="salu")(_bitcmp(_w, _want))
+
+
 # --- SALU float (gfx1151, gfx1201) ----------------------------------------------------
 def _f32(v: int) -> np.float32:
     return np.uint32(v).view(np.float32)

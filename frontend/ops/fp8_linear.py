@@ -1,0 +1,349 @@
+"""FP8 linear for decode: ``y = (x @ w.T) * scales + bias`` with FP8 e4m3 weights.
+
+Modes (chosen by x's dtype):
+
+* **W8A16**: x fp16/bf16, w FP8 with ``w_scale``; the output has x's dtype.
+* **W8A8**: x and w FP8 of one flavour with ``x_scale`` and ``w_scale``; the output is
+  ``out_dtype`` (fp16 or bf16; default bf16).
+
+Scales are fp32: ``w_scale`` per tensor ``()``/``[1]``, per channel ``[M]`` or per 128x128 block
+``[ceil(M/128), ceil(K/128)]``; ``x_scale`` per tensor, per token ``[N]`` or, with block weight
+scales, per token and 128 columns ``[N, ceil(K/128)]`` (`hipskinny.fp8.granularity_of`). NaN or 0
+scales propagate. Products are exact, sums fp32, scales applied in fp32 (per 16-column chunk
+in block mode, after the sum otherwise), bias added in fp32, one rounding at the end.
+
+Kernels (kernels/fp8_linear.hip), N = 1..8 tokens: the split-across-lanes design of
+`hipskinny.skinny_gemm`, weights widened to 16-bit in registers by exact integer operations on
+every arch (both flavours; NaN encodings poison their row), x staged in LDS (FP8 activations
+widened there). Configuration rules are skinny_gemm's small-N rules with 16-column chunks:
+``K_pad = ceil(K / 16) * 16``; ``kc = K_pad`` when N x K_pad x 2 bytes (+ the block-mode
+activation scales) fit the LDS per workgroup, else the most columns that fit rounded down to
+a multiple of 16 x wave size; workgroups per CU from occupancy, at most 2; YTILE by
+`skinny_gemm.ytile`; persistent grid. Bitwise reproducible across calls, schedules, CU counts.
+
+W8A8 flavour: the flavour the arch's FP8 hardware uses (FNUZ on gfx942, OCP on gfx950/gfx1201;
+gfx1100/gfx1151 have none and take both); the other is an error naming `hipskinny.fp8.convert`.
+
+Not yet: N > 8 (torch tensors on a ROCm GPU fall back to dequantize + ``F.linear``; anything
+else is an error). GPU tensors need K % 16 == 0, unit stride along K, row strides that are
+multiples of 16 bytes and 16-byte aligned x and w; host inputs have no layout limits.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from .. import fp8, operands, registry, tensors
+from ..devices.base import Device
+from ..errors import InputTypeError, InputValueError
+from ..launch import LaunchPlan, PlanCache, make_plan
+from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
+from ..torch_ops import declare
+from .skinny_gemm import MAX_GROUPS_PER_CU, THREADS, ytile
+
+FAMILY = "fp8_linear"
+MAX_N = 8
+YTILES = (4, 2, 1)
+MAX_TILE_OUTPUTS = 16
+CHUNK = 16                          # K columns per lane chunk
+NAMES = ("x", "w", "w_scale", "x_scale", "bias", "out")
+X8, X_FNUZ, OUT_BF16 = 2, 4, 8      # kernel flags
+NATIVE_W8A8 = {"gfx942": ("fnuz",), "gfx950": ("ocp",), "gfx1201": ("ocp",), "gfx1100": ("ocp", "fnuz"),
+               "gfx1151": ("ocp", "fnuz")}
+_F16, _BF16, _F32 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)
+_plans = PlanCache()
+_calls = operands.CallCache()
+log = logging.getLogger(__name__)
+
+
+def fp8_linear(x: Any, w: Any, w_scale: Any, *, x_scale: Any = None, bias: Any = None, out_dtype: Any = None,
+               out: Any = None) -> Any:
+    """``y = (x @ w.T) * scales + bias`` for N = 1..8 tokens with FP8 e4m3 weights (see the module
+    docstring for modes, scale shapes and layouts). x: ``[..., K]`` (leading dims flattened to N
+    rows and restored on the output); w: ``[M, K]`` FP8 (float8_e4m3fn or float8_e4m3fnuz);
+    bias ``[M]``, ``[1, M]`` or ``[N, M]`` in the output dtype. numpy, torch or DLPack operands,
+    all on the host or all on one GPU; the result in x's container kind, or written into ``out``."""
+    objs = (x, w, w_scale, x_scale, bias, out)
+    key, addresses = operands.signature(NAMES, objs, _dtype_name(out_dtype))
+    call = _calls.get(key)
+    if call is None:
+        call = _calls.add(key, _bind(operands.gather("fp8_linear", NAMES, objs), out_dtype))
+    return call(objs, addresses)
+
+
+def _dtype_name(dtype: Any) -> str | None:
+    return None if dtype is None else str(dtype).rsplit(".", 1)[-1]
+
+
+def _bind(ops: Operands, out_dtype: Any) -> Any:
+    xv, wv, wsv, xsv, bv = ops["x"], ops["w"], ops["w_scale"], ops["x_scale"], ops["bias"]
+    assert xv is not None and wv is not None and wsv is not None
+    n, m, k, flags, odt, block = _check(ops, out_dtype)
+    out_shape = (*xv.shape[:-1], m)
+    operands.check_out(ops, out_shape, odt)
+    if n > MAX_N:
+        return _unsupported(ops, f"x has N={n} rows (tokens)")
+    device = ops.device
+    w_flavor = fp8.flavor_of(wv.dtype)
+    x8 = bool(flags & X8)
+    if x8 and device.arch.name in NATIVE_W8A8 and w_flavor not in NATIVE_W8A8[device.arch.name]:
+        raise InputValueError(f"fp8_linear: W8A8 on {device.arch.name} takes "
+                              f"{' or '.join(NATIVE_W8A8[device.arch.name])} FP8 (its hardware's flavour); got "
+                              f"{w_flavor}: convert x and w with hipskinny.fp8.convert(a8, scale, to="
+                              f"{NATIVE_W8A8[device.arch.name][0]!r}), or use W8A16 (16-bit x), which takes both")
+    empty = m == 0 or n == 0
+    groups = -(-k // 128)
+    ws_stride = groups if block else (1 if wsv.shape not in ((), (1,)) else 0)
+    xs_stride = 0 if xsv is None else groups if block else (1 if xsv.shape not in ((), (1,)) else 0)
+    tag = "bf16" if xv.dtype == _BF16 else "f16"
+    if ops.on_host:
+        pitch = -(-k // CHUNK) * CHUNK                # staged rows zero-padded to 16 columns
+        b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
+        staged = [Staged("fp8_linear.x", n, k, pitch), Staged("fp8_linear.w", m, k, pitch),
+                  _scale_rows("fp8_linear.w_scale", wsv, block),
+                  None if xsv is None else _scale_rows("fp8_linear.x_scale", xsv, block, optional=True),
+                  None if bv is None else Staged("fp8_linear.bias", b_rows, m, m, optional=True)]
+        launch = None if empty else _launch(device, tag, w_flavor, block, n, m, pitch, pitch, pitch,
+                                            m if b_rows > 1 else 0, ws_stride, xs_stride, flags, xsv is not None)
+        return HostCall(ops, [launch] if launch else [], staged, out_shape=out_shape, out_dtype=odt,
+                        out_slot="fp8_linear.y")
+    if empty:
+        return DeviceCall(ops, [], out_shape=out_shape, out_dtype=odt)
+    x_stride = operands.row_stride("fp8_linear", xv)
+    w_stride = wv.strides[0]
+    _require(k % CHUNK == 0, f"K must be a multiple of {CHUNK}; got K={k}")
+    _require(xv.strides[-1] == 1, "x must be contiguous along K")
+    _require(wv.strides[1] == 1, "w must be contiguous along K (unit column stride)")
+    x_unit = 16 // xv.dtype.itemsize
+    _require((n == 1 or x_stride >= k) and x_stride % x_unit == 0,
+             f"x's row stride must be a multiple of 16 bytes ({x_unit} elements) and >= K; got {x_stride}")
+    _require((m == 1 or w_stride >= k) and w_stride % 16 == 0,
+             f"w's row stride must be a multiple of 16 elements (16 bytes) and >= K; got {w_stride}")
+    for name, v in (("w_scale", wsv), ("x_scale", xsv)):
+        _require(v is None or v.is_contiguous, f"{name} must be contiguous")
+    b_stride = 0
+    if bv is not None:
+        _require(bv.strides[-1] == 1 or m == 1, "bias must be contiguous along M")
+        if len(bv.shape) == 2 and bv.shape[0] > 1:
+            b_stride = bv.strides[0]
+            _require(b_stride >= m, f"bias rows must not overlap; got row stride {b_stride} for M={m}")
+    launch = _launch(device, tag, w_flavor, block, n, m, k, x_stride, w_stride, b_stride, ws_stride, xs_stride,
+                     flags, xsv is not None)
+    return DeviceCall(ops, [launch], out_shape=out_shape, out_dtype=odt, aligned=("x", "w"),
+                      align_message="x and w must start at 16-byte aligned addresses")
+
+
+def _scale_rows(slot: str, v: tensors.TensorView, block: bool, optional: bool = False) -> Staged:
+    rows, cols = (v.shape[0], v.shape[1]) if len(v.shape) == 2 else (1, int(np.prod(v.shape, dtype=np.int64)))
+    return Staged(slot, rows, cols, cols, optional=optional)
+
+
+def _check(ops: Operands, out_dtype: Any) -> tuple[int, int, int, int, np.dtype, bool]:
+    """Shapes, dtypes and scale granularities; returns N, M, K, kernel flags, output dtype, block mode."""
+    xv, wv, wsv, xsv, bv = ops["x"], ops["w"], ops["w_scale"], ops["x_scale"], ops["bias"]
+    assert xv is not None and wv is not None and wsv is not None
+    w_flavor = fp8.flavor_of(wv.dtype)
+    if w_flavor is None:
+        raise InputTypeError(f"fp8_linear: w has dtype {wv.dtype}; supported: float8_e4m3fn (OCP), "
+                             "float8_e4m3fnuz (FNUZ)")
+    x_flavor = fp8.flavor_of(xv.dtype)
+    if x_flavor is None and xv.dtype not in (_F16, _BF16):
+        raise InputTypeError(f"fp8_linear: x has dtype {xv.dtype}; supported: float16, bfloat16 (W8A16) or "
+                             "the weight's FP8 dtype (W8A8)")
+    if len(wv.shape) != 2:
+        raise InputValueError(f"fp8_linear: w must be 2-D [M, K]; got shape {wv.shape}")
+    m, k = wv.shape
+    if len(xv.shape) < 1 or xv.shape[-1] != k:
+        raise InputValueError(f"fp8_linear: x must be [..., K] with K={k} (w is [M={m}, K={k}]); got shape {xv.shape}")
+    if k == 0:
+        raise InputValueError("fp8_linear: K must be at least 1")
+    n = int(np.prod(xv.shape[:-1], dtype=np.int64))
+    for name, v in (("w_scale", wsv), ("x_scale", xsv)):
+        if v is not None and v.dtype != _F32:
+            raise InputTypeError(f"fp8_linear: {name} has dtype {v.dtype}; supported: float32")
+    w_gran = fp8.granularity_of(m, k, wsv.shape, "w", name="w_scale")
+    block = w_gran == "block"
+    if x_flavor is None:                                  # W8A16
+        if xsv is not None:
+            raise InputValueError("fp8_linear: x_scale is for FP8 activations (W8A8); x is "
+                                  f"{xv.dtype}, which is used as it is")
+        odt = xv.dtype
+        if out_dtype is not None and np.dtype(_dtype_name(out_dtype)) != odt:   # type: ignore[arg-type]
+            raise InputValueError(f"fp8_linear: with {xv.dtype} x (W8A16) the output is {xv.dtype}; "
+                                  f"got out_dtype={_dtype_name(out_dtype)}")
+        flags = OUT_BF16 if odt == _BF16 else 0
+    else:                                                 # W8A8
+        if x_flavor != w_flavor:
+            raise InputTypeError(f"fp8_linear: x is {xv.dtype} but w is {wv.dtype}; W8A8 needs one FP8 flavour "
+                                 "(hipskinny.fp8.convert changes one)")
+        if xsv is None:
+            raise InputValueError("fp8_linear: FP8 x (W8A8) needs x_scale")
+        x_gran = fp8.granularity_of(n, k, xsv.shape, "x", name="x_scale")
+        if block != (x_gran == "group"):
+            raise InputValueError(f"fp8_linear: w_scale is per {w_gran} and x_scale per {x_gran}; 128x128 "
+                                  f"block weight scales go with per-token-group activation scales "
+                                  f"[N, ceil(K/128)] = [{n}, {-(-k // 128)}], and per-tensor/per-channel "
+                                  "weight scales with per-tensor/per-token activation scales")
+        name = _dtype_name(out_dtype) or "bfloat16"
+        if name not in ("float16", "bfloat16"):
+            raise InputValueError(f"fp8_linear: out_dtype must be float16 or bfloat16; got {name}")
+        odt = _F16 if name == "float16" else _BF16
+        flags = X8 | (X_FNUZ if x_flavor == "fnuz" else 0) | (OUT_BF16 if odt == _BF16 else 0)
+    if bv is not None and bv.dtype != odt:
+        raise InputTypeError(f"fp8_linear: bias has dtype {bv.dtype}; it must be the output dtype {odt}")
+    if bv is not None and bv.shape not in ((m,), (1, m), (n, m)):
+        raise InputValueError(f"fp8_linear: bias must be [M], [1, M] or [N, M] with N={n}, M={m}; "
+                              f"got shape {bv.shape}")
+    if m >= 2**31 or k >= 2**31:
+        raise InputValueError(f"fp8_linear: M and K must be below 2**31; got M={m}, K={k}")
+    return n, m, k, flags, odt, block
+
+
+def _launch(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, k: int, x_stride: int,
+            w_stride: int, b_stride: int, ws_stride: int, xs_stride: int, flags: int, x_scaled: bool) -> Launch:
+    plan = _plan(device, tag, flavor, block, n, m, k, x_scaled)
+    tail = (m, k, x_stride, w_stride, b_stride, plan.info["k_chunk"], ws_stride, xs_stride, flags)
+    return Launch(device.launcher(plan), 6, tail)
+
+
+def k_chunk(n: int, k: int, lds_bytes: int, wave_size: int) -> int:
+    """Columns of x staged in LDS per pass (see the module docstring)."""
+    k_pad = -(-k // CHUNK) * CHUNK
+    fit = lds_bytes // (2 * n)
+    if k_pad <= fit:
+        return k_pad
+    step = CHUNK * wave_size
+    if fit < step:
+        raise InputValueError(f"fp8_linear: N={n} tokens do not fit the LDS in chunks of {step} columns")
+    return fit // step * step
+
+
+def _plan(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, k: int, x_scaled: bool) -> LaunchPlan:
+    info = device.arch
+    cu_count = device.properties.cu_count
+    key = (device, tag, flavor, block, n, m, k, x_scaled, cu_count)
+
+    def build() -> LaunchPlan:
+        waves = THREADS // info.wave_size
+        scales = 4 * n * -(-k // 128) if block and x_scaled else 0
+        kc = k_chunk(n, k, info.lds_per_workgroup - scales, info.wave_size)
+        lds = n * kc * 2 + scales
+        module = registry.load(device, FAMILY)
+        prefix = f"{FAMILY}_{tag}_{flavor}{'_block' if block else ''}_n{n}"
+        y_max = max(y for y in YTILES if n * y <= MAX_TILE_OUTPUTS)
+        _, meta_max = module.kernel(f"{prefix}_y{y_max}")
+        waves_per_simd = info.occupancy(meta_max.vgpr_count, meta_max.group_segment_fixed_size + lds, waves)
+        groups_per_cu = max(1, min(MAX_GROUPS_PER_CU, waves_per_simd * info.simds_per_cu // waves))
+        yt = ytile(n, m, cu_count * groups_per_cu * waves)
+        tiles = -(-m // yt)
+        grid = max(1, min(cu_count * groups_per_cu, -(-tiles // waves)))
+        fn, meta = module.kernel(f"{prefix}_y{yt}")
+        return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=lds,
+                         info={"kernel": f"{prefix}_y{yt}", "ytile": yt, "k_chunk": kc, "lds_bytes": lds,
+                               "groups_per_cu": groups_per_cu, "grid": grid, "staged_once": kc >= k})
+
+    return _plans.get(key, build)
+
+
+def plan_info(device: Device, x_dtype: Any, w_flavor: str, n: int, m: int, k: int, *, block: bool = False,
+              x_scaled: bool = False) -> dict[str, Any]:
+    """The configuration a call of this shape gets on ``device`` (for tests and benchmarks)."""
+    tag = "bf16" if np.dtype(x_dtype) == _BF16 else "f16"
+    return dict(_plan(device, tag, w_flavor, block, n, m, k, x_scaled).info)
+
+
+class _TorchFallback:
+    """N > 8 on a ROCm GPU: dequantize the weight and use ``F.linear`` (what torch has everywhere)."""
+
+    def __call__(self, objs: Any, addresses: Any) -> Any:
+        import torch
+        import torch.nn.functional as F  # noqa: N812
+
+        x, w, w_scale, x_scale, bias, out = objs
+        wd = fp8.dequantize(w.cpu(), w_scale.cpu()).to(x.device)
+        if fp8.flavor_of(x) is not None:
+            xd = fp8.dequantize(x.reshape(-1, x.shape[-1]).cpu(), x_scale.cpu()).to(x.device)
+            x, dt = xd.reshape(*x.shape[:-1], -1), (out.dtype if out is not None else torch.bfloat16)
+        else:
+            dt = x.dtype
+        y = F.linear(x.float(), wd)
+        if bias is not None:
+            y = y + bias.float().reshape(y.shape if bias.dim() == 2 and bias.shape[0] > 1 else (y.shape[-1],))
+        y = y.to(dt)
+        if out is None:
+            return y
+        out.copy_(y)
+        return out
+
+
+def _unsupported(ops: Operands, why: str) -> Any:
+    xv = ops["x"]
+    assert xv is not None
+    if xv.kind == "torch" and not xv.on_host and xv.device_type == tensors.DL_ROCM:
+        log.debug("fp8_linear: %s is outside the kernels' range; dequantizing for F.linear", why)
+        return _TorchFallback()
+    raise InputValueError(f"fp8_linear: {why}; supported: N = 1..{MAX_N} tokens (torch tensors on a ROCm GPU "
+                          "fall back to dequantize + torch.nn.functional.linear above that)")
+
+
+def _require(ok: bool, what: str) -> None:
+    operands.require("fp8_linear", ok, what)
+
+
+# torch.ops.hipskinny.fp8_linear / fp8_linear_out (registered by hipskinny.torch_ops).
+TORCH_OPS = declare("fp8_linear", "Tensor x, Tensor w, Tensor w_scale", fp8_linear,
+                    lambda x, w, w_scale: (*x[:-1], w[0]),
+                    options="Tensor? x_scale=None, Tensor? bias=None, ScalarType? out_dtype=None",
+                    out_dtype=lambda x, *_, out_dtype=None, **__: (
+                        x.dtype if fp8.flavor_of(x) is None else out_dtype or _torch_bf16()))
+
+
+def _torch_bf16() -> Any:
+    import torch
+
+    return torch.bfloat16
+
+
+def fp8_linear_reference(x: Any, w: Any, w_scale: Any, x_scale: Any = None, bias: Any = None,
+                         out_dtype: Any = None) -> np.ndarray:
+    """The exact semantics in float64: the FP8 values exactly (`hipskinny.fp8.decode`), scaled per
+    element by their granularity's scales, summed exactly enough (K terms, < K * 2**-53
+    relative), bias added, one rounding to the output dtype (`fp8_linear_exact` is the value before
+    it)."""
+    y = fp8_linear_exact(x, w, w_scale, x_scale, bias)
+    xa = np.asarray(x)
+    odt = np.dtype(_dtype_name(out_dtype) or ("bfloat16" if fp8.flavor_of(xa) else xa.dtype.name))
+    return y.astype(odt)
+
+
+def fp8_linear_exact(x: Any, w: Any, w_scale: Any, x_scale: Any = None, bias: Any = None) -> np.ndarray:
+    """`fp8_linear_reference` before its final rounding (float64, shape ``[..., M]``)."""
+    xa, wa = np.asarray(x), np.asarray(w)
+    m, k = wa.shape
+    wd = _deq64(wa, w_scale, "w")
+    x2 = xa.reshape(-1, k)
+    xd = _deq64(x2, x_scale, "x") if fp8.flavor_of(xa) else x2.astype(np.float64)
+    y = xd @ wd.T
+    if bias is not None:
+        y = y + np.asarray(bias).astype(np.float64).reshape(-1, m)
+    return y.reshape(*xa.shape[:-1], m)
+
+
+def _deq64(a8: np.ndarray, scale: Any, role: str) -> np.ndarray:
+    """FP8 values times their scales, exactly (float64 products of an fp8 and an fp32 are exact)."""
+    rows, cols = a8.shape
+    s = np.asarray(scale, np.float64)
+    gran = fp8.granularity_of(rows, cols, s.shape, role)
+    v = fp8.decode(a8)
+    if gran == "tensor":
+        return v * s.reshape(())
+    if gran in ("channel", "token"):
+        return v * s.reshape(rows, 1)
+    g = np.arange(cols) // 128
+    if gran == "group":
+        return v * s[:, g]
+    return v * s[np.arange(rows)[:, None] // 128, g[None, :]]

@@ -1,0 +1,321 @@
+// FP8 linear for decode, small N: y[n, m] = (sum_k x[n, k] * W[m, k]) * scales (+ bias) for
+// N = 1..8 tokens, W in FP8 e4m3 (OCP "fn" or FNUZ), x in fp16/bf16 (W8A16) or FP8 (W8A8),
+// fp32 accumulation, scales and bias applied in fp32, one rounding to fp16/bf16.
+//
+// The weights are widened in registers with exact integer operations, on every arch: an
+// e4m3 byte's exponent and mantissa shifted into an fp16 are the same value times 2^-8
+// (OCP, bias 7) or 2^-7 (FNUZ, bias 8), subnormals included, so the products with the
+// 16-bit activations are exact in fp32 (dot2) and the power of two comes back once with
+// the scales. NaN encodings (OCP 0x7F/0xFF, FNUZ 0x80) do not survive the shift; each lane
+// records them per row in a poison word and the row's sums become NaN. FP8 activations
+// (W8A8) are widened the same way, exactly and NaN-preserving, once per workgroup while
+// they are staged in LDS.
+//
+// Arguments (strides in elements of their operand):
+//   x        [N, x_stride]  fp16/bf16 (W8A16) or FP8 bytes (flag kXFp8); 16-byte aligned
+//   w        [M, w_stride]  FP8 bytes; 16-byte aligned, w_stride a multiple of 16
+//   w_scale  fp32: w_scale[row * ws_stride] (ws_stride 0: per tensor, 1: per channel), or in
+//            block mode w_scale[(row / 128) * ws_stride + k / 128] (ws_stride >= ceil(K/128))
+//   x_scale  null (W8A16), or fp32 x_scale[n * xs_stride] (0: per tensor, 1: per token), or in
+//            block mode x_scale[n * xs_stride + k / 128] (one per token and 128 columns)
+//   bias     null, or bias[n * bias_stride + m] in the output dtype (stride 0: one [M] row)
+//   y        [N, M] contiguous, fp16 or bf16 (flag kOutBf16)
+//   kc       K columns staged in LDS per pass: a multiple of 16; >= K (staged once) or a
+//            multiple of 16 * wave size (streamed; a chunk's lane does not depend on the pass)
+//   flags    kXFp8, kXFnuz, kOutBf16 (below)
+//
+// Launch: fp8_linear_<x16>_<ocp|fnuz>[_block]_n<N>_y<YTILE> (x16: f16 for fp16 and FP8
+// activations, bf16 for bf16; then the weight flavour; _block: 128x128 block scales), block
+// (256, 1, 1), any grid, dynamic LDS N * kc * 2 bytes plus, in block mode with x_scale,
+// N * ceil(K / 128) * 4 bytes.
+//
+// Work split and reduction as kernels/skinny_gemm.hip: a wave owns YTILE consecutive rows x
+// all N tokens; lane l takes the 16-column chunks g with g % wave == l in increasing g; a
+// fixed xor butterfly reduces across lanes. Results are bitwise the same for any grid,
+// YTILE, kc or CU count. In block mode each chunk's sums are scaled by its 128-column
+// group's scales before they join the accumulator (a chunk never straddles a group, and a
+// tile's rows never straddle a 128-row block: YTILE divides 128 and tiles are aligned).
+#include "hipskinny/common.h"
+#include "hipskinny/reduce.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWaves = kThreads / hs::kWave;
+constexpr int kInFlight = 2;  // 16-byte weight loads (32 weights) per lane per unrolled step
+constexpr int kGroup = 128;   // columns per block-scale group
+constexpr int kChunk = 16;    // columns per lane chunk (16 FP8 bytes, 32 bytes of staged x)
+
+constexpr int kXFp8 = 2, kXFnuz = 4, kOutBf16 = 8;  // flags
+
+constexpr int pow2_at_least(int n) { return n <= 1 ? 1 : 2 * pow2_at_least((n + 1) / 2); }
+
+// Bytes 0 and 1 (HI = false) or 2 and 3 of w as a pair of fp16 holding value * 2^-8 (OCP)
+// or * 2^-7 (FNUZ): the byte's low 7 bits land on fp16 bits 13..7 and its sign on bit 15.
+template <bool HI>
+__device__ inline uint32_t widen_pair(uint32_t w) {
+  const uint32_t q = __builtin_amdgcn_perm(0u, w, HI ? 0x0c030c02u : 0x0c010c00u) << 7;
+  return q + (q & 0x40004000u);  // moves the sign from bit 14 to bit 15 of each half
+}
+
+// Accumulates a bit 7 per byte of w that is set exactly for the flavour's NaN encoding.
+template <bool FNUZ>
+__device__ inline uint32_t nan_bits(uint32_t w) {
+  if constexpr (FNUZ) {  // 0x80: flip the low 7 bits, then a carry out of them needs bit 7 set too
+    const uint32_t t = w ^ 0x7f7f7f7fu;
+    return ((t & 0x7f7f7f7fu) + 0x01010101u) & t;
+  } else {  // 0x7F / 0xFF: the low 7 bits all ones carry into bit 7
+    return (w & 0x7f7f7f7fu) + 0x01010101u;
+  }
+}
+
+// Four FP8 bytes as four fp16 (two dwords, bytes 0-1 then 2-3) of the same values times
+// 2^-8 (OCP) / 2^-7 (FNUZ), NaN encodings as fp16 NaN: exact, for staging activations.
+__device__ inline void widen_word(uint32_t w, bool fnuz, uint32_t& lo, uint32_t& hi) {
+  const uint32_t nan = fnuz ? nan_bits<true>(w) : nan_bits<false>(w);
+  lo = widen_pair<false>(w);
+  hi = widen_pair<true>(w);
+  lo = (nan & 0x80u) ? (lo & 0xffff0000u) | 0x7e00u : lo;
+  lo = (nan & 0x8000u) ? (lo & 0x0000ffffu) | 0x7e000000u : lo;
+  hi = (nan & 0x800000u) ? (hi & 0xffff0000u) | 0x7e00u : hi;
+  hi = (nan & 0x80000000u) ? (hi & 0x0000ffffu) | 0x7e000000u : hi;
+}
+
+// acc + w.lo * x.lo + w.hi * x.hi, w an fp16 pair from widen_pair, x a pair of T.
+template <typename T> __device__ float dot_w(uint32_t w, uint32_t x, float acc);
+
+template <> __device__ inline float dot_w<hs::f16>(uint32_t w, uint32_t x, float acc) {
+  return hs::dot2<hs::f16>(w, x, acc);
+}
+
+template <> __device__ inline float dot_w<hs::bf16>(uint32_t w, uint32_t x, float acc) {
+  // The fp16 values are exact in fp32, and (3 mantissa bits) in bf16: the top half of the fp32.
+  const float lo = (float)__builtin_bit_cast(_Float16, (uint16_t)w);
+  const float hi = (float)__builtin_bit_cast(_Float16, (uint16_t)(w >> 16));
+#if defined(__gfx942__)
+  const float xlo = __builtin_bit_cast(float, x << 16), xhi = __builtin_bit_cast(float, x & 0xffff0000u);
+  return __builtin_fmaf(hi, xhi, __builtin_fmaf(lo, xlo, acc));
+#else
+  const uint32_t pair = __builtin_amdgcn_perm(__builtin_bit_cast(uint32_t, hi), __builtin_bit_cast(uint32_t, lo),
+                                              0x07060302u);
+  return hs::dot2<hs::bf16>(pair, x, acc);
+#endif
+}
+
+typedef uint32_t u32x2 __attribute__((ext_vector_type(2)));
+
+// Copy x[:, k0 : k0 + len] into LDS as 16-bit rows of kc elements, widening FP8 activations
+// (K is a multiple of 16, so every 8-column half is whole).
+template <int N>
+__device__ void stage(hs::u32x4* xs, const void* __restrict__ x, int64_t x_stride, int k0, int len, int row_q,
+                      int flags) {
+  const int halves = len >> 3;
+  if (flags & kXFp8) {
+    const bool fnuz = (flags & kXFnuz) != 0;
+    const uint8_t* x8 = static_cast<const uint8_t*>(x);
+#pragma unroll 1
+    for (int n = 0; n < N; ++n)
+      for (int c = threadIdx.x; c < halves; c += kThreads) {
+        const u32x2 b = *reinterpret_cast<const u32x2*>(x8 + n * x_stride + k0 + 8 * c);
+        uint32_t v0, v1, v2, v3;
+        widen_word(b.x, fnuz, v0, v1);
+        widen_word(b.y, fnuz, v2, v3);
+        xs[n * row_q + c] = hs::u32x4{v0, v1, v2, v3};
+      }
+  } else {
+    const uint16_t* x16 = static_cast<const uint16_t*>(x);
+#pragma unroll 1
+    for (int n = 0; n < N; ++n)
+      for (int c = threadIdx.x; c < halves; c += kThreads) xs[n * row_q + c] = hs::load16(x16 + n * x_stride + k0 + 8 * c);
+  }
+}
+
+
+template <typename T, bool FNUZ, bool BLOCK, int N, int YTILE>
+struct Tile {
+  float acc[N][YTILE];
+  uint32_t poison[YTILE];
+
+  // Chunk c (16 columns) of the staged pass against its weight chunks wv[r]. Four columns at
+  // a time: their widened weights for every row, then each token's x for them (8 bytes of
+  // LDS), so only a few widened dwords and one token's x are live at once.
+  __device__ inline void chunk(const hs::u32x4 (&wv)[YTILE], const u32x2* xs, int row_d, int c,
+                               const float* gscale) {
+    float s[N][YTILE];
+#pragma unroll
+    for (int n = 0; n < N; ++n)
+#pragma unroll
+      for (int r = 0; r < YTILE; ++r) s[n][r] = BLOCK ? 0.0f : acc[n][r];
+#pragma unroll
+    for (int d = 0; d < 4; ++d) {
+      uint32_t lo[YTILE], hi[YTILE];
+#pragma unroll
+      for (int r = 0; r < YTILE; ++r) {
+        lo[r] = widen_pair<false>(wv[r][d]);
+        hi[r] = widen_pair<true>(wv[r][d]);
+        poison[r] |= nan_bits<FNUZ>(wv[r][d]);
+      }
+#pragma unroll
+      for (int n = 0; n < N; ++n) {
+        const u32x2 xv = xs[n * row_d + 4 * c + d];
+#pragma unroll
+        for (int r = 0; r < YTILE; ++r) s[n][r] = dot_w<T>(hi[r], xv.y, dot_w<T>(lo[r], xv.x, s[n][r]));
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < N; ++n)
+#pragma unroll
+      for (int r = 0; r < YTILE; ++r) acc[n][r] = BLOCK ? __builtin_fmaf(s[n][r], gscale[n], acc[n][r]) : s[n][r];
+  }
+};
+
+template <typename T, bool FNUZ, bool BLOCK, int N, int YTILE>
+__device__ void fp8_linear(const void* __restrict__ x, const uint8_t* __restrict__ w,
+                           const float* __restrict__ w_scale, const float* __restrict__ x_scale,
+                           const uint16_t* __restrict__ bias, uint16_t* __restrict__ y, int M, int K,
+                           int64_t x_stride, int64_t w_stride, int64_t bias_stride, int kc, int ws_stride,
+                           int xs_stride, int flags) {
+  static_assert(N * YTILE <= hs::kWave, "one output per lane at the write");
+  constexpr int U = kInFlight > YTILE ? kInFlight / YTILE : 1;
+  extern __shared__ hs::u32x4 xs[];
+
+  const int lane = threadIdx.x % hs::kWave;
+  const int wave = threadIdx.x / hs::kWave;
+  const int row_q = kc >> 3;  // u32x4 per staged row
+  const int row_d = kc >> 2;  // u32x2 per staged row
+  const u32x2* xd = reinterpret_cast<const u32x2*>(xs);
+  const int tiles = (M + YTILE - 1) / YTILE;
+  const bool staged_once = kc >= K;
+  const int groups = (K + kGroup - 1) / kGroup;
+  // Block mode: the activation scales of every group, after the staged rows.
+  float* xsc = reinterpret_cast<float*>(xs + N * row_q);
+  const bool x_groups = BLOCK && x_scale != nullptr;
+
+  if (x_groups) {
+    for (int i = threadIdx.x; i < N * groups; i += kThreads)
+      xsc[i] = x_scale[(i / groups) * (int64_t)xs_stride + i % groups];
+  }
+  if (staged_once) stage<N>(xs, x, x_stride, 0, K, row_q, flags);
+  if (staged_once || x_groups) __syncthreads();
+
+  for (int first = blockIdx.x * kWaves; first < tiles; first += gridDim.x * kWaves) {
+    const int tile = first + wave;
+    const bool active = tile < tiles;
+    const int m0 = tile * YTILE;
+    const uint8_t* wrow[YTILE];
+#pragma unroll
+    for (int r = 0; r < YTILE; ++r) wrow[r] = w + (int64_t)min(m0 + r, M - 1) * w_stride;
+    const float* wsb = w_scale + (int64_t)(min(m0, M - 1) / kGroup) * ws_stride;  // block mode
+
+    Tile<T, FNUZ, BLOCK, N, YTILE> t;
+#pragma unroll
+    for (int n = 0; n < N; ++n)
+#pragma unroll
+      for (int r = 0; r < YTILE; ++r) t.acc[n][r] = 0.0f;
+#pragma unroll
+    for (int r = 0; r < YTILE; ++r) t.poison[r] = 0u;
+
+    for (int k0 = 0; k0 < K; k0 += kc) {
+      const int len = min(kc, K - k0);
+      if (!staged_once) {
+        __syncthreads();  // every wave is done reading the previous pass
+        stage<N>(xs, x, x_stride, k0, len, row_q, flags);
+        __syncthreads();
+      }
+      if (!active) continue;
+      const int full = len / kChunk;
+      float gs[N];
+      auto scales = [&](int c) {  // block mode: chunk c's group scales per token
+        if constexpr (BLOCK) {
+          const int g = (k0 + kChunk * c) / kGroup;
+          const float sw = wsb[g];
+#pragma unroll
+          for (int n = 0; n < N; ++n) gs[n] = x_groups ? sw * xsc[n * groups + g] : sw;
+        }
+      };
+      int c = lane;
+      for (; c + (U - 1) * hs::kWave < full; c += U * hs::kWave) {
+        hs::u32x4 wv[U][YTILE];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int r = 0; r < YTILE; ++r) wv[u][r] = hs::load16_stream(wrow[r] + k0 + kChunk * (c + u * hs::kWave));
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          scales(c + u * hs::kWave);
+          t.chunk(wv[u], xd, row_d, c + u * hs::kWave, gs);
+          // One chunk's LDS reads and widened weights live at a time: left to itself the
+          // scheduler hoists every chunk's and runs out of registers.
+          __builtin_amdgcn_sched_barrier(0);
+        }
+      }
+      for (; c < full; c += hs::kWave) {
+        hs::u32x4 wv[YTILE];
+#pragma unroll
+        for (int r = 0; r < YTILE; ++r) wv[r] = hs::load16_stream(wrow[r] + k0 + kChunk * c);
+        scales(c);
+        t.chunk(wv, xd, row_d, c, gs);
+      }
+    }
+
+    if (active) {
+      constexpr int P = pow2_at_least(N * YTILE);
+      float v[P];
+#pragma unroll
+      for (int j = 0; j < P; ++j) {
+        const int n = j / YTILE, r = j % YTILE;
+        v[j] = j >= N * YTILE ? 0.0f : (t.poison[r] & 0x80808080u) ? __builtin_nanf("") : t.acc[n][r];
+      }
+      const float sum = hs::reduce_scatter<hs::kWave / 2, P>(v, lane);
+      constexpr int kLanes = hs::kWave / P;
+      const int j = lane / kLanes, n = j / YTILE, row = m0 + j % YTILE;
+      if (lane % kLanes == 0 && j < N * YTILE && row < M) {
+        // The widening's powers of two, then the scales, then the bias, all in fp32.
+        const float unbias = (FNUZ ? 128.0f : 256.0f) *
+                             ((flags & kXFp8) ? ((flags & kXFnuz) ? 128.0f : 256.0f) : 1.0f);
+        float out = sum * unbias;
+        if constexpr (!BLOCK) {
+          out *= w_scale[(int64_t)row * ws_stride];
+          if (x_scale != nullptr) out *= x_scale[(int64_t)n * xs_stride];
+        }
+        const bool out_bf16 = (flags & kOutBf16) != 0;
+        if (bias != nullptr) {
+          const uint16_t b = bias[n * bias_stride + row];
+          out += out_bf16 ? hs::to_float<hs::bf16>(b) : hs::to_float<hs::f16>(b);
+        }
+        y[(int64_t)n * M + row] = out_bf16 ? hs::from_float<hs::bf16>(out) : hs::from_float<hs::f16>(out);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+#ifndef HS_FP8_ATTRS
+#define HS_FP8_ATTRS
+#endif
+
+// One kernel per weight flavour and scale mode: in one body the four would share a register
+// allocation that does not fit (it spills on gfx11/12).
+#define HS_FP8(T, TAG, FNUZ, FL, BLOCK, MODE, N, YT)                                                   \
+  extern "C" __global__ void __launch_bounds__(kThreads) HS_FP8_ATTRS                                  \
+  fp8_linear_##TAG##_##FL##MODE##_n##N##_y##YT(                                                        \
+      const void* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ w_scale,      \
+      const float* __restrict__ x_scale, const uint16_t* __restrict__ bias, uint16_t* __restrict__ y,   \
+      int M, int K, int64_t x_stride, int64_t w_stride, int64_t bias_stride, int kc, int ws_stride,     \
+      int xs_stride, int flags) {                                                                      \
+    fp8_linear<T, FNUZ, BLOCK, N, YT>(x, w, w_scale, x_scale, bias, y, M, K, x_stride, w_stride,       \
+                                      bias_stride, kc, ws_stride, xs_stride, flags);                   \
+  }
+#define HS_FP8_MODES(T, TAG, N, YT)                                                                    \
+  HS_FP8(T, TAG, false, ocp, false, , N, YT) HS_FP8(T, TAG, true, fnuz, false, , N, YT)               \
+  HS_FP8(T, TAG, false, ocp, true, _block, N, YT) HS_FP8(T, TAG, true, fnuz, true, _block, N, YT)
+
+#define HS_FP8_N4(T, TAG, N) HS_FP8_MODES(T, TAG, N, 1) HS_FP8_MODES(T, TAG, N, 2) HS_FP8_MODES(T, TAG, N, 4)
+#define HS_FP8_N2(T, TAG, N) HS_FP8_MODES(T, TAG, N, 1) HS_FP8_MODES(T, TAG, N, 2)
+#define HS_FP8_ALL(T, TAG)                                                               \
+  HS_FP8_N4(T, TAG, 1) HS_FP8_N4(T, TAG, 2) HS_FP8_N4(T, TAG, 3) HS_FP8_N4(T, TAG, 4) \
+  HS_FP8_N2(T, TAG, 5) HS_FP8_N2(T, TAG, 6) HS_FP8_N2(T, TAG, 7) HS_FP8_N2(T, TAG, 8)
+
+HS_FP8_ALL(hs::f16, f16)
+HS_FP8_ALL(hs::bf16, bf16)

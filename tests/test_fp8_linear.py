@@ -1,0 +1,202 @@
+"""hipskinny.fp8_linear (N = 1..8) on the emulator for every shipped arch, against exact math.
+
+Tolerance (derived, not tuned). The kernel sums exact products (FP8 widened to 16-bit, times
+16-bit or widened FP8 activations: exact in fp32) in fp32, K + K/16 + 4 roundings of u = 2**-24
+at most (the per-chunk scale multiply-adds in block mode, the scale and bias steps), so
+|s - exact| <= (K + K/16 + 4) * u * S with S = sum_k |x w s| + |bias|; then one rounding to the
+output type: half an ulp of |exact| + that error.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hipskinny
+from hipskinny import InputTypeError, InputValueError, fp8
+from hipskinny.arch import SHIPPED_ARCHS
+from hipskinny.emulator import EmulatedDevice
+from hipskinny.ops import fp8_linear as op
+from hipskinny.ops.fp8_linear import fp8_linear_exact
+
+BF16, F16 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)
+NATIVE = {"gfx942": "fnuz", "gfx950": "ocp", "gfx1201": "ocp", "gfx1100": "ocp", "gfx1151": "fnuz"}
+PAIRED = {"tensor": "tensor", "channel": "token", "block": "group"}
+
+
+@functools.cache
+def _dev(arch: str, cus: int) -> EmulatedDevice:
+    return EmulatedDevice(arch, cus)
+
+
+def _ulp(v: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    mant, emin = (10, -14) if dtype == F16 else (7, -126)
+    e = np.floor(np.log2(np.maximum(np.abs(v), 2.0**emin)))
+    return 2.0 ** (e - mant)
+
+
+def assert_bound(y, x, w, w_scale, x_scale=None, bias=None):
+    """|y - exact| within the accumulation bound of the module docstring, row by row."""
+    exact = fp8_linear_exact(x, w, w_scale, x_scale, bias).reshape(-1, w.shape[0])
+    abs_terms = fp8_linear_exact(_abs(x), _abs(w), np.abs(np.asarray(w_scale)),
+                                 None if x_scale is None else np.abs(np.asarray(x_scale)),
+                                 None if bias is None else np.abs(np.asarray(bias).astype(np.float64)))
+    k = w.shape[1]
+    err = (k + k / 16 + 4) * 2.0**-24 * abs_terms.reshape(exact.shape)
+    yd = np.asarray(y).astype(np.float64).reshape(exact.shape)
+    tol = err + 0.5 * _ulp(np.abs(exact) + err, np.asarray(y).dtype)
+    bad = ~(np.abs(yd - exact) <= tol)
+    assert not bad.any(), f"{bad.sum()} outputs off, first at {np.argwhere(bad)[0]}: {yd[bad][0]} vs {exact[bad][0]}"
+
+
+def _abs(a):
+    a = np.asarray(a)
+    flavor = fp8.flavor_of(a)
+    if flavor is None:
+        return np.abs(a.astype(np.float64))
+    raw = a.view(np.uint8)
+    if flavor == "ocp":
+        mag = raw & 0x7F
+    else:                   # negative = sign bit set, except 0x80 (NaN, kept)
+        mag = np.where(((raw & 0x80) != 0) & (raw != 0x80), raw & 0x7F, raw)
+    return mag.astype(np.uint8).view(a.dtype)
+
+
+def _data(n, m, k, seed, x_dtype=F16):
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((m, k)).astype(np.float32) * rng.uniform(0.5, 2.0, (m, 1)).astype(np.float32)
+    x = rng.standard_normal((n, k)).astype(x_dtype)
+    return x, w
+
+
+# (N, M, K, CUs): K not a multiple of 128 (block groups), K % 16 != 0 (padded on the host),
+# M not a multiple of 128 and above it (two row blocks), several tiles per wave.
+CASES = [(1, 40, 272, 2), (3, 150, 208, 3), (8, 33, 100, 2)]
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+@pytest.mark.parametrize("gran", ["tensor", "channel", "block"])
+def test_w8a16_every_granularity_and_flavour(arch, gran):
+    for i, (n, m, k, cus) in enumerate(CASES):
+        for flavor in fp8.FLAVORS:
+            x_dtype = (F16, BF16)[i % 2]
+            x, w = _data(n, m, k, seed=i, x_dtype=x_dtype)
+            w8, ws = fp8.quantize(w, granularity=gran, flavor=flavor)
+            with hipskinny.on_device(_dev(arch, cus)):
+                y = hipskinny.fp8_linear(x, w8, ws)
+            assert y.shape == (n, m) and y.dtype == x_dtype
+            assert_bound(y, x, w8, ws)
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+@pytest.mark.parametrize("gran", ["tensor", "channel", "block"])
+def test_w8a8_every_granularity(arch, gran):
+    flavor = NATIVE[arch]
+    for i, (n, m, k, cus) in enumerate(CASES):
+        x, w = _data(n, m, k, seed=10 + i, x_dtype=np.float32)
+        w8, ws = fp8.quantize(w, granularity=gran, flavor=flavor)
+        x8, xs = fp8.quantize(x, granularity=PAIRED[gran], flavor=flavor)
+        out_dtype = ("bfloat16", "float16")[i % 2]
+        bias = np.random.default_rng(i).standard_normal(m).astype(out_dtype if out_dtype == "float16" else BF16)
+        with hipskinny.on_device(_dev(arch, cus)):
+            y = hipskinny.fp8_linear(x8, w8, ws, x_scale=xs, bias=bias, out_dtype=out_dtype)
+        assert y.dtype == np.dtype(BF16 if out_dtype == "bfloat16" else F16)
+        assert_bound(y, x8, w8, ws, xs, bias)
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+def test_nan_encodings_poison_only_their_rows_and_tokens(arch):
+    n, m, k = 3, 20, 160
+    for flavor, nan in (("ocp", 0x7F), ("fnuz", 0x80)):
+        x, w = _data(n, m, k, seed=3, x_dtype=np.float32)
+        w8, ws = fp8.quantize(w, granularity="channel", flavor=flavor)
+        w8.view(np.uint8)[5, 17] = nan
+        if flavor == "ocp":
+            w8.view(np.uint8)[9, 150] = 0xFF
+        with hipskinny.on_device(_dev(arch, 2)):
+            y = hipskinny.fp8_linear(x.astype(F16), w8, ws)
+            nan_rows = [5, 9] if flavor == "ocp" else [5]
+            assert np.isnan(y[:, nan_rows].astype(np.float32)).all()
+            keep = np.setdiff1d(np.arange(m), nan_rows)
+            assert not np.isnan(y[:, keep].astype(np.float32)).any()
+            if flavor == NATIVE[arch]:          # W8A8: a NaN activation poisons its token only
+                x8, xs = fp8.quantize(x, granularity="token", flavor=flavor)
+                x8.view(np.uint8)[1, 3] = nan
+                w8.view(np.uint8)[5, 17] = 0
+                if flavor == "ocp":
+                    w8.view(np.uint8)[9, 150] = 0
+                y = hipskinny.fp8_linear(x8, w8, ws, x_scale=xs)
+                assert np.isnan(y[1].astype(np.float32)).all()
+                assert not np.isnan(y[[0, 2]].astype(np.float32)).any()
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+def test_bitwise_reproducible_across_cu_counts_and_schedules(arch):
+    n, m, k = 4, 70, 384
+    x, w = _data(n, m, k, seed=7, x_dtype=BF16)
+    w8, ws = fp8.quantize(w, granularity="block", flavor="ocp")
+    outs = []
+    for cus in (1, 3):
+        dev = EmulatedDevice(arch, cus, seed=cus)       # seeded shuffled wave schedule
+        with hipskinny.on_device(dev):
+            outs.append(hipskinny.fp8_linear(x, w8, ws).view(np.uint16))
+            outs.append(hipskinny.fp8_linear(x, w8, ws).view(np.uint16))
+    for o in outs[1:]:
+        np.testing.assert_array_equal(o, outs[0])
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+def test_streamed_activations(arch):
+    """N = 8 with K past the LDS capacity: x streamed through LDS in K-chunks, block scales."""
+    from hipskinny.arch import ARCHS
+
+    k = (ARCHS[arch].lds_per_workgroup // 16 // 128 + 1) * 128 + 64
+    dev = _dev(arch, 2)
+    x, w = _data(8, 3, k, seed=1, x_dtype=np.float32)
+    w8, ws = fp8.quantize(w, granularity="block", flavor=NATIVE[arch])
+    x8, xs = fp8.quantize(x, granularity="group", flavor=NATIVE[arch])
+    with hipskinny.on_device(dev):
+        y = hipskinny.fp8_linear(x8, w8, ws, x_scale=xs)
+    assert_bound(y, x8, w8, ws, xs)
+    info = op.plan_info(dev, F16, NATIVE[arch], 8, 3, k, block=True, x_scaled=True)
+    assert not info["staged_once"] and info["lds_bytes"] <= ARCHS[arch].lds_per_workgroup
+
+
+def test_bad_input_messages():
+    dev = _dev("gfx942", 2)
+    x, w = _data(2, 16, 256, seed=0)
+    w8, ws = fp8.quantize(w, granularity="channel", flavor="fnuz")
+    with hipskinny.on_device(dev):
+        with pytest.raises(InputTypeError, match="w has dtype float16; supported: float8_e4m3fn"):
+            hipskinny.fp8_linear(x, w.astype(F16), ws)
+        with pytest.raises(InputValueError, match="w_scale of shape .* matches no scale granularity"):
+            hipskinny.fp8_linear(x, w8, np.ones(5, np.float32))
+        with pytest.raises(InputTypeError, match="w_scale has dtype float16; supported: float32"):
+            hipskinny.fp8_linear(x, w8, ws.astype(F16))
+        with pytest.raises(InputValueError, match="x_scale is for FP8 activations"):
+            hipskinny.fp8_linear(x, w8, ws, x_scale=np.ones(2, np.float32))
+        x8, xs = fp8.quantize(x.astype(np.float32), granularity="token", flavor="fnuz")
+        with pytest.raises(InputValueError, match="needs x_scale"):
+            hipskinny.fp8_linear(x8, w8, ws)
+        with pytest.raises(InputValueError, match="block weight scales go with per-token-group"):
+            hipskinny.fp8_linear(x8, *fp8.quantize(w, granularity="block", flavor="fnuz"), x_scale=xs)
+        o8, os_ = fp8.quantize(w, granularity="channel", flavor="ocp")
+        ox, oxs = fp8.quantize(x.astype(np.float32), granularity="token", flavor="ocp")
+        with pytest.raises(InputValueError, match=r"W8A8 on gfx942 takes fnuz .*hipskinny.fp8.convert"):
+            hipskinny.fp8_linear(ox, o8, os_, x_scale=oxs)
+        with pytest.raises(InputTypeError, match="W8A8 needs one FP8 flavour"):
+            hipskinny.fp8_linear(ox, w8, ws, x_scale=oxs)
+        with pytest.raises(InputValueError, match="out_dtype must be float16 or bfloat16"):
+            hipskinny.fp8_linear(x8, w8, ws, x_scale=xs, out_dtype="float32")
+        with pytest.raises(InputValueError, match="the output is float16; got out_dtype=bfloat16"):
+            hipskinny.fp8_linear(x, w8, ws, out_dtype="bfloat16")
+        with pytest.raises(InputTypeError, match="bias has dtype float32; it must be the output dtype"):
+            hipskinny.fp8_linear(x, w8, ws, bias=np.zeros(16, np.float32))
+        with pytest.raises(InputValueError, match="N=9 rows .* supported: N = 1..8"):
+            hipskinny.fp8_linear(np.zeros((9, 256), F16), w8, ws)
+        # W8A16 takes the non-native flavour (decoding is software).
+        y = hipskinny.fp8_linear(x, o8, os_)
+        assert_bound(y, x, o8, os_)
