@@ -104,6 +104,25 @@ def op_module(family: str) -> Any:
     return importlib.import_module(f"hipskinny.ops.{family}")
 
 
+def call_args(op: str, x: np.ndarray, w: np.ndarray) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The op's arguments for activations x [N, K] and weights w [M, K] of the report's dtype: the
+    op module's ``report_operands(x, w)`` when it has one (ops whose weights are not 16-bit), else
+    (x, w) (x[0] for gemv)."""
+    hook = getattr(op_module(op), "report_operands", None)
+    if hook is not None:
+        return hook(x, w)
+    return (x[0] if op == "gemv" else x, w), {}
+
+
+def min_bytes(op: str, n: int, m: int, k: int, itemsize: int) -> tuple[float, float]:
+    """(least bytes a launch must move, weight bytes): the op module's ``report_min_bytes`` when it
+    has one, else every operand once in the report's dtype."""
+    hook = getattr(op_module(op), "report_min_bytes", None)
+    if hook is not None:
+        return hook(n, m, k, itemsize)
+    return itemsize * (m * k + n * k + n * m), itemsize * m * k
+
+
 def plan_info(op: str, device: Device, dtype: Any, n: int, m: int, k: int) -> dict[str, Any]:
     """The op's ``plan_info`` (gemv predates it: its plan is read the same way here)."""
     module = op_module(op)
@@ -125,8 +144,9 @@ def unsupported_reason(op: str, arch: str, dtype: Any, n: int, k: int) -> str | 
     x = np.zeros((n, k), dtype)
     w = np.zeros((1, k), dtype)
     try:
+        args, kwargs = call_args(op, x, w)
         with hipskinny.on_device(dev):
-            getattr(hipskinny, op)(x if n > 1 or op != "gemv" else x[0], w)
+            getattr(hipskinny, op)(*args, **kwargs)
     except InputValueError as e:
         return str(e)
     except Exception:            # noqa: BLE001 - anything else: plan_info's error stands
@@ -205,8 +225,9 @@ def _emulate(op: str, arch: str, cus: int, dtype: Any, n: int, rows: int, k: int
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, k)).astype(dtype)
     w = rng.standard_normal((rows, k)).astype(dtype)
+    args, kwargs = call_args(op, x, w)
     with hipskinny.on_device(dev):
-        getattr(hipskinny, op)(x[0] if op == "gemv" else x, w)
+        getattr(hipskinny, op)(*args, **kwargs)
         info = plan_info(op, dev, dtype, n, rows, k)
     stats = dev.last_launch_stats
     assert stats is not None

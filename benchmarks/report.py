@@ -108,12 +108,11 @@ def evaluate(meas: dynamic.Measurement, static: dict[str, KernelStatic], family:
     s = meas.sample
     st = s.stats
     sample_moved = st.bytes_loaded["global"] + st.bytes_stored["global"]
-    sample_min = itemsize * (s.rows * meas.k + meas.n * meas.k + meas.n * s.rows)
+    sample_min, _ = dynamic.min_bytes(meas.op, meas.n, s.rows, meas.k, itemsize)
     ratio = sample_moved / sample_min
-    real_min = itemsize * (meas.m * meas.k + meas.n * meas.k + meas.n * meas.m)
+    real_min, weight_bytes = dynamic.min_bytes(meas.op, meas.n, meas.m, meas.k, itemsize)
     sc = meas.scaled()
     valu = sc["instructions"].get("valu", 0) + sc["instructions"].get("trans", 0)
-    weight_bytes = itemsize * meas.m * meas.k
     pred = predict(info, cus, bytes_moved=ratio * real_min, bytes_min=real_min, valu=valu,
                    mnemonics=sc["mnemonics"], lds_bytes=sc["lds_bytes"])
     kernel = meas.info.get("kernel", "")

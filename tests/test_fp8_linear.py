@@ -161,7 +161,7 @@ def test_streamed_activations(arch):
     with hipskinny.on_device(dev):
         y = hipskinny.fp8_linear(x8, w8, ws, x_scale=xs)
     assert_bound(y, x8, w8, ws, xs)
-    info = op.plan_info(dev, F16, NATIVE[arch], 8, 3, k, block=True, x_scaled=True)
+    info = op.plan_info(dev, F16, 8, 3, k, w_flavor=NATIVE[arch], block=True, x_scaled=True)
     assert not info["staged_once"] and info["lds_bytes"] <= ARCHS[arch].lds_per_workgroup
 
 

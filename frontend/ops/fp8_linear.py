@@ -249,11 +249,23 @@ def _plan(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, k:
     return _plans.get(key, build)
 
 
-def plan_info(device: Device, x_dtype: Any, w_flavor: str, n: int, m: int, k: int, *, block: bool = False,
+def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int, *, w_flavor: str = "ocp", block: bool = False,
               x_scaled: bool = False) -> dict[str, Any]:
-    """The configuration a call of this shape gets on ``device`` (for tests and benchmarks)."""
+    """The configuration a call of this shape gets on ``device`` (for tests and benchmarks; x_dtype
+    is the 16-bit dtype the kernel stages x in: that of x for W8A16, float16 for W8A8)."""
     tag = "bf16" if np.dtype(x_dtype) == _BF16 else "f16"
     return dict(_plan(device, tag, w_flavor, block, n, m, k, x_scaled).info)
+
+
+def report_operands(x: np.ndarray, w: np.ndarray) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """What the performance report measures: W8A16, the weights as OCP FP8 per channel."""
+    w8, w_scale = fp8.quantize(w, granularity="channel", flavor="ocp")
+    return (x, w8, w_scale), {}
+
+
+def report_min_bytes(n: int, m: int, k: int, itemsize: int) -> tuple[float, float]:
+    """(least bytes a W8A16 launch moves, weight bytes): FP8 weights, their fp32 scales, 16-bit x and y."""
+    return m * k + 4 * m + itemsize * (n * k + n * m), m * k
 
 
 class _TorchFallback:
