@@ -36,9 +36,14 @@
 // group's scales before they join the accumulator (a chunk never straddles a group, and a
 // tile's rows never straddle a 128-row block: YTILE divides 128 and tiles are aligned).
 #include "hipskinny/common.h"
+#include "hipskinny/fp8.h"
 #include "hipskinny/reduce.h"
 
 namespace {
+
+using hs::nan_bits;
+using hs::widen_pair;
+using hs::widen_word;
 
 constexpr int kThreads = 256;
 constexpr int kWaves = kThreads / hs::kWave;
@@ -50,37 +55,6 @@ constexpr int kXFp8 = 2, kXFnuz = 4, kOutBf16 = 8;  // flags
 
 constexpr int pow2_at_least(int n) { return n <= 1 ? 1 : 2 * pow2_at_least((n + 1) / 2); }
 
-// Bytes 0 and 1 (HI = false) or 2 and 3 of w as a pair of fp16 holding value * 2^-8 (OCP)
-// or * 2^-7 (FNUZ): the byte's low 7 bits land on fp16 bits 13..7 and its sign on bit 15.
-template <bool HI>
-__device__ inline uint32_t widen_pair(uint32_t w) {
-  const uint32_t q = __builtin_amdgcn_perm(0u, w, HI ? 0x0c030c02u : 0x0c010c00u) << 7;
-  return q + (q & 0x40004000u);  // moves the sign from bit 14 to bit 15 of each half
-}
-
-// Accumulates a bit 7 per byte of w that is set exactly for the flavour's NaN encoding.
-template <bool FNUZ>
-__device__ inline uint32_t nan_bits(uint32_t w) {
-  if constexpr (FNUZ) {  // 0x80: flip the low 7 bits, then a carry out of them needs bit 7 set too
-    const uint32_t t = w ^ 0x7f7f7f7fu;
-    return ((t & 0x7f7f7f7fu) + 0x01010101u) & t;
-  } else {  // 0x7F / 0xFF: the low 7 bits all ones carry into bit 7
-    return (w & 0x7f7f7f7fu) + 0x01010101u;
-  }
-}
-
-// Four FP8 bytes as four fp16 (two dwords, bytes 0-1 then 2-3) of the same values times
-// 2^-8 (OCP) / 2^-7 (FNUZ), NaN encodings as fp16 NaN: exact, for staging activations.
-__device__ inline void widen_word(uint32_t w, bool fnuz, uint32_t& lo, uint32_t& hi) {
-  const uint32_t nan = fnuz ? nan_bits<true>(w) : nan_bits<false>(w);
-  lo = widen_pair<false>(w);
-  hi = widen_pair<true>(w);
-  lo = (nan & 0x80u) ? (lo & 0xffff0000u) | 0x7e00u : lo;
-  lo = (nan & 0x8000u) ? (lo & 0x0000ffffu) | 0x7e000000u : lo;
-  hi = (nan & 0x800000u) ? (hi & 0xffff0000u) | 0x7e00u : hi;
-  hi = (nan & 0x80000000u) ? (hi & 0x0000ffffu) | 0x7e000000u : hi;
-}
-
 // acc + w.lo * x.lo + w.hi * x.hi, w an fp16 pair from widen_pair, x a pair of T.
 template <typename T> __device__ float dot_w(uint32_t w, uint32_t x, float acc);
 
@@ -89,16 +63,14 @@ template <> __device__ inline float dot_w<hs::f16>(uint32_t w, uint32_t x, float
 }
 
 template <> __device__ inline float dot_w<hs::bf16>(uint32_t w, uint32_t x, float acc) {
-  // The fp16 values are exact in fp32, and (3 mantissa bits) in bf16: the top half of the fp32.
+#if defined(__gfx942__)
+  // No bf16 dot: the fp16 values and the bf16 x as fp32 (exact), two FMAs.
   const float lo = (float)__builtin_bit_cast(_Float16, (uint16_t)w);
   const float hi = (float)__builtin_bit_cast(_Float16, (uint16_t)(w >> 16));
-#if defined(__gfx942__)
   const float xlo = __builtin_bit_cast(float, x << 16), xhi = __builtin_bit_cast(float, x & 0xffff0000u);
   return __builtin_fmaf(hi, xhi, __builtin_fmaf(lo, xlo, acc));
 #else
-  const uint32_t pair = __builtin_amdgcn_perm(__builtin_bit_cast(uint32_t, hi), __builtin_bit_cast(uint32_t, lo),
-                                              0x07060302u);
-  return hs::dot2<hs::bf16>(pair, x, acc);
+  return hs::dot2<hs::bf16>(hs::f16_pair_to_bf16(w), x, acc);
 #endif
 }
 

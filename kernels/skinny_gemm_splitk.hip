@@ -43,98 +43,11 @@
 // inputs and requires it of device tensors); tokens past N are zero in LDS and never written.
 #include "hipskinny/common.h"
 #include "hipskinny/loads.h"
+#include "hipskinny/splitk.h"
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWaves = kThreads / hs::kWave;
-constexpr int kRows = 128;                          // output features per work unit
-constexpr int kTiles = kRows / (16 * kWaves);       // 16-row tiles per wave: 2 (wave64), 1 (wave32)
-constexpr int kGroups = hs::kWave / 16;             // 16-lane groups, each 8 columns of a step
-constexpr int kStep = 8 * kGroups;                  // K columns per matrix instruction (pair on gfx942)
-constexpr int kUnroll = 128 / kStep;                // steps per 128-column group
-constexpr int kAccs = 256 / hs::kWave;              // fp32 results per lane of a 16x16 tile
-
-#if HS_GFX9
-typedef float accv __attribute__((ext_vector_type(4)));
-#else
-typedef float accv __attribute__((ext_vector_type(8)));
-#endif
-typedef uint32_t u32x2 __attribute__((ext_vector_type(2)));
-typedef uint32_t u32x8 __attribute__((ext_vector_type(8)));
-
-#if defined(__gfx1100__) || defined(__gfx1151__)
-#define HS_WMMA11 1
-typedef u32x8 frag;   // 16 elements, k = 0..15 of the step, the same in both halves
-#else
-#define HS_WMMA11 0
-typedef hs::u32x4 frag;   // 8 elements, k = 8 * (lane / 16) + e
-#endif
-
-// c + A . B for one 16x16 tile and one step: a = x piece (A rows = tokens), b = W piece
-// (B columns = features).
-template <typename T> __device__ accv mma(frag a, frag b, accv c);
-
-#if defined(__gfx942__)
-typedef _Float16 half4 __attribute__((ext_vector_type(4)));
-typedef short short4v __attribute__((ext_vector_type(4)));
-template <> __device__ inline accv mma<hs::f16>(frag a, frag b, accv c) {
-  c = __builtin_amdgcn_mfma_f32_16x16x16f16(__builtin_bit_cast(half4, (u32x2){a.x, a.y}),
-                                           __builtin_bit_cast(half4, (u32x2){b.x, b.y}), c, 0, 0, 0);
-  return __builtin_amdgcn_mfma_f32_16x16x16f16(__builtin_bit_cast(half4, (u32x2){a.z, a.w}),
-                                              __builtin_bit_cast(half4, (u32x2){b.z, b.w}), c, 0, 0, 0);
-}
-template <> __device__ inline accv mma<hs::bf16>(frag a, frag b, accv c) {
-  c = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(__builtin_bit_cast(short4v, (u32x2){a.x, a.y}),
-                                               __builtin_bit_cast(short4v, (u32x2){b.x, b.y}), c, 0, 0, 0);
-  return __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(__builtin_bit_cast(short4v, (u32x2){a.z, a.w}),
-                                                  __builtin_bit_cast(short4v, (u32x2){b.z, b.w}), c, 0, 0, 0);
-}
-#elif defined(__gfx950__)
-typedef _Float16 half8 __attribute__((ext_vector_type(8)));
-typedef __bf16 bf168 __attribute__((ext_vector_type(8)));
-template <> __device__ inline accv mma<hs::f16>(frag a, frag b, accv c) {
-  return __builtin_amdgcn_mfma_f32_16x16x32_f16(__builtin_bit_cast(half8, a), __builtin_bit_cast(half8, b), c, 0, 0, 0);
-}
-template <> __device__ inline accv mma<hs::bf16>(frag a, frag b, accv c) {
-  return __builtin_amdgcn_mfma_f32_16x16x32_bf16(__builtin_bit_cast(bf168, a), __builtin_bit_cast(bf168, b), c, 0, 0, 0);
-}
-#elif HS_WMMA11
-typedef _Float16 half16 __attribute__((ext_vector_type(16)));
-typedef short short16 __attribute__((ext_vector_type(16)));
-template <> __device__ inline accv mma<hs::f16>(frag a, frag b, accv c) {
-  return __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(__builtin_bit_cast(half16, a), __builtin_bit_cast(half16, b), c);
-}
-template <> __device__ inline accv mma<hs::bf16>(frag a, frag b, accv c) {
-  return __builtin_amdgcn_wmma_f32_16x16x16_bf16_w32(__builtin_bit_cast(short16, a), __builtin_bit_cast(short16, b), c);
-}
-#else  // gfx1201
-typedef _Float16 half8 __attribute__((ext_vector_type(8)));
-typedef short short8 __attribute__((ext_vector_type(8)));
-template <> __device__ inline accv mma<hs::f16>(frag a, frag b, accv c) {
-  return __builtin_amdgcn_wmma_f32_16x16x16_f16_w32_gfx12(__builtin_bit_cast(half8, a), __builtin_bit_cast(half8, b), c);
-}
-template <> __device__ inline accv mma<hs::bf16>(frag a, frag b, accv c) {
-  return __builtin_amdgcn_wmma_f32_16x16x16_bf16_w32_gfx12(__builtin_bit_cast(short8, a), __builtin_bit_cast(short8, b), c);
-}
-#endif
-
-// Token row (i) and feature column (j) of result r of this lane in a 16x16 tile.
-__device__ inline int result_row(int lane, int r) {
-#if HS_GFX9
-  return 4 * (lane >> 4) + r;
-#elif HS_WMMA11
-  return 2 * r + (lane >> 4);
-#else
-  return 8 * (lane >> 4) + r;
-#endif
-}
-
-// LDS slot of x's 16-byte chunk c of token n: rows of KC / 8 chunks, the chunk index
-// xor-ed with n % 16 so that 16 lanes reading one chunk of 16 tokens hit 16 different
-// 16-byte bank groups.
-template <int KC>
-__device__ inline int slot(int n, int c) { return n * (KC / 8) + (c ^ (n & 15)); }
+using namespace hs::splitk;
 
 // x[:, k0 : k0 + len] for 16 * NT token rows into LDS; zero past N and past len.
 template <int NT, int KC>
@@ -146,18 +59,6 @@ __device__ void stage(hs::u32x4* xs, const uint16_t* __restrict__ x, int64_t x_s
     if (n < N && 8 * c < len) v = hs::load16(x + n * x_stride + k);
     xs[slot<KC>(n, c)] = v;
   }
-}
-
-// This lane's x piece for token tile nt at LDS chunk column c (the step's first chunk).
-template <int KC>
-__device__ inline frag x_piece(const hs::u32x4* xs, int nt, int c, int lane) {
-  const int n = 16 * nt + (lane & 15);
-#if HS_WMMA11
-  const hs::u32x4 lo = xs[slot<KC>(n, c)], hi = xs[slot<KC>(n, c + 1)];
-  return u32x8{lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#else
-  return xs[slot<KC>(n, c + (lane >> 4))];
-#endif
 }
 
 // The W operand from this lane's 16 bytes (columns 8 * (lane / 16) of the step).
@@ -248,7 +149,6 @@ __device__ void splitk(const uint16_t* __restrict__ x, const uint16_t* __restric
                        uint32_t* __restrict__ counters, int N, int M, int K, int64_t x_stride, int64_t w_stride,
                        int64_t bias_stride, int shard_len) {
   constexpr int KC = 1024 / NT;                        // columns per LDS pass: 32 KiB of x
-  constexpr int kUnitFloats = kThreads * kTiles * NT * kAccs;   // = 128 * 16 * NT
   extern __shared__ hs::u32x4 xs[];
 
   const int lane = threadIdx.x % hs::kWave;
@@ -289,46 +189,7 @@ __device__ void splitk(const uint16_t* __restrict__ x, const uint16_t* __restric
       continue;
     }
 
-    // Publish this shard's tile, then count it; the last of the row block finishes it.
-    // Slice layout: tile (t, nt) of thread i at ((t * NT + nt) * 256 + i) * kAccs floats.
-    accv* mine = reinterpret_cast<accv*>(partials + (int64_t)(ATOMIC ? block : u) * kUnitFloats) + threadIdx.x;
-#pragma unroll
-    for (int t = 0; t < kTiles; ++t)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        accv* p = mine + (t * NT + nt) * kThreads;
-        if (ATOMIC) {
-#pragma unroll
-          for (int r = 0; r < kAccs; ++r) unsafeAtomicAdd(reinterpret_cast<float*>(p) + r, acc[t][nt][r]);
-        } else {
-          *p = acc[t][nt];
-        }
-      }
-    __threadfence();   // release: the partial tile is visible device-wide before the count
-    __syncthreads();
-    // x's LDS is free now (the next pass begins with a barrier): it carries the ticket.
-    uint32_t* ticket = reinterpret_cast<uint32_t*>(xs);
-    if (threadIdx.x == 0) *ticket = atomicAdd(&counters[block], 1u);
-    __syncthreads();
-    if (*ticket != (uint32_t)(shards - 1)) continue;   // workgroup-uniform
-
-    __threadfence();   // acquire: see every shard's partial tile
-    if (threadIdx.x == 0) counters[block] = 0u;   // ready for the next call
-    accv* first = reinterpret_cast<accv*>(partials + (int64_t)(ATOMIC ? block : block * shards) * kUnitFloats) +
-                  threadIdx.x;
-#pragma unroll
-    for (int t = 0; t < kTiles; ++t)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        accv* p = first + (t * NT + nt) * kThreads;
-        accv s = *p;
-        if (ATOMIC) {
-          *p = accv{};   // clean for the next call
-        } else {
-          for (int sh = 1; sh < shards; ++sh) s += p[(int64_t)sh * (kUnitFloats / kAccs)];   // shard order
-        }
-        acc[t][nt] = s;
-      }
+    if (!finish_shards<NT, ATOMIC>(acc, xs, partials, counters, u, block, shards)) continue;
     write_out<T, NT>(acc, reinterpret_cast<float*>(xs), bias, y, N, M, bias_stride, block * kRows, lane, wave);
   }
 }

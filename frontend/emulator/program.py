@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import hashlib
+import threading
 
 from ..arch import ArchInfo
 from ..codeobject import CodeObject, Kernel
@@ -12,6 +14,23 @@ from .listing import Inst, parse_listing
 from .mode import FloatMode, float_mode
 from .ops import CLASSES, DecodeContext, Handler, load_all, lookup
 from .state import Wave
+
+_PARSED: dict[tuple[bytes, bytes], tuple[list[Inst], dict[str, int]]] = {}
+_PARSED_LOCK = threading.Lock()
+
+
+def _parsed(text: str, code: CodeObject) -> tuple[list[Inst], dict[str, int]]:
+    """`parse_listing`, once per (listing, code object) in the process: every device of an arch
+    loads the same code objects, and parsing a large listing takes seconds. The result is shared
+    read-only (instructions are frozen; callers do not mutate the list or the labels)."""
+    key = (hashlib.sha256(text.encode()).digest(), hashlib.sha256(code.data).digest())
+    with _PARSED_LOCK:
+        found = _PARSED.get(key)
+    if found is None:
+        found = parse_listing(text, code)
+        with _PARSED_LOCK:
+            found = _PARSED.setdefault(key, found)
+    return found
 
 
 class Program:
@@ -22,7 +41,7 @@ class Program:
         load_all()
         self.code = code
         self.arch = arch
-        self.insts, labels = parse_listing(listing_text, code)
+        self.insts, labels = _parsed(listing_text, code)
         self.index_of = {inst.addr: i for i, inst in enumerate(self.insts)}
         self._label_addrs = sorted((addr, name) for name, addr in labels.items())
         gfx = int(arch.name[3:-2]) if arch.name.startswith("gfx1") else 9
@@ -45,12 +64,20 @@ class Program:
         return found
 
     def _decode_all(self, ctx: DecodeContext) -> tuple[list[Handler], list[int]]:
+        """Every instruction's class now, its handler when it first executes: a code object holds
+        hundreds of kernels of which a run uses a few, and decoding all of them cost seconds and
+        hundreds of MB per device. The placeholder decodes the instruction the wave is at (the
+        dispatcher has already advanced ``pc`` past it), stores the handler and runs it."""
+        classes = [CLASSES.index(found[1]) if (found := lookup(inst.mnemonic)) is not None else CLASSES.index("other")
+                   for inst in self.insts]
         handlers: list[Handler] = []
-        classes: list[int] = []
-        for inst in self.insts:
-            fn, cls = self._decode(inst, ctx)
-            handlers.append(fn)
-            classes.append(CLASSES.index(cls))
+
+        def decode_here(w: Wave) -> None:
+            i = w.pc - 1
+            fn = handlers[i] = self._decode(self.insts[i], ctx)[0]
+            fn(w)
+
+        handlers.extend([decode_here] * len(self.insts))
         return handlers, classes
 
     def _decode(self, inst: Inst, ctx: DecodeContext) -> tuple[Handler, str]:

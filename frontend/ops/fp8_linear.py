@@ -12,20 +12,29 @@ scales, per token and 128 columns ``[N, ceil(K/128)]`` (`hipskinny.fp8.granulari
 scales propagate. Products are exact, sums fp32, scales applied in fp32 (per 16-column chunk
 in block mode, after the sum otherwise), bias added in fp32, one rounding at the end.
 
-Kernels (kernels/fp8_linear.hip), N = 1..8 tokens: the split-across-lanes design of
-`hipskinny.skinny_gemm`, weights widened to 16-bit in registers by exact integer operations on
-every arch (both flavours; NaN encodings poison their row), x staged in LDS (FP8 activations
-widened there). Configuration rules are skinny_gemm's small-N rules with 16-column chunks:
-``K_pad = ceil(K / 16) * 16``; ``kc = K_pad`` when N x K_pad x 2 bytes (+ the block-mode
-activation scales) fit the LDS per workgroup, else the most columns that fit rounded down to
-a multiple of 16 x wave size; workgroups per CU from occupancy, at most 2; YTILE by
-`skinny_gemm.ytile`; persistent grid. Bitwise reproducible across calls, schedules, CU counts.
+Kernels, every arch, both flavours, weights widened to 16-bit in registers by exact integer
+operations (NaN encodings poison their feature), activations staged in LDS (FP8 ones widened
+there):
+
+* N = 1..8, ``fp8_linear_<x16>_<flavour>[_block]_n<N>_y<YTILE>`` (kernels/fp8_linear.hip): the
+  split-across-lanes design of `hipskinny.skinny_gemm` with 16-column chunks. Rules as
+  skinny_gemm's small-N ones: ``K_pad = ceil(K / 16) * 16``; ``kc = K_pad`` when N x K_pad x 2
+  bytes (+ the block-mode activation scales) fit the LDS per workgroup, else the most columns
+  that fit rounded down to a multiple of 16 x wave size; workgroups per CU from occupancy, at
+  most 2; YTILE by `skinny_gemm.ytile`; persistent grid.
+* N = 9..128, ``fp8_linear_splitk_<x16>_<flavour>[_block]_t<NT>`` (kernels/fp8_linear_splitk.hip):
+  skinny_gemm's split-K kernel on the matrix units (16-bit MFMA/WMMA on the widened weights)
+  with its rules (token tiles, shards from the flagship's CU count, persistent grid, partials
+  and self-cleaning counters from the scratch pool), deterministic: shard partials summed in
+  shard order. Block mode sums each 128-column group on its own and adds it scaled.
+
+Bitwise reproducible across calls, schedules and CU counts.
 
 W8A8 flavour: the flavour the arch's FP8 hardware uses (FNUZ on gfx942, OCP on gfx950/gfx1201;
 gfx1100/gfx1151 have none and take both); the other is an error naming `hipskinny.fp8.convert`.
 
-Not yet: N > 8 (torch tensors on a ROCm GPU fall back to dequantize + ``F.linear``; anything
-else is an error). GPU tensors need K % 16 == 0, unit stride along K, row strides that are
+Above N = 128 torch tensors on a ROCm GPU fall back to dequantize + ``F.linear``; anything else
+is an error. GPU tensors need K % 16 == 0, unit stride along K, row strides that are
 multiples of 16 bytes and 16-byte aligned x and w; host inputs have no layout limits.
 """
 
@@ -43,10 +52,22 @@ from ..errors import InputTypeError, InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
 from ..torch_ops import declare
-from .skinny_gemm import MAX_GROUPS_PER_CU, THREADS, ytile
+from .skinny_gemm import (
+    MAX_GROUPS_PER_CU,
+    MAX_SPLITK_GROUPS_PER_CU,
+    SPLITK_LDS,
+    SPLITK_ROWS,
+    THREADS,
+    shard_len,
+    token_tiles,
+    ytile,
+)
 
 FAMILY = "fp8_linear"
-MAX_N = 8
+SPLITK_FAMILY = "fp8_linear_splitk"
+MAX_N = 8                           # small-N kernel
+SPLITK_MAX_N = 128                  # split-K kernel, N = MAX_N + 1 .. SPLITK_MAX_N
+SCALES_LDS = 512                    # split-K block mode: a pass's activation scales
 YTILES = (4, 2, 1)
 MAX_TILE_OUTPUTS = 16
 CHUNK = 16                          # K columns per lane chunk
@@ -62,7 +83,7 @@ log = logging.getLogger(__name__)
 
 def fp8_linear(x: Any, w: Any, w_scale: Any, *, x_scale: Any = None, bias: Any = None, out_dtype: Any = None,
                out: Any = None) -> Any:
-    """``y = (x @ w.T) * scales + bias`` for N = 1..8 tokens with FP8 e4m3 weights (see the module
+    """``y = (x @ w.T) * scales + bias`` for N = 1..128 tokens with FP8 e4m3 weights (see the module
     docstring for modes, scale shapes and layouts). x: ``[..., K]`` (leading dims flattened to N
     rows and restored on the output); w: ``[M, K]`` FP8 (float8_e4m3fn or float8_e4m3fnuz);
     bias ``[M]``, ``[1, M]`` or ``[N, M]`` in the output dtype. numpy, torch or DLPack operands,
@@ -85,7 +106,7 @@ def _bind(ops: Operands, out_dtype: Any) -> Any:
     n, m, k, flags, odt, block = _check(ops, out_dtype)
     out_shape = (*xv.shape[:-1], m)
     operands.check_out(ops, out_shape, odt)
-    if n > MAX_N:
+    if n > SPLITK_MAX_N:
         return _unsupported(ops, f"x has N={n} rows (tokens)")
     device = ops.device
     w_flavor = fp8.flavor_of(wv.dtype)
@@ -107,10 +128,11 @@ def _bind(ops: Operands, out_dtype: Any) -> Any:
                   _scale_rows("fp8_linear.w_scale", wsv, block),
                   None if xsv is None else _scale_rows("fp8_linear.x_scale", xsv, block, optional=True),
                   None if bv is None else Staged("fp8_linear.bias", b_rows, m, m, optional=True)]
-        launch = None if empty else _launch(device, tag, w_flavor, block, n, m, pitch, pitch, pitch,
-                                            m if b_rows > 1 else 0, ws_stride, xs_stride, flags, xsv is not None)
+        launch, slots = (None, ()) if empty else _launch(device, tag, w_flavor, block, n, m, pitch, pitch, pitch,
+                                                          m if b_rows > 1 else 0, ws_stride, xs_stride, flags,
+                                                          xsv is not None)
         return HostCall(ops, [launch] if launch else [], staged, out_shape=out_shape, out_dtype=odt,
-                        out_slot="fp8_linear.y")
+                        out_slot="fp8_linear.y", scratch_slots=slots)
     if empty:
         return DeviceCall(ops, [], out_shape=out_shape, out_dtype=odt)
     x_stride = operands.row_stride("fp8_linear", xv)
@@ -131,10 +153,10 @@ def _bind(ops: Operands, out_dtype: Any) -> Any:
         if len(bv.shape) == 2 and bv.shape[0] > 1:
             b_stride = bv.strides[0]
             _require(b_stride >= m, f"bias rows must not overlap; got row stride {b_stride} for M={m}")
-    launch = _launch(device, tag, w_flavor, block, n, m, k, x_stride, w_stride, b_stride, ws_stride, xs_stride,
-                     flags, xsv is not None)
+    launch, slots = _launch(device, tag, w_flavor, block, n, m, k, x_stride, w_stride, b_stride, ws_stride,
+                            xs_stride, flags, xsv is not None)
     return DeviceCall(ops, [launch], out_shape=out_shape, out_dtype=odt, aligned=("x", "w"),
-                      align_message="x and w must start at 16-byte aligned addresses")
+                      align_message="x and w must start at 16-byte aligned addresses", scratch_slots=slots)
 
 
 def _scale_rows(slot: str, v: tensors.TensorView, block: bool, optional: bool = False) -> Staged:
@@ -204,10 +226,19 @@ def _check(ops: Operands, out_dtype: Any) -> tuple[int, int, int, int, np.dtype,
 
 
 def _launch(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, k: int, x_stride: int,
-            w_stride: int, b_stride: int, ws_stride: int, xs_stride: int, flags: int, x_scaled: bool) -> Launch:
+            w_stride: int, b_stride: int, ws_stride: int, xs_stride: int, flags: int,
+            x_scaled: bool) -> tuple[Launch, tuple[tuple[str, int], ...]]:
+    """The launch of a call of this shape, and the scratch slots it needs (split-K partials, counters)."""
     plan = _plan(device, tag, flavor, block, n, m, k, x_scaled)
-    tail = (m, k, x_stride, w_stride, b_stride, plan.info["k_chunk"], ws_stride, xs_stride, flags)
-    return Launch(device.launcher(plan), 6, tail)
+    info, launcher = plan.info, device.launcher(plan)
+    if "shard_len" not in info:
+        tail = (m, k, x_stride, w_stride, b_stride, info["k_chunk"], ws_stride, xs_stride, flags)
+        return Launch(launcher, 6, tail), ()
+    tail = (n, m, k, x_stride, w_stride, b_stride, info["shard_len"], ws_stride, xs_stride, flags)
+    if info["shards"] == 1:
+        return Launch(launcher, 6, (0, 0) + tail), ()
+    slots = (("fp8_linear.partials", info["partial_bytes"]), ("fp8_linear.counters", info["counter_bytes"]))
+    return Launch(launcher, 8, tail), slots
 
 
 def k_chunk(n: int, k: int, lds_bytes: int, wave_size: int) -> int:
@@ -223,6 +254,8 @@ def k_chunk(n: int, k: int, lds_bytes: int, wave_size: int) -> int:
 
 
 def _plan(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, k: int, x_scaled: bool) -> LaunchPlan:
+    if n > MAX_N:
+        return _plan_splitk(device, tag, flavor, block, n, m, k)
     info = device.arch
     cu_count = device.properties.cu_count
     key = (device, tag, flavor, block, n, m, k, x_scaled, cu_count)
@@ -249,6 +282,34 @@ def _plan(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, k:
     return _plans.get(key, build)
 
 
+def _plan_splitk(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, k: int) -> LaunchPlan:
+    """skinny_gemm's split-K rules (token tiles, shards from the flagship's CU count, grid), deterministic."""
+    info = device.arch
+    cu_count = device.properties.cu_count
+    key = (device, tag, flavor, block, n, m, k, cu_count)
+
+    def build() -> LaunchPlan:
+        nt = token_tiles(n)
+        length = shard_len(info.default_cu_count, nt, m, k)
+        shards = -(-k // length)
+        blocks = -(-m // SPLITK_ROWS)
+        name = f"{SPLITK_FAMILY}_{tag}_{flavor}{'_block' if block else ''}_t{nt}"
+        fn, meta = registry.load(device, SPLITK_FAMILY).kernel(name)
+        lds = SPLITK_LDS + (SCALES_LDS if block else 0)
+        waves = THREADS // info.wave_size
+        waves_per_simd = info.occupancy(meta.vgpr_count, meta.group_segment_fixed_size + lds, waves)
+        groups_per_cu = max(1, min(MAX_SPLITK_GROUPS_PER_CU, waves_per_simd * info.simds_per_cu // waves))
+        units = blocks * shards
+        grid = max(1, min(units, cu_count * groups_per_cu))
+        partial_bytes = 0 if shards == 1 else 4 * SPLITK_ROWS * 16 * nt * units
+        return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=lds,
+                         info={"kernel": name, "token_tiles": nt, "shard_len": length, "shards": shards,
+                               "units": units, "groups_per_cu": groups_per_cu, "grid": grid, "lds_bytes": lds,
+                               "partial_bytes": partial_bytes, "counter_bytes": 4 * blocks if shards > 1 else 0})
+
+    return _plans.get(key, build)
+
+
 def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int, *, w_flavor: str = "ocp", block: bool = False,
               x_scaled: bool = False) -> dict[str, Any]:
     """The configuration a call of this shape gets on ``device`` (for tests and benchmarks; x_dtype
@@ -269,7 +330,7 @@ def report_min_bytes(n: int, m: int, k: int, itemsize: int) -> tuple[float, floa
 
 
 class _TorchFallback:
-    """N > 8 on a ROCm GPU: dequantize the weight and use ``F.linear`` (what torch has everywhere)."""
+    """N > 128 on a ROCm GPU: dequantize the weight and use ``F.linear`` (what torch has everywhere)."""
 
     def __call__(self, objs: Any, addresses: Any) -> Any:
         import torch
@@ -298,8 +359,8 @@ def _unsupported(ops: Operands, why: str) -> Any:
     if xv.kind == "torch" and not xv.on_host and xv.device_type == tensors.DL_ROCM:
         log.debug("fp8_linear: %s is outside the kernels' range; dequantizing for F.linear", why)
         return _TorchFallback()
-    raise InputValueError(f"fp8_linear: {why}; supported: N = 1..{MAX_N} tokens (torch tensors on a ROCm GPU "
-                          "fall back to dequantize + torch.nn.functional.linear above that)")
+    raise InputValueError(f"fp8_linear: {why}; supported: N = 1..{SPLITK_MAX_N} tokens (torch tensors on a ROCm "
+                          "GPU fall back to dequantize + torch.nn.functional.linear above that)")
 
 
 def _require(ok: bool, what: str) -> None:

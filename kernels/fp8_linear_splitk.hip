@@ -1,0 +1,321 @@
+// FP8 linear for decode, larger N: y[n, m] = (sum_k x[n, k] * W[m, k]) * scales (+ bias) for
+// N = 9..128 tokens on the matrix units, FP8 e4m3 weights (OCP or FNUZ) widened exactly to
+// 16-bit in registers (hipskinny/fp8.h), fp16/bf16 activations or FP8 ones widened in LDS,
+// fp32 accumulation, K split into shards across workgroups; scales and bias in fp32.
+//
+// Arguments (strides in elements of their operand):
+//   x, w, w_scale, x_scale, bias, y, flags   as kernels/fp8_linear.hip (the same modes,
+//            scale layouts and flags; K a multiple of 16, x and w 16-byte aligned)
+//   partials fp32 scratch, shards * ceil(M / 128) * 128 * 16 * NT floats; unused when shards == 1
+//   counters ceil(M / 128) uint32, zero before the launch and zero again after it
+//   N (<= 16 * NT), M, K, shard_len (a multiple of 128; shards = ceil(K / shard_len))
+//
+// Launch: fp8_linear_splitk_<x16>_<ocp|fnuz>[_block]_t<NT>, block (256, 1, 1), any grid, dynamic
+// LDS 32 KiB (x staged as 16-bit: 16 * NT tokens x 1024 / NT columns), plus 512 bytes in block
+// mode (the pass's per-token group scales).
+//
+// Work split, tile multiply, shard reduction: hipskinny/splitk.h, as skinny_gemm_splitk. The
+// K order of a fragment (the same for A and B): each 16-lane group loads 16 weight bytes, so a
+// pair of steps covers 16 * groups columns, group g taking columns 16 g .. 16 g + 15, the
+// first 8 in the first step, the rest in the second. gfx11 WMMA needs every step's 16
+// columns in both halves: half h loads step 2 j + h whole and the halves swap (permlanex16).
+// In block mode each 128-column group is summed on its own and added to the accumulators
+// scaled by its weight-block and per-token scales. A NaN weight encoding makes its feature's
+// sums NaN before they are published, so it reaches the output through any shard order.
+// Deterministic: results depend on the shard boundaries only (bitwise equal for any grid,
+// CU count or schedule).
+#include "hipskinny/common.h"
+#include "hipskinny/fp8.h"
+#include "hipskinny/splitk.h"
+
+namespace {
+
+using namespace hs::splitk;
+
+constexpr int kXFp8 = 2, kXFnuz = 4, kOutBf16 = 8;  // flags, as kernels/fp8_linear.hip
+constexpr int kGroup = 128;
+constexpr int kPairs = kUnroll / 2;                  // step pairs per 128-column group
+
+// x[:, k0 : k0 + len] for 16 * NT token rows into LDS as 16-bit; zero past N and past len.
+template <int NT, int KC>
+__device__ void stage(hs::u32x4* xs, const void* __restrict__ x, int64_t x_stride, int N, int k0, int len,
+                      int flags) {
+  constexpr int kRowChunks = KC / 8;
+  const bool x8 = (flags & kXFp8) != 0, fnuz = (flags & kXFnuz) != 0;
+  for (int i = threadIdx.x; i < 16 * NT * kRowChunks; i += kThreads) {
+    const int n = i / kRowChunks, c = i % kRowChunks, k = k0 + 8 * c;
+    hs::u32x4 v = {0u, 0u, 0u, 0u};
+    if (n < N && 8 * c < len) {
+      if (x8) {
+        const u32x2 b = *reinterpret_cast<const u32x2*>(static_cast<const uint8_t*>(x) + n * x_stride + k);
+        uint32_t d0, d1, d2, d3;
+        hs::widen_word(b.x, fnuz, d0, d1);
+        hs::widen_word(b.y, fnuz, d2, d3);
+        v = hs::u32x4{d0, d1, d2, d3};
+      } else {
+        v = hs::load16(static_cast<const uint16_t*>(x) + n * x_stride + k);
+      }
+    }
+    xs[slot<KC>(n, c)] = v;
+  }
+}
+
+// Block mode: the pass's per-token group scales into LDS after x (16 * NT tokens x KC / 128
+// groups = 128 floats; 0 for padded tokens, whose sums are 0; 1 without x_scale (W8A16), so
+// the multiply-add needs no branch, which costs the WMMA kernels their registers).
+template <int NT, int KC>
+__device__ void stage_scales(float* sxs, const float* __restrict__ x_scale, int64_t xs_stride, int N, int g0) {
+  constexpr int G = KC / 128;
+  for (int i = threadIdx.x; i < 16 * NT * G; i += kThreads) {
+    const int n = i / G;
+    sxs[i] = n >= N ? 0.0f : x_scale == nullptr ? 1.0f : x_scale[n * xs_stride + g0 + i % G];
+  }
+}
+
+// The two steps' W fragments from this lane's 16 weight bytes (its row, its columns).
+template <typename T>
+__device__ inline void w_frags(hs::u32x4 raw, int lane, frag& first, frag& second) {
+  uint32_t d[8];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) hs::widen4<T>(raw[j], d[2 * j], d[2 * j + 1]);
+#if HS_WMMA11
+  // d is the whole step 2j + h of this half h; the other half has the other step.
+  uint32_t o[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) o[j] = __builtin_amdgcn_permlanex16(d[j], d[j], 0x76543210u, 0xfedcba98u, false, false);
+  const bool upper = lane >= 16;
+  const u32x8 own = {d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]};
+  const u32x8 other = {o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7]};
+  first = upper ? other : own;
+  second = upper ? own : other;
+#else
+  (void)lane;
+  first = frag{d[0], d[1], d[2], d[3]};
+  second = frag{d[4], d[5], d[6], d[7]};
+#endif
+}
+
+// This lane's x fragment of token tile nt for step h of pair j of the group at LDS chunk c0.
+template <int KC>
+__device__ inline frag x_frag(const hs::u32x4* xs, int nt, int c0, int j, int h, int lane) {
+#if HS_WMMA11
+  return x_piece<KC>(xs, nt, c0 + 2 * (2 * j + h), lane);   // step 2 j + h: its two chunks
+#else
+  return xs[slot<KC>(16 * nt + (lane & 15), c0 + 2 * kGroups * j + 2 * (lane >> 4) + h)];
+#endif
+}
+
+// This lane's weight bytes of the 128-column group at k0 (zero past K when TAIL).
+template <bool TAIL>
+__device__ inline void load_group(hs::u32x4 (&wv)[kPairs][kTiles], const uint8_t* const (&wrow)[kTiles], int k0,
+                                  int K, int lane) {
+  const int kl = k0 + 16 * (lane >> 4);     // group g (gfx11: half h) of each pair of steps
+#pragma unroll
+  for (int j = 0; j < kPairs; ++j)
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) {
+      const int k = kl + j * 16 * kGroups;
+      wv[j][t] = (!TAIL || k < K) ? hs::load16_stream(wrow[t] + k) : hs::u32x4{0u, 0u, 0u, 0u};
+    }
+}
+
+// acc[t][nt - LO] += x . W^T over the group for token tiles LO .. HI - 1; with POISON, also
+// collects the NaN encodings of the weights.
+template <typename T, bool FNUZ, int KC, int LO, int HI, bool POISON, int NA>
+__device__ inline void multiply(accv (&acc)[kTiles][NA], uint32_t (&poison)[kTiles], const hs::u32x4 (&wv)[kPairs][kTiles],
+                                const hs::u32x4* xs, int c0, int lane) {
+#pragma unroll
+  for (int j = 0; j < kPairs; ++j) {
+    frag b[2][kTiles];
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) {
+      w_frags<T>(wv[j][t], lane, b[0][t], b[1][t]);
+      if (POISON) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) poison[t] |= hs::nan_bits<FNUZ>(wv[j][t][q]);
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int nt = LO; nt < HI; ++nt) {
+        const frag a = x_frag<KC>(xs, nt, c0, j, h, lane);
+#pragma unroll
+        for (int t = 0; t < kTiles; ++t) acc[t][nt - LO] = mma<T>(a, b[h][t], acc[t][nt - LO]);
+#if !HS_GFX9
+        if (HI - LO > 2) __builtin_amdgcn_sched_barrier(0);
+#endif
+      }
+      __builtin_amdgcn_sched_barrier(0);
+    }
+  }
+}
+
+// Block mode: the group's sums of token tiles LO .. HI - 1, scaled by the weight block's scale
+// sw and each token's group scale, added to acc.
+template <typename T, bool FNUZ, int KC, int LO, int HI, bool TAIL, int NT>
+__device__ inline void block_part(accv (&acc)[kTiles][NT], uint32_t (&poison)[kTiles],
+                                  const uint8_t* const (&wrow)[kTiles], int k0, int K, const hs::u32x4* xs, int c0,
+                                  float sw, const float* sxs, int gq, int lane) {
+  hs::u32x4 wv[kPairs][kTiles];
+  load_group<TAIL>(wv, wrow, k0, K, lane);
+  accv part[kTiles][HI - LO];
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+    for (int nt = 0; nt < HI - LO; ++nt) part[t][nt] = accv{};
+  multiply<T, FNUZ, KC, LO, HI, LO == 0>(part, poison, wv, xs, c0, lane);
+  __builtin_amdgcn_sched_barrier(0);   // the scale loads after the sums, not next to every accumulator
+#pragma unroll
+  for (int nt = LO; nt < HI; ++nt) {
+#pragma unroll
+    for (int r = 0; r < kAccs; ++r) {
+      const float s = sw * sxs[(16 * nt + result_row(lane, r)) * (KC / 128) + gq];
+#pragma unroll
+      for (int t = 0; t < kTiles; ++t) acc[t][nt][r] = __builtin_fmaf(part[t][nt - LO][r], s, acc[t][nt][r]);
+    }
+    __builtin_amdgcn_sched_barrier(0);   // one token tile's scale loads live at a time
+  }
+}
+
+// y[:, m_block : m_block + 128] from the finished sums, scaled (outside block mode), bias added,
+// through LDS for coalesced rows as skinny_gemm_splitk's write_out.
+template <bool BLOCK, int NT>
+__device__ void write_out(const accv (&acc)[kTiles][NT], float* lds, const float* __restrict__ w_scale,
+                          const float* __restrict__ x_scale, const uint16_t* __restrict__ bias,
+                          uint16_t* __restrict__ y, int N, int M, int64_t bias_stride, int ws_stride, int xs_stride,
+                          float unbias, bool out_bf16, int m_block, int lane, int wave) {
+  constexpr int kRound = NT < 4 ? NT : 4;
+#pragma unroll
+  for (int c = 0; c < NT; c += kRound) {
+    __syncthreads();
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+      for (int nt = c; nt < c + kRound; ++nt)
+#pragma unroll
+        for (int r = 0; r < kAccs; ++r)
+          lds[(16 * (nt - c) + result_row(lane, r)) * kRows + wave * 16 * kTiles + 16 * t + (lane & 15)] = acc[t][nt][r];
+    __syncthreads();
+    const int rows = min(N - 16 * c, 16 * kRound);
+#pragma unroll 1
+    for (int i = threadIdx.x; i < rows * kRows; i += kThreads) {
+      const int n = 16 * c + i / kRows, m = m_block + i % kRows;
+      if (m >= M) continue;
+      float v = lds[i] * unbias;
+      if (!BLOCK) {
+        v *= w_scale[(int64_t)m * ws_stride];
+        if (x_scale != nullptr) v *= x_scale[(int64_t)n * xs_stride];
+      }
+      if (bias != nullptr) {
+        const uint16_t b = bias[n * bias_stride + m];
+        v += out_bf16 ? hs::to_float<hs::bf16>(b) : hs::to_float<hs::f16>(b);
+      }
+      y[(int64_t)n * M + m] = out_bf16 ? hs::from_float<hs::bf16>(v) : hs::from_float<hs::f16>(v);
+    }
+  }
+}
+
+template <typename T, bool FNUZ, bool BLOCK, int NT>
+__device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ w_scale,
+                       const float* __restrict__ x_scale, const uint16_t* __restrict__ bias, uint16_t* __restrict__ y,
+                       float* __restrict__ partials, uint32_t* __restrict__ counters, int N, int M, int K,
+                       int64_t x_stride, int64_t w_stride, int64_t bias_stride, int shard_len, int ws_stride,
+                       int xs_stride, int flags) {
+  constexpr int KC = 1024 / NT;
+  extern __shared__ hs::u32x4 xs[];
+
+  const int lane = threadIdx.x % hs::kWave;
+  const int wave = threadIdx.x / hs::kWave;
+  const int shards = (K + shard_len - 1) / shard_len;
+  const int blocks = (M + kRows - 1) / kRows;
+  const int units = blocks * shards;
+  // Block mode: the pass's activation scales after x in LDS.
+  float* sxs = reinterpret_cast<float*>(xs + 16 * NT * (KC / 8));
+  const float unbias = (FNUZ ? 128.0f : 256.0f) * ((flags & kXFp8) ? ((flags & kXFnuz) ? 128.0f : 256.0f) : 1.0f);
+
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    const int block = u / shards, shard = u % shards;
+    const int m_base = block * kRows + wave * 16 * kTiles;
+    const int ks = shard * shard_len, ke = min(K, ks + shard_len);
+    const bool active = m_base < M;
+    const uint8_t* wrow[kTiles];
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) wrow[t] = w + (int64_t)min(m_base + 16 * t + (lane & 15), M - 1) * w_stride;
+
+    accv acc[kTiles][NT];
+    uint32_t poison[kTiles];
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) {
+      poison[t] = 0u;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) acc[t][nt] = accv{};
+    }
+
+    for (int k0 = ks; k0 < ke; k0 += KC) {
+      const int len = min(KC, ke - k0);
+      __syncthreads();
+      stage<NT, KC>(xs, x, x_stride, N, k0, len, flags);
+      if (BLOCK) stage_scales<NT, KC>(sxs, x_scale, xs_stride, N, k0 / kGroup);
+      __syncthreads();
+      if (!active) continue;
+#pragma unroll 1  // one group's weights in registers at a time
+      for (int g = 0; 128 * g < len; ++g) {
+        const bool tail = 128 * (g + 1) > len;
+        if constexpr (BLOCK) {
+          const int gi = (k0 + 128 * g) / kGroup;
+          const float sw = w_scale[(int64_t)block * ws_stride + gi];
+          if (tail)
+            block_part<T, FNUZ, KC, 0, NT, true>(acc, poison, wrow, k0 + 128 * g, K, xs, 16 * g, sw, sxs, g, lane);
+          else
+            block_part<T, FNUZ, KC, 0, NT, false>(acc, poison, wrow, k0 + 128 * g, K, xs, 16 * g, sw, sxs, g, lane);
+        } else {
+          hs::u32x4 wv[kPairs][kTiles];
+          if (tail) load_group<true>(wv, wrow, k0 + 128 * g, K, lane);
+          else load_group<false>(wv, wrow, k0 + 128 * g, K, lane);
+          multiply<T, FNUZ, KC, 0, NT, true>(acc, poison, wv, xs, 16 * g, lane);
+        }
+      }
+    }
+
+    // A feature's NaN weights were seen by the lanes that load its row: combine them, then
+    // make the feature's sums NaN.
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) {
+      uint32_t p = poison[t];
+#pragma unroll
+      for (int d = 16; d < hs::kWave; d *= 2) p |= (uint32_t)__shfl_xor((int)p, d);
+      if (p & 0x80808080u) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int r = 0; r < kAccs; ++r) acc[t][nt][r] = __builtin_nanf("");
+      }
+    }
+
+    if (shards > 1 && !finish_shards<NT, false>(acc, xs, partials, counters, u, block, shards)) continue;
+    write_out<BLOCK, NT>(acc, reinterpret_cast<float*>(xs), w_scale, x_scale, bias, y, N, M, bias_stride, ws_stride,
+                         xs_stride, unbias, (flags & kOutBf16) != 0, block * kRows, lane, wave);
+  }
+}
+
+}  // namespace
+
+#define HS_FP8_SPLITK(T, TAG, FNUZ, FL, BLOCK, MODE, NT)                                                   \
+  extern "C" __global__ void __launch_bounds__(kThreads) fp8_linear_splitk_##TAG##_##FL##MODE##_t##NT(     \
+      const void* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ w_scale,          \
+      const float* __restrict__ x_scale, const uint16_t* __restrict__ bias, uint16_t* __restrict__ y,       \
+      float* __restrict__ partials, uint32_t* __restrict__ counters, int N, int M, int K, int64_t x_stride, \
+      int64_t w_stride, int64_t bias_stride, int shard_len, int ws_stride, int xs_stride, int flags) {       \
+    splitk<T, FNUZ, BLOCK, NT>(x, w, w_scale, x_scale, bias, y, partials, counters, N, M, K, x_stride,     \
+                               w_stride, bias_stride, shard_len, ws_stride, xs_stride, flags);             \
+  }
+#define HS_FP8_SPLITK_MODES(T, TAG, NT)                                                                    \
+  HS_FP8_SPLITK(T, TAG, false, ocp, false, , NT) HS_FP8_SPLITK(T, TAG, true, fnuz, false, , NT)            \
+  HS_FP8_SPLITK(T, TAG, false, ocp, true, _block, NT) HS_FP8_SPLITK(T, TAG, true, fnuz, true, _block, NT)
+#define HS_FP8_SPLITK_ALL(T, TAG)                                                                 \
+  HS_FP8_SPLITK_MODES(T, TAG, 1) HS_FP8_SPLITK_MODES(T, TAG, 2) HS_FP8_SPLITK_MODES(T, TAG, 4) \
+  HS_FP8_SPLITK_MODES(T, TAG, 8)
+
+HS_FP8_SPLITK_ALL(hs::f16, f16)
+HS_FP8_SPLITK_ALL(hs::bf16, bf16)
