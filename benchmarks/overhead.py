@@ -111,7 +111,8 @@ cases["torch_add"] = lambda: torch.add(a, a)
 cases["torch_linear"] = lambda: torch.nn.functional.linear(xs, ws)
 cases["torch_empty"] = lambda: torch.empty_strided((N1, M), (M, 1), dtype=torch.float16)
 hipskinny.skinny_gemm(x1, w, out=o1)
-bound = [c for c in hipskinny.ops.skinny_gemm._calls._calls.values() if getattr(c, "launches", None)][0]
+bound = [c for c in (getattr(c, "bound", c) for c in hipskinny.ops.skinny_gemm._calls._calls.values())
+         if getattr(c, "launches", None)][0]
 launch = bound.launches[0]
 zeros = [0] * launch.pointers
 cases["bare_launch"] = lambda: launch.launcher(zeros, launch.tail, 0)
