@@ -119,10 +119,8 @@ class CallCache:
         _caches.append(self)
 
     def add(self, key: Hashable, call: Any) -> Any:
-        """Store (and return) ``call``, as its `DeviceCall.fast` function where it has one."""
-        fast = getattr(call, "fast", None)
-        if fast is not None:
-            call = fast()
+        """Store (and return) ``call``, as its plain function (`DeviceCall.fast`) where it has one."""
+        call = getattr(call, "fast", call)
         with self._lock:
             if len(self._calls) >= self.maxsize:
                 self._calls.clear()
@@ -290,20 +288,20 @@ class DeviceCall:
                     self.new_out = functools.partial(torch.empty_strided, shape, strides, dtype=tdt, device=dev)
             else:
                 tensors.new_output(first, out_shape, out_dtype)   # raises: no allocator for that kind
+        self.fast = self._compile()
 
-    def fast(self) -> Callable[[Sequence[Any], list[int | None] | None], Any]:
-        """This call as a plain function for the call cache: the common shape -- one launch, no
-        scratch -- with everything it reads bound as locals (attribute loads and the method
-        binding are a good part of a microsecond-scale call); others use ``__call__``."""
-        if len(self.runs) != 1 or self.scratch_slots:
-            return self
-        (launcher, count, tail), = self.runs
-        stream, new_out, op, message = self.stream, self.new_out, self.op, self.align_message
+    def _compile(self) -> Callable[[Sequence[Any], list[int | None] | None], Any]:
+        """This call as a plain function with everything it reads bound as locals (attribute loads
+        and the method binding are a good part of a microsecond-scale call): what the call cache
+        stores (`fast`) and what ``__call__`` runs. ``objs``: the inputs, then ``out`` (None:
+        allocate one)."""
+        runs, stream, new_out, op, message = self.runs, self.stream, self.new_out, self.op, self.align_message
+        slots, per_stream, scratch_for = self.scratch_slots, self._scratch, self._scratch_for
         a0, a1 = self.aligned if self.aligned else (-1, -1)
         checked = bool(self.aligned)
 
         def call(objs: Sequence[Any], addresses: list[int | None] | None) -> Any:
-            if addresses is None:
+            if addresses is None:        # torch tensors only (what a GPU call without DLPack producers is)
                 ptrs = [0 if o is None else o.data_ptr() for o in objs]
             else:
                 ptrs = [0 if o is None else a if a is not None else o.data_ptr()
@@ -314,7 +312,13 @@ class DeviceCall:
             if out is None:
                 out = new_out()  # type: ignore[misc]
                 ptrs[-1] = out.data_ptr()
-            launcher(ptrs if count == len(ptrs) else ptrs[:count], tail, stream())
+            if not runs:
+                return out
+            s = stream()
+            if slots:
+                ptrs += per_stream.get(s) or scratch_for(s)
+            for launcher, count, tail in runs:
+                launcher(ptrs if count == len(ptrs) else ptrs[:count], tail, s)
             return out
 
         call.bound = self  # type: ignore[attr-defined]
@@ -328,28 +332,7 @@ class DeviceCall:
         return found
 
     def __call__(self, objs: Sequence[Any], addresses: list[int | None] | None) -> Any:
-        """``objs``: the inputs, then ``out`` (None: allocate one)."""
-        if addresses is None:        # torch tensors only (what a GPU call without DLPack producers is)
-            ptrs = [0 if o is None else o.data_ptr() for o in objs]
-        else:
-            ptrs = [0 if o is None else a if a is not None else o.data_ptr()
-                    for o, a in zip(objs, addresses, strict=True)]
-        aligned = self.aligned
-        if aligned and (ptrs[aligned[0]] | ptrs[aligned[1]]) & 15:
-            raise InputValueError(f"{self.op} on a GPU tensor: {self.align_message} "
-                                  "(host inputs have no layout limits)")
-        out = objs[-1]
-        if out is None:
-            out = self.new_out()  # type: ignore[misc]
-            ptrs[-1] = out.data_ptr()
-        if not self.runs:
-            return out
-        stream = self.stream()
-        if self.scratch_slots:
-            ptrs += self._scratch.get(stream) or self._scratch_for(stream)
-        for launcher, count, tail in self.runs:
-            launcher(ptrs if count == len(ptrs) else ptrs[:count], tail, stream)
-        return out
+        return self.fast(objs, addresses)
 
 
 @dataclass(frozen=True)

@@ -58,9 +58,11 @@ from .skinny_gemm import (
     SPLITK_LDS,
     SPLITK_ROWS,
     THREADS,
+    groups_per_cu,
+    k_chunk,
+    lane_split_grid,
     shard_len,
     token_tiles,
-    ytile,
 )
 
 FAMILY = "fp8_linear"
@@ -241,18 +243,6 @@ def _launch(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, 
     return Launch(launcher, 8, tail), slots
 
 
-def k_chunk(n: int, k: int, lds_bytes: int, wave_size: int) -> int:
-    """Columns of x staged in LDS per pass (see the module docstring)."""
-    k_pad = -(-k // CHUNK) * CHUNK
-    fit = lds_bytes // (2 * n)
-    if k_pad <= fit:
-        return k_pad
-    step = CHUNK * wave_size
-    if fit < step:
-        raise InputValueError(f"fp8_linear: N={n} tokens do not fit the LDS in chunks of {step} columns")
-    return fit // step * step
-
-
 def _plan(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, k: int, x_scaled: bool) -> LaunchPlan:
     if n > MAX_N:
         return _plan_splitk(device, tag, flavor, block, n, m, k)
@@ -261,23 +251,19 @@ def _plan(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, k:
     key = (device, tag, flavor, block, n, m, k, x_scaled, cu_count)
 
     def build() -> LaunchPlan:
-        waves = THREADS // info.wave_size
         scales = 4 * n * -(-k // 128) if block and x_scaled else 0
-        kc = k_chunk(n, k, info.lds_per_workgroup - scales, info.wave_size)
+        kc = k_chunk(n, k, info.lds_per_workgroup - scales, info.wave_size, CHUNK, "fp8_linear")
         lds = n * kc * 2 + scales
         module = registry.load(device, FAMILY)
         prefix = f"{FAMILY}_{tag}_{flavor}{'_block' if block else ''}_n{n}"
         y_max = max(y for y in YTILES if n * y <= MAX_TILE_OUTPUTS)
         _, meta_max = module.kernel(f"{prefix}_y{y_max}")
-        waves_per_simd = info.occupancy(meta_max.vgpr_count, meta_max.group_segment_fixed_size + lds, waves)
-        groups_per_cu = max(1, min(MAX_GROUPS_PER_CU, waves_per_simd * info.simds_per_cu // waves))
-        yt = ytile(n, m, cu_count * groups_per_cu * waves)
-        tiles = -(-m // yt)
-        grid = max(1, min(cu_count * groups_per_cu, -(-tiles // waves)))
+        groups = groups_per_cu(info, meta_max, lds, MAX_GROUPS_PER_CU)
+        yt, grid = lane_split_grid(n, m, cu_count, groups, info.wave_size)
         fn, meta = module.kernel(f"{prefix}_y{yt}")
         return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=lds,
                          info={"kernel": f"{prefix}_y{yt}", "ytile": yt, "k_chunk": kc, "lds_bytes": lds,
-                               "groups_per_cu": groups_per_cu, "grid": grid, "staged_once": kc >= k})
+                               "groups_per_cu": groups, "grid": grid, "staged_once": kc >= k})
 
     return _plans.get(key, build)
 
@@ -296,15 +282,13 @@ def _plan_splitk(device: Device, tag: str, flavor: str, block: bool, n: int, m: 
         name = f"{SPLITK_FAMILY}_{tag}_{flavor}{'_block' if block else ''}_t{nt}"
         fn, meta = registry.load(device, SPLITK_FAMILY).kernel(name)
         lds = SPLITK_LDS + (SCALES_LDS if block else 0)
-        waves = THREADS // info.wave_size
-        waves_per_simd = info.occupancy(meta.vgpr_count, meta.group_segment_fixed_size + lds, waves)
-        groups_per_cu = max(1, min(MAX_SPLITK_GROUPS_PER_CU, waves_per_simd * info.simds_per_cu // waves))
+        groups = groups_per_cu(info, meta, lds, MAX_SPLITK_GROUPS_PER_CU)
         units = blocks * shards
-        grid = max(1, min(units, cu_count * groups_per_cu))
+        grid = max(1, min(units, cu_count * groups))
         partial_bytes = 0 if shards == 1 else 4 * SPLITK_ROWS * 16 * nt * units
         return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=lds,
                          info={"kernel": name, "token_tiles": nt, "shard_len": length, "shards": shards,
-                               "units": units, "groups_per_cu": groups_per_cu, "grid": grid, "lds_bytes": lds,
+                               "units": units, "groups_per_cu": groups, "grid": grid, "lds_bytes": lds,
                                "partial_bytes": partial_bytes, "counter_bytes": 4 * blocks if shards > 1 else 0})
 
     return _plans.get(key, build)

@@ -113,16 +113,32 @@ _calls = operands.CallCache()
 log = logging.getLogger(__name__)
 
 
-def k_chunk(n: int, k: int, lds_bytes: int, wave_size: int) -> int:
-    """Columns of x staged in LDS per pass (see the module docstring)."""
-    k_pad = -(-k // 8) * 8
+def k_chunk(n: int, k: int, lds_bytes: int, wave_size: int, chunk: int = 8, op: str = "skinny_gemm") -> int:
+    """Columns of x staged in LDS per pass (see the module docstring); ``chunk``: the columns a
+    lane takes at a time (fp8_linear: 16)."""
+    k_pad = -(-k // chunk) * chunk
     fit = lds_bytes // (2 * n)
     if k_pad <= fit:
         return k_pad
-    step = 8 * wave_size
+    step = chunk * wave_size
     if fit < step:
-        raise InputValueError(f"skinny_gemm: {n} rows of x do not fit {lds_bytes} bytes of LDS")
+        raise InputValueError(f"{op}: {n} rows of x do not fit {lds_bytes} bytes of LDS")
     return fit // step * step
+
+
+def groups_per_cu(info: Any, meta: Any, lds: int, most: int) -> int:
+    """Workgroups of THREADS per CU that the kernel's registers and LDS allow: at least 1, at most `most`."""
+    waves = THREADS // info.wave_size
+    per_simd = info.occupancy(meta.vgpr_count, meta.group_segment_fixed_size + lds, waves)
+    return max(1, min(most, per_simd * info.simds_per_cu // waves))
+
+
+def lane_split_grid(n: int, m: int, cu_count: int, groups: int, wave_size: int) -> tuple[int, int]:
+    """(YTILE, grid) of the small-N lane-split kernels: persistent, waves striding over the tiles."""
+    waves = THREADS // wave_size
+    yt = ytile(n, m, cu_count * groups * waves)
+    tiles = -(-m // yt)
+    return yt, max(1, min(cu_count * groups, -(-tiles // waves)))
 
 
 def ytile(n: int, m: int, wave_slots: int) -> int:
@@ -276,23 +292,19 @@ def _plan(device: Device, tag: str, n: int, m: int, k: int, atomic: bool) -> Lau
     key = (device, tag, n, m, k, cu_count)
 
     def build() -> LaunchPlan:
-        waves = THREADS // info.wave_size
         kc = k_chunk(n, k, info.lds_per_workgroup, info.wave_size)
         lds = n * kc * 2
         module = registry.load(device, FAMILY)
         # Occupancy depends on the kernel's registers: judge it on the largest tile built for N.
         y_max = max(y for y in YTILES if n * y <= MAX_TILE_OUTPUTS)
         _, meta_max = module.kernel(f"{FAMILY}_{tag}_n{n}_y{y_max}")
-        waves_per_simd = info.occupancy(meta_max.vgpr_count, meta_max.group_segment_fixed_size + lds, waves)
-        groups_per_cu = max(1, min(MAX_GROUPS_PER_CU, waves_per_simd * info.simds_per_cu // waves))
-        yt = ytile(n, m, cu_count * groups_per_cu * waves)
-        tiles = -(-m // yt)
-        grid = max(1, min(cu_count * groups_per_cu, -(-tiles // waves)))
+        groups = groups_per_cu(info, meta_max, lds, MAX_GROUPS_PER_CU)
+        yt, grid = lane_split_grid(n, m, cu_count, groups, info.wave_size)
         name = f"{FAMILY}_{tag}_n{n}_y{yt}"
         fn, meta = module.kernel(name)
         return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=lds,
                          info={"kernel": name, "ytile": yt, "k_chunk": kc, "lds_bytes": lds,
-                               "groups_per_cu": groups_per_cu, "grid": grid, "staged_once": kc >= k})
+                               "groups_per_cu": groups, "grid": grid, "staged_once": kc >= k})
 
     return _plans.get(key, build)
 
@@ -328,16 +340,14 @@ def _plan_splitk(device: Device, tag: str, n: int, m: int, k: int, atomic: bool)
         use_atomic = atomic and shards > 1
         name = f"{SPLITK_FAMILY}_{tag}_t{nt}{'_atomic' if use_atomic else ''}"
         fn, meta = registry.load(device, SPLITK_FAMILY).kernel(name)
-        waves = THREADS // info.wave_size
-        waves_per_simd = info.occupancy(meta.vgpr_count, meta.group_segment_fixed_size + SPLITK_LDS, waves)
-        groups_per_cu = max(1, min(MAX_SPLITK_GROUPS_PER_CU, waves_per_simd * info.simds_per_cu // waves))
+        groups = groups_per_cu(info, meta, SPLITK_LDS, MAX_SPLITK_GROUPS_PER_CU)
         units = blocks * shards
-        grid = max(1, min(units, cu_count * groups_per_cu))
+        grid = max(1, min(units, cu_count * groups))
         unit_floats = SPLITK_ROWS * 16 * nt
         partial_bytes = 0 if shards == 1 else 4 * unit_floats * (blocks if use_atomic else units)
         return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=SPLITK_LDS,
                          info={"kernel": name, "token_tiles": nt, "shard_len": length, "shards": shards,
-                               "units": units, "groups_per_cu": groups_per_cu, "grid": grid,
+                               "units": units, "groups_per_cu": groups, "grid": grid,
                                "lds_bytes": SPLITK_LDS, "partial_bytes": partial_bytes,
                                "counter_bytes": 4 * blocks if shards > 1 else 0})
 
