@@ -217,7 +217,7 @@ __device__ void fp8_linear(const void* __restrict__ x, const uint8_t* __restrict
           scales(c + u * hs::kWave);
           t.chunk(wv[u], xd, row_d, c + u * hs::kWave, gs);
           // One chunk's LDS reads and widened weights live at a time: left to itself the
-          // scheduler hoists every chunk's and runs out of registers.
+          // scheduler hoists the next chunk's too (177 VGPRs instead of 150 on gfx1100).
           __builtin_amdgcn_sched_barrier(0);
         }
       }
