@@ -85,13 +85,25 @@ def device(arch: str, cus: int) -> ScaledDevice:
 
 
 def ops() -> list[str]:
-    """Public ops: modules of hipskinny.ops whose namesake hipskinny exports."""
+    """Public ops: modules of hipskinny.ops whose namesake hipskinny exports, each followed by its
+    report variants ("op:variant", from the module's REPORT_VARIANTS: other modes of one op)."""
     import pkgutil
 
     import hipskinny.ops as pkg
 
-    return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__)
-                  if not m.name.startswith("_") and callable(getattr(hipskinny, m.name, None)))
+    names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__)
+                   if not m.name.startswith("_") and callable(getattr(hipskinny, m.name, None)))
+    return [v for nm in names for v in (nm, *(f"{nm}:{x}" for x in getattr(op_module(nm), "REPORT_VARIANTS", ())))]
+
+
+def split_op(op: str) -> tuple[str, str | None]:
+    """("fp8_linear", "w8a8") for "fp8_linear:w8a8"; (op, None) for a plain op."""
+    name, _, variant = op.partition(":")
+    return name, variant or None
+
+
+def op_function(op: str) -> Any:
+    return getattr(hipskinny, split_op(op)[0])
 
 
 def kernel_family(kernel: str, families: list[str]) -> str | None:
@@ -100,32 +112,38 @@ def kernel_family(kernel: str, families: list[str]) -> str | None:
     return max(found, key=len) if found else None
 
 
-def op_module(family: str) -> Any:
-    return importlib.import_module(f"hipskinny.ops.{family}")
+def op_module(op: str) -> Any:
+    return importlib.import_module(f"hipskinny.ops.{split_op(op)[0]}")
 
 
-def call_args(op: str, x: np.ndarray, w: np.ndarray) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def call_args(op: str, x: np.ndarray, w: np.ndarray, arch: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The op's arguments for activations x [N, K] and weights w [M, K] of the report's dtype: the
-    op module's ``report_operands(x, w)`` when it has one (ops whose weights are not 16-bit), else
-    (x, w) (x[0] for gemv)."""
+    op module's ``report_operands(x, w)`` when it has one (ops whose weights are not 16-bit; a
+    variant's with ``variant=`` and ``arch=``), else (x, w) (x[0] for gemv)."""
+    variant = split_op(op)[1]
     hook = getattr(op_module(op), "report_operands", None)
     if hook is not None:
-        return hook(x, w)
+        return hook(x, w, variant=variant, arch=arch) if variant else hook(x, w)
     return (x[0] if op == "gemv" else x, w), {}
 
 
 def min_bytes(op: str, n: int, m: int, k: int, itemsize: int) -> tuple[float, float]:
     """(least bytes a launch must move, weight bytes): the op module's ``report_min_bytes`` when it
     has one, else every operand once in the report's dtype."""
+    variant = split_op(op)[1]
     hook = getattr(op_module(op), "report_min_bytes", None)
     if hook is not None:
-        return hook(n, m, k, itemsize)
+        return hook(n, m, k, itemsize, variant=variant) if variant else hook(n, m, k, itemsize)
     return itemsize * (m * k + n * k + n * m), itemsize * m * k
 
 
 def plan_info(op: str, device: Device, dtype: Any, n: int, m: int, k: int) -> dict[str, Any]:
-    """The op's ``plan_info`` (gemv predates it: its plan is read the same way here)."""
+    """The op's ``plan_info`` (a variant's: ``report_plan_info(..., variant=)``; gemv predates it:
+    its plan is read the same way here)."""
     module = op_module(op)
+    variant = split_op(op)[1]
+    if variant:
+        return dict(module.report_plan_info(device, dtype, n, m, k, variant=variant))
     if hasattr(module, "plan_info"):
         return dict(module.plan_info(device, dtype, n, m, k))
     if op == "gemv":
@@ -144,9 +162,9 @@ def unsupported_reason(op: str, arch: str, dtype: Any, n: int, k: int) -> str | 
     x = np.zeros((n, k), dtype)
     w = np.zeros((1, k), dtype)
     try:
-        args, kwargs = call_args(op, x, w)
+        args, kwargs = call_args(op, x, w, arch)
         with hipskinny.on_device(dev):
-            getattr(hipskinny, op)(*args, **kwargs)
+            op_function(op)(*args, **kwargs)
     except InputValueError as e:
         return str(e)
     except Exception:            # noqa: BLE001 - anything else: plan_info's error stands
@@ -225,9 +243,9 @@ def _emulate(op: str, arch: str, cus: int, dtype: Any, n: int, rows: int, k: int
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, k)).astype(dtype)
     w = rng.standard_normal((rows, k)).astype(dtype)
-    args, kwargs = call_args(op, x, w)
+    args, kwargs = call_args(op, x, w, arch)
     with hipskinny.on_device(dev):
-        getattr(hipskinny, op)(*args, **kwargs)
+        op_function(op)(*args, **kwargs)
         info = plan_info(op, dev, dtype, n, rows, k)
     stats = dev.last_launch_stats
     assert stats is not None

@@ -370,6 +370,30 @@ def _findings(rep: dict[str, Any]) -> list[str]:
             best = min(r["floor_ratio"] for r in big)
             out.append(f"- On the large layers (M·K >= 16M weights) predicted time is {best:.2f}–"
                        f"{max(r['floor_ratio'] for r in big):.2f}x the bandwidth floor.")
+    return out + [""] + _against_baselines(rep)
+
+
+def _against_baselines(rep: dict[str, Any]) -> list[str]:
+    """Predicted time of ops (and variants) that name a REPORT_BASELINE op, over the baseline's at
+    the same arch, shape and N, on the large layers (M·K >= 16M weights)."""
+    ok = [r for r in rep["rows"] if r["status"] == "ok"]
+    by_key = {(r["op"], r["arch"], r["model"], r["layer"], r["n"]): r for r in ok}
+    groups: dict[tuple[str, str, str, int], list[float]] = defaultdict(list)
+    for r in ok:
+        base = getattr(dynamic.op_module(r["op"]), "REPORT_BASELINE", None)
+        b = by_key.get((base, r["arch"], r["model"], r["layer"], r["n"])) if base else None
+        if b is not None and r["m"] * r["k"] >= 1 << 24:
+            groups[r["op"], base, r["arch"], r["n"]].append(r["predicted_us"] / b["predicted_us"])
+    if not groups:
+        return []
+    out = ["## Against the baseline op (large layers, M·K >= 16M weights)", "",
+           "Predicted time over the baseline op's predicted time at the same arch, shape and N "
+           "(**both predicted, not measured**).", "",
+           "| op | baseline | arch | N | median | min–max | layers |", "|---|---|---|---|---|---|---|"]
+    archs = list(rep["archs"])
+    for (op, base, arch, n), v in sorted(groups.items(), key=lambda kv: (kv[0][0], archs.index(kv[0][2]), kv[0][3])):
+        out.append(f"| {op} | {base} | {arch} | {n} | {float(np.median(v)):.2f} | {min(v):.2f}–{max(v):.2f} | "
+                   f"{len(v)} |")
     return out + [""]
 
 
@@ -496,6 +520,19 @@ def _overhead(rep: dict[str, Any]) -> list[str]:
     return out + [""]
 
 
+def _merge(new: dict[str, Any], old: dict[str, Any], archs: list[str]) -> dict[str, Any]:
+    """``new`` (a run of some ops) with the other ops' rows, per-call section and emulator rate of
+    ``old``; the invariants re-checked over all rows; the command and commits of both said."""
+    ops = {r["op"] for r in new["rows"]}
+    rows = [r for r in old["rows"] if r["op"] not in ops] + new["rows"]
+    statics = {(f, a): {k.name: k for k in family_static(a, f)} for (f, a) in families_by_arch() if a in archs}
+    out = dict(new, rows=rows, python_overhead=old["python_overhead"])
+    out["failures"] = invariants(rows, statics, archs)
+    out["command"] = (f"{old['command']} at `{old['commit']}` ({old['date']}); the rows of "
+                      f"{', '.join(sorted(ops))} by `python -m benchmarks.report --merge --op {' '.join(sorted(ops))}`")
+    return out
+
+
 def _refresh_per_call(args: argparse.Namespace) -> int:
     """Re-measure the per-call cost alone; the rest of RESULTS.json/md stays as the last full run made it
     (the section says when it was measured)."""
@@ -519,6 +556,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-rows", type=int, default=dynamic.MIN_ROWS)
     p.add_argument("--md", help="Markdown output (default benchmarks/RESULTS.md; none with --check)")
     p.add_argument("--json", help="JSON output (default benchmarks/RESULTS.json; none with --check)")
+    p.add_argument("--merge", action="store_true",
+                   help="with --op: keep the other ops' rows of the existing JSON report and rewrite both files")
     p.add_argument("--per-call", action="store_true",
                    help="measure only the per-call cost and rewrite that section of the existing report")
     args = p.parse_args(argv)
@@ -528,6 +567,8 @@ def main(argv: list[str] | None = None) -> int:
     shapes = CHECK_SHAPES if args.check else SHAPES
     rep = run(archs, args.op, shapes, args.dtype, args.check, args.min_rows,
               overhead_seconds=0.2 if args.check else 1.0)
+    if args.merge:
+        rep = _merge(rep, json.loads(Path(args.json or HERE / "RESULTS.json").read_text()), archs)
     md_path = args.md or (None if args.check else str(HERE / "RESULTS.md"))
     json_path = args.json or (None if args.check else str(HERE / "RESULTS.json"))
     if md_path:

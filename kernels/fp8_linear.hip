@@ -102,17 +102,42 @@ __device__ void stage(hs::u32x4* xs, const void* __restrict__ x, int64_t x_strid
   }
 }
 
+// Copy the FP8 bytes of x[:, k0 : k0 + len] into LDS as they are (rows of row_q 16-byte chunks).
+template <int N>
+__device__ void stage_bytes(hs::u32x4* xs, const void* __restrict__ x, int64_t x_stride, int k0, int len, int row_q) {
+  const uint8_t* x8 = static_cast<const uint8_t*>(x);
+#pragma unroll 1
+  for (int n = 0; n < N; ++n)
+    for (int c = threadIdx.x; c < (len >> 4); c += kThreads) xs[n * row_q + c] = hs::load16(x8 + n * x_stride + k0 + 16 * c);
+}
+
 
 template <typename T, bool FNUZ, bool BLOCK, int N, int YTILE>
 struct Tile {
   float acc[N][YTILE];
   uint32_t poison[YTILE];
 
+  __device__ inline void init() {
+#pragma unroll
+    for (int n = 0; n < N; ++n)
+#pragma unroll
+      for (int r = 0; r < YTILE; ++r) acc[n][r] = 0.0f;
+#pragma unroll
+    for (int r = 0; r < YTILE; ++r) poison[r] = 0u;
+  }
+
+  // The (n, r) sum of this lane for the cross-lane reduction: NaN if the row has a NaN weight.
+  __device__ inline float value(int n, int r, int) const {
+    return (poison[r] & 0x80808080u) ? __builtin_nanf("") : acc[n][r];
+  }
+
   // Chunk c (16 columns) of the staged pass against its weight chunks wv[r]. Four columns at
   // a time: their widened weights for every row, then each token's x for them (8 bytes of
   // LDS), so only a few widened dwords and one token's x are live at once.
-  __device__ inline void chunk(const hs::u32x4 (&wv)[YTILE], const u32x2* xs, int row_d, int c,
-                               const float* gscale) {
+  __device__ inline void chunk(const hs::u32x4 (&wv)[YTILE], const hs::u32x4* xq, int row_q, int c,
+                               const float* gscale, bool = true) {
+    const u32x2* xs = reinterpret_cast<const u32x2*>(xq);
+    const int row_d = 2 * row_q;
     float s[N][YTILE];
 #pragma unroll
     for (int n = 0; n < N; ++n)
@@ -141,21 +166,93 @@ struct Tile {
   }
 };
 
-template <typename T, bool FNUZ, bool BLOCK, int N, int YTILE>
+// W8A8 on the FP8 instructions (the arch's own flavour), x staged as its bytes: gfx1201's
+// v_dot4_f32_fp8_fp8 (four products per dword into the fp32 sum), gfx942/gfx950's
+// v_mfma_f32_16x16x32_fp8_fp8 as a 64-lane dot product: A holds the lane's weight bytes and B
+// its x bytes, so the diagonal D[i][i] = sum over lanes i + 16 g of their own 8 products (the
+// other 240 results are discarded); lane i + 16 (i / 4) keeps D[i][i] in register i % 4.
+// NaN encodings propagate through the instructions.
+#if defined(__gfx942__) || defined(__gfx950__) || defined(__gfx1201__)
+#define HS_FP8_NATIVE 1
+#if HS_GFX9
+typedef float f32x4 __attribute__((ext_vector_type(4)));
+typedef f32x4 nacc;
+#else
+typedef float nacc;
+#endif
+
+template <bool BLOCK, int N, int YTILE>
+struct NativeTile {
+  nacc acc[N][YTILE];
+
+  __device__ inline void init() {
+#pragma unroll
+    for (int n = 0; n < N; ++n)
+#pragma unroll
+      for (int r = 0; r < YTILE; ++r) acc[n][r] = nacc{};
+  }
+
+  // live = false: a lane past the pass's chunks (its weights are 0; so is its x, which may
+  // hold NaN encodings).
+  __device__ inline void chunk(const hs::u32x4 (&wv)[YTILE], const hs::u32x4* xs, int row_q, int c,
+                               const float* gscale, bool live = true) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      const hs::u32x4 xv = live ? xs[n * row_q + c] : hs::u32x4{0u, 0u, 0u, 0u};
+#pragma unroll
+      for (int r = 0; r < YTILE; ++r) {
+#if HS_GFX9
+        f32x4 s = BLOCK ? f32x4{} : acc[n][r];
+        s = __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8(__builtin_bit_cast(long, (u32x2){wv[r].x, wv[r].y}),
+                                                      __builtin_bit_cast(long, (u32x2){xv.x, xv.y}), s, 0, 0, 0);
+        s = __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8(__builtin_bit_cast(long, (u32x2){wv[r].z, wv[r].w}),
+                                                      __builtin_bit_cast(long, (u32x2){xv.z, xv.w}), s, 0, 0, 0);
+#else
+        float s = BLOCK ? 0.0f : acc[n][r];
+#pragma unroll
+        for (int d = 0; d < 4; ++d) s = __builtin_amdgcn_dot4_f32_fp8_fp8(wv[r][d], xv[d], s);
+#endif
+        if constexpr (BLOCK) acc[n][r] += s * gscale[n];
+        else acc[n][r] = s;
+      }
+    }
+  }
+
+  // This lane's share of the (n, r) sum for the cross-lane reduction.
+  __device__ inline float value(int n, int r, int lane) const {
+#if HS_GFX9
+    const f32x4 a = acc[n][r];
+    const int q = lane & 3;
+    const float d = q == 0 ? a.x : q == 1 ? a.y : q == 2 ? a.z : a.w;
+    return ((lane & 15) >> 2) == (lane >> 4) ? d : 0.0f;
+#else
+    (void)lane;
+    return acc[n][r];
+#endif
+  }
+};
+#else
+#define HS_FP8_NATIVE 0
+template <bool BLOCK, int N, int YTILE> struct NativeTile;
+#endif
+
+template <bool NAT, typename A, typename B> struct pick { using type = A; };
+template <typename A, typename B> struct pick<true, A, B> { using type = B; };
+
+template <typename T, bool FNUZ, bool NAT, bool BLOCK, int N, int YTILE>
 __device__ void fp8_linear(const void* __restrict__ x, const uint8_t* __restrict__ w,
                            const float* __restrict__ w_scale, const float* __restrict__ x_scale,
                            const uint16_t* __restrict__ bias, uint16_t* __restrict__ y, int M, int K,
                            int64_t x_stride, int64_t w_stride, int64_t bias_stride, int kc, int ws_stride,
                            int xs_stride, int flags) {
   static_assert(N * YTILE <= hs::kWave, "one output per lane at the write");
+  constexpr bool kUniform = NAT && HS_GFX9;
   constexpr int U = kInFlight > YTILE ? kInFlight / YTILE : 1;
   extern __shared__ hs::u32x4 xs[];
 
   const int lane = threadIdx.x % hs::kWave;
   const int wave = threadIdx.x / hs::kWave;
-  const int row_q = kc >> 3;  // u32x4 per staged row
-  const int row_d = kc >> 2;  // u32x2 per staged row
-  const u32x2* xd = reinterpret_cast<const u32x2*>(xs);
+  const int row_q = NAT ? kc >> 4 : kc >> 3;  // u32x4 per staged row
   const int tiles = (M + YTILE - 1) / YTILE;
   const bool staged_once = kc >= K;
   const int groups = (K + kGroup - 1) / kGroup;
@@ -167,7 +264,11 @@ __device__ void fp8_linear(const void* __restrict__ x, const uint8_t* __restrict
     for (int i = threadIdx.x; i < N * groups; i += kThreads)
       xsc[i] = x_scale[(i / groups) * (int64_t)xs_stride + i % groups];
   }
-  if (staged_once) stage<N>(xs, x, x_stride, 0, K, row_q, flags);
+  auto stage_x = [&](int k0, int len) {
+    if constexpr (NAT) stage_bytes<N>(xs, x, x_stride, k0, len, row_q);
+    else stage<N>(xs, x, x_stride, k0, len, row_q, flags);
+  };
+  if (staged_once) stage_x(0, K);
   if (staged_once || x_groups) __syncthreads();
 
   for (int first = blockIdx.x * kWaves; first < tiles; first += gridDim.x * kWaves) {
@@ -179,19 +280,14 @@ __device__ void fp8_linear(const void* __restrict__ x, const uint8_t* __restrict
     for (int r = 0; r < YTILE; ++r) wrow[r] = w + (int64_t)min(m0 + r, M - 1) * w_stride;
     const float* wsb = w_scale + (int64_t)(min(m0, M - 1) / kGroup) * ws_stride;  // block mode
 
-    Tile<T, FNUZ, BLOCK, N, YTILE> t;
-#pragma unroll
-    for (int n = 0; n < N; ++n)
-#pragma unroll
-      for (int r = 0; r < YTILE; ++r) t.acc[n][r] = 0.0f;
-#pragma unroll
-    for (int r = 0; r < YTILE; ++r) t.poison[r] = 0u;
+    typename pick<NAT, Tile<T, FNUZ, BLOCK, N, YTILE>, NativeTile<BLOCK, N, YTILE>>::type t;
+    t.init();
 
     for (int k0 = 0; k0 < K; k0 += kc) {
       const int len = min(kc, K - k0);
       if (!staged_once) {
         __syncthreads();  // every wave is done reading the previous pass
-        stage<N>(xs, x, x_stride, k0, len, row_q, flags);
+        stage_x(k0, len);
         __syncthreads();
       }
       if (!active) continue;
@@ -205,8 +301,14 @@ __device__ void fp8_linear(const void* __restrict__ x, const uint8_t* __restrict
           for (int n = 0; n < N; ++n) gs[n] = x_groups ? sw * xsc[n * groups + g] : sw;
         }
       };
-      int c = lane;
-      for (; c + (U - 1) * hs::kWave < full; c += U * hs::kWave) {
+      // MFMA needs every lane of the wave: with kUniform the trip counts are the wave's (the
+      // unrolled loop while every lane has U chunks, then single chunks, dead lanes adding 0),
+      // and the four lanes i + 16 g summed into one diagonal result take four consecutive
+      // chunks (of one 128-column group, which block mode scales as one).
+      const int pos = kUniform ? 4 * (lane & 15) + (lane >> 4) : lane;
+      const int lim = kUniform ? full - (hs::kWave - 1 - pos) : full;
+      int c = pos;
+      for (; c + (U - 1) * hs::kWave < lim; c += U * hs::kWave) {
         hs::u32x4 wv[U][YTILE];
 #pragma unroll
         for (int u = 0; u < U; ++u)
@@ -215,18 +317,21 @@ __device__ void fp8_linear(const void* __restrict__ x, const uint8_t* __restrict
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           scales(c + u * hs::kWave);
-          t.chunk(wv[u], xd, row_d, c + u * hs::kWave, gs);
+          t.chunk(wv[u], xs, row_q, c + u * hs::kWave, gs);
           // One chunk's LDS reads and widened weights live at a time: left to itself the
           // scheduler hoists the next chunk's too (177 VGPRs instead of 150 on gfx1100).
           __builtin_amdgcn_sched_barrier(0);
         }
       }
-      for (; c < full; c += hs::kWave) {
+      for (; c < (kUniform ? full + pos : full); c += hs::kWave) {
+        const bool live = !kUniform || c < full;
+        const int cl = live ? c : 0;
         hs::u32x4 wv[YTILE];
 #pragma unroll
-        for (int r = 0; r < YTILE; ++r) wv[r] = hs::load16_stream(wrow[r] + k0 + kChunk * c);
-        scales(c);
-        t.chunk(wv, xd, row_d, c, gs);
+        for (int r = 0; r < YTILE; ++r)
+          wv[r] = live ? hs::load16_stream(wrow[r] + k0 + kChunk * cl) : hs::u32x4{0u, 0u, 0u, 0u};
+        scales(kUniform ? min(c, full - 1) : c);   // a dead lane may hold its set's result: its set's group
+        t.chunk(wv, xs, row_q, cl, gs, live);
       }
     }
 
@@ -236,15 +341,15 @@ __device__ void fp8_linear(const void* __restrict__ x, const uint8_t* __restrict
 #pragma unroll
       for (int j = 0; j < P; ++j) {
         const int n = j / YTILE, r = j % YTILE;
-        v[j] = j >= N * YTILE ? 0.0f : (t.poison[r] & 0x80808080u) ? __builtin_nanf("") : t.acc[n][r];
+        v[j] = j >= N * YTILE ? 0.0f : t.value(n, r, lane);
       }
       const float sum = hs::reduce_scatter<hs::kWave / 2, P>(v, lane);
       constexpr int kLanes = hs::kWave / P;
       const int j = lane / kLanes, n = j / YTILE, row = m0 + j % YTILE;
       if (lane % kLanes == 0 && j < N * YTILE && row < M) {
         // The widening's powers of two, then the scales, then the bias, all in fp32.
-        const float unbias = (FNUZ ? 128.0f : 256.0f) *
-                             ((flags & kXFp8) ? ((flags & kXFnuz) ? 128.0f : 256.0f) : 1.0f);
+        const float unbias = NAT ? 1.0f
+                                 : (FNUZ ? 128.0f : 256.0f) * ((flags & kXFp8) ? ((flags & kXFnuz) ? 128.0f : 256.0f) : 1.0f);
         float out = sum * unbias;
         if constexpr (!BLOCK) {
           out *= w_scale[(int64_t)row * ws_stride];
@@ -269,19 +374,19 @@ __device__ void fp8_linear(const void* __restrict__ x, const uint8_t* __restrict
 
 // One kernel per weight flavour and scale mode: in one body the four would share a register
 // allocation that does not fit (it spills on gfx11/12).
-#define HS_FP8(T, TAG, FNUZ, FL, BLOCK, MODE, N, YT)                                                   \
+#define HS_FP8(T, TAG, FNUZ, NAT, FL, BLOCK, MODE, N, YT)                                              \
   extern "C" __global__ void __launch_bounds__(kThreads) HS_FP8_ATTRS                                  \
   fp8_linear_##TAG##_##FL##MODE##_n##N##_y##YT(                                                        \
       const void* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ w_scale,      \
       const float* __restrict__ x_scale, const uint16_t* __restrict__ bias, uint16_t* __restrict__ y,   \
       int M, int K, int64_t x_stride, int64_t w_stride, int64_t bias_stride, int kc, int ws_stride,     \
       int xs_stride, int flags) {                                                                      \
-    fp8_linear<T, FNUZ, BLOCK, N, YT>(x, w, w_scale, x_scale, bias, y, M, K, x_stride, w_stride,       \
+    fp8_linear<T, FNUZ, NAT, BLOCK, N, YT>(x, w, w_scale, x_scale, bias, y, M, K, x_stride, w_stride,       \
                                       bias_stride, kc, ws_stride, xs_stride, flags);                   \
   }
 #define HS_FP8_MODES(T, TAG, N, YT)                                                                    \
-  HS_FP8(T, TAG, false, ocp, false, , N, YT) HS_FP8(T, TAG, true, fnuz, false, , N, YT)               \
-  HS_FP8(T, TAG, false, ocp, true, _block, N, YT) HS_FP8(T, TAG, true, fnuz, true, _block, N, YT)
+  HS_FP8(T, TAG, false, false, ocp, false, , N, YT) HS_FP8(T, TAG, true, false, fnuz, false, , N, YT) \
+  HS_FP8(T, TAG, false, false, ocp, true, _block, N, YT) HS_FP8(T, TAG, true, false, fnuz, true, _block, N, YT)
 
 #define HS_FP8_N4(T, TAG, N) HS_FP8_MODES(T, TAG, N, 1) HS_FP8_MODES(T, TAG, N, 2) HS_FP8_MODES(T, TAG, N, 4)
 #define HS_FP8_N2(T, TAG, N) HS_FP8_MODES(T, TAG, N, 1) HS_FP8_MODES(T, TAG, N, 2)
@@ -291,3 +396,16 @@ __device__ void fp8_linear(const void* __restrict__ x, const uint8_t* __restrict
 
 HS_FP8_ALL(hs::f16, f16)
 HS_FP8_ALL(hs::bf16, bf16)
+
+// W8A8 on the FP8 instructions, in the arch's own flavour only (fp8_linear_fp8_*).
+#if HS_FP8_NATIVE
+#undef HS_FP8_MODES
+#if defined(__gfx942__)
+#define HS_FP8_MODES(T, TAG, N, YT) HS_FP8(T, TAG, true, true, fnuz, false, , N, YT) \
+  HS_FP8(T, TAG, true, true, fnuz, true, _block, N, YT)
+#else
+#define HS_FP8_MODES(T, TAG, N, YT) HS_FP8(T, TAG, false, true, ocp, false, , N, YT) \
+  HS_FP8(T, TAG, false, true, ocp, true, _block, N, YT)
+#endif
+HS_FP8_ALL(hs::f16, fp8)
+#endif

@@ -36,14 +36,21 @@ constexpr int kXFp8 = 2, kXFnuz = 4, kOutBf16 = 8;  // flags, as kernels/fp8_lin
 constexpr int kGroup = 128;
 constexpr int kPairs = kUnroll / 2;                  // step pairs per 128-column group
 
-// x[:, k0 : k0 + len] for 16 * NT token rows into LDS as 16-bit; zero past N and past len.
-template <int NT, int KC>
+// x[:, k0 : k0 + len] for 16 * NT token rows into LDS as 16-bit (NAT: as the FP8 bytes, 8 to
+// a slot); zero past N and past len.
+template <int NT, int KC, bool NAT>
 __device__ void stage(hs::u32x4* xs, const void* __restrict__ x, int64_t x_stride, int N, int k0, int len,
                       int flags) {
   constexpr int kRowChunks = KC / 8;
   const bool x8 = (flags & kXFp8) != 0, fnuz = (flags & kXFnuz) != 0;
   for (int i = threadIdx.x; i < 16 * NT * kRowChunks; i += kThreads) {
     const int n = i / kRowChunks, c = i % kRowChunks, k = k0 + 8 * c;
+    if constexpr (NAT) {
+      u32x2 b = {0u, 0u};
+      if (n < N && 8 * c < len) b = *reinterpret_cast<const u32x2*>(static_cast<const uint8_t*>(x) + n * x_stride + k);
+      reinterpret_cast<u32x2*>(xs)[slot<KC>(n, c)] = b;
+      continue;
+    }
     hs::u32x4 v = {0u, 0u, 0u, 0u};
     if (n < N && 8 * c < len) {
       if (x8) {
@@ -64,11 +71,11 @@ __device__ void stage(hs::u32x4* xs, const void* __restrict__ x, int64_t x_strid
 // groups = 128 floats; 0 for padded tokens, whose sums are 0; 1 without x_scale (W8A16), so
 // the multiply-add needs no branch, which costs the WMMA kernels their registers).
 template <int NT, int KC>
-__device__ void stage_scales(float* sxs, const float* __restrict__ x_scale, int64_t xs_stride, int N, int g0) {
+__device__ void stage_scales(float* sxs, const float* __restrict__ x_scale, int64_t xs_stride, int N, int K, int g0) {
   constexpr int G = KC / 128;
   for (int i = threadIdx.x; i < 16 * NT * G; i += kThreads) {
-    const int n = i / G;
-    sxs[i] = n >= N ? 0.0f : x_scale == nullptr ? 1.0f : x_scale[n * xs_stride + g0 + i % G];
+    const int n = i / G, g = g0 + i % G;   // groups past K (a pass reaching beyond it) are never used
+    sxs[i] = n >= N || 128 * g >= K ? 0.0f : x_scale == nullptr ? 1.0f : x_scale[n * xs_stride + g];
   }
 }
 
@@ -120,10 +127,32 @@ __device__ inline void load_group(hs::u32x4 (&wv)[kPairs][kTiles], const uint8_t
 }
 
 // acc[t][nt - LO] += x . W^T over the group for token tiles LO .. HI - 1; with POISON, also
-// collects the NaN encodings of the weights.
-template <typename T, bool FNUZ, int KC, int LO, int HI, bool POISON, int NA>
+// collects the NaN encodings of the weights. NAT: the FP8 matrix instruction on the bytes as
+// they are (NaN encodings propagate by themselves).
+template <typename T, bool FNUZ, bool NAT, int KC, int LO, int HI, bool POISON, int NA>
 __device__ inline void multiply(accv (&acc)[kTiles][NA], uint32_t (&poison)[kTiles], const hs::u32x4 (&wv)[kPairs][kTiles],
                                 const hs::u32x4* xs, int c0, int lane) {
+#if HS_FP8_MMA
+  if constexpr (NAT) {
+    const u32x2* x8 = reinterpret_cast<const u32x2*>(xs);
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int nt = LO; nt < HI; ++nt) {
+          const u32x2 a = x8[slot<KC>(16 * nt + (lane & 15), c0 + 2 * kGroups * j + 2 * (lane >> 4) + h)];
+#pragma unroll
+          for (int t = 0; t < kTiles; ++t) {
+            const u32x2 b = h ? u32x2{wv[j][t].z, wv[j][t].w} : u32x2{wv[j][t].x, wv[j][t].y};
+            acc[t][nt - LO] = mma8(a, b, acc[t][nt - LO]);
+          }
+        }
+        __builtin_amdgcn_sched_barrier(0);
+      }
+    return;
+  }
+#endif
 #pragma unroll
   for (int j = 0; j < kPairs; ++j) {
     frag b[2][kTiles];
@@ -153,7 +182,7 @@ __device__ inline void multiply(accv (&acc)[kTiles][NA], uint32_t (&poison)[kTil
 
 // Block mode: the group's sums of token tiles LO .. HI - 1, scaled by the weight block's scale
 // sw and each token's group scale, added to acc.
-template <typename T, bool FNUZ, int KC, int LO, int HI, bool TAIL, int NT>
+template <typename T, bool FNUZ, bool NAT, int KC, int LO, int HI, bool TAIL, int NT>
 __device__ inline void block_part(accv (&acc)[kTiles][NT], uint32_t (&poison)[kTiles],
                                   const uint8_t* const (&wrow)[kTiles], int k0, int K, const hs::u32x4* xs, int c0,
                                   float sw, const float* sxs, int gq, int lane) {
@@ -164,7 +193,7 @@ __device__ inline void block_part(accv (&acc)[kTiles][NT], uint32_t (&poison)[kT
   for (int t = 0; t < kTiles; ++t)
 #pragma unroll
     for (int nt = 0; nt < HI - LO; ++nt) part[t][nt] = accv{};
-  multiply<T, FNUZ, KC, LO, HI, LO == 0>(part, poison, wv, xs, c0, lane);
+  multiply<T, FNUZ, NAT, KC, LO, HI, LO == 0 && !NAT>(part, poison, wv, xs, c0, lane);
   __builtin_amdgcn_sched_barrier(0);   // the scale loads after the sums, not next to every accumulator
 #pragma unroll
   for (int nt = LO; nt < HI; ++nt) {
@@ -216,7 +245,7 @@ __device__ void write_out(const accv (&acc)[kTiles][NT], float* lds, const float
   }
 }
 
-template <typename T, bool FNUZ, bool BLOCK, int NT>
+template <typename T, bool FNUZ, bool NAT, bool BLOCK, int NT>
 __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ w_scale,
                        const float* __restrict__ x_scale, const uint16_t* __restrict__ bias, uint16_t* __restrict__ y,
                        float* __restrict__ partials, uint32_t* __restrict__ counters, int N, int M, int K,
@@ -232,7 +261,8 @@ __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w
   const int units = blocks * shards;
   // Block mode: the pass's activation scales after x in LDS.
   float* sxs = reinterpret_cast<float*>(xs + 16 * NT * (KC / 8));
-  const float unbias = (FNUZ ? 128.0f : 256.0f) * ((flags & kXFp8) ? ((flags & kXFnuz) ? 128.0f : 256.0f) : 1.0f);
+  const float unbias =
+      NAT ? 1.0f : (FNUZ ? 128.0f : 256.0f) * ((flags & kXFp8) ? ((flags & kXFnuz) ? 128.0f : 256.0f) : 1.0f);
 
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     const int block = u / shards, shard = u % shards;
@@ -255,8 +285,8 @@ __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w
     for (int k0 = ks; k0 < ke; k0 += KC) {
       const int len = min(KC, ke - k0);
       __syncthreads();
-      stage<NT, KC>(xs, x, x_stride, N, k0, len, flags);
-      if (BLOCK) stage_scales<NT, KC>(sxs, x_scale, xs_stride, N, k0 / kGroup);
+      stage<NT, KC, NAT>(xs, x, x_stride, N, k0, len, flags);
+      if (BLOCK) stage_scales<NT, KC>(sxs, x_scale, xs_stride, N, K, k0 / kGroup);
       __syncthreads();
       if (!active) continue;
 #pragma unroll 1  // one group's weights in registers at a time
@@ -266,14 +296,14 @@ __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w
           const int gi = (k0 + 128 * g) / kGroup;
           const float sw = w_scale[(int64_t)block * ws_stride + gi];
           if (tail)
-            block_part<T, FNUZ, KC, 0, NT, true>(acc, poison, wrow, k0 + 128 * g, K, xs, 16 * g, sw, sxs, g, lane);
+            block_part<T, FNUZ, NAT, KC, 0, NT, true>(acc, poison, wrow, k0 + 128 * g, K, xs, 16 * g, sw, sxs, g, lane);
           else
-            block_part<T, FNUZ, KC, 0, NT, false>(acc, poison, wrow, k0 + 128 * g, K, xs, 16 * g, sw, sxs, g, lane);
+            block_part<T, FNUZ, NAT, KC, 0, NT, false>(acc, poison, wrow, k0 + 128 * g, K, xs, 16 * g, sw, sxs, g, lane);
         } else {
           hs::u32x4 wv[kPairs][kTiles];
           if (tail) load_group<true>(wv, wrow, k0 + 128 * g, K, lane);
           else load_group<false>(wv, wrow, k0 + 128 * g, K, lane);
-          multiply<T, FNUZ, KC, 0, NT, true>(acc, poison, wv, xs, 16 * g, lane);
+          multiply<T, FNUZ, NAT, KC, 0, NT, !NAT>(acc, poison, wv, xs, 16 * g, lane);
         }
       }
     }
@@ -281,7 +311,7 @@ __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w
     // A feature's NaN weights were seen by the lanes that load its row: combine them, then
     // make the feature's sums NaN.
 #pragma unroll
-    for (int t = 0; t < kTiles; ++t) {
+    for (int t = 0; t < (NAT ? 0 : kTiles); ++t) {
       uint32_t p = poison[t];
 #pragma unroll
       for (int d = 16; d < hs::kWave; d *= 2) p |= (uint32_t)__shfl_xor((int)p, d);
@@ -301,21 +331,34 @@ __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w
 
 }  // namespace
 
-#define HS_FP8_SPLITK(T, TAG, FNUZ, FL, BLOCK, MODE, NT)                                                   \
+#define HS_FP8_SPLITK(T, TAG, FNUZ, NAT, FL, BLOCK, MODE, NT)                                              \
   extern "C" __global__ void __launch_bounds__(kThreads) fp8_linear_splitk_##TAG##_##FL##MODE##_t##NT(     \
       const void* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ w_scale,          \
       const float* __restrict__ x_scale, const uint16_t* __restrict__ bias, uint16_t* __restrict__ y,       \
       float* __restrict__ partials, uint32_t* __restrict__ counters, int N, int M, int K, int64_t x_stride, \
       int64_t w_stride, int64_t bias_stride, int shard_len, int ws_stride, int xs_stride, int flags) {       \
-    splitk<T, FNUZ, BLOCK, NT>(x, w, w_scale, x_scale, bias, y, partials, counters, N, M, K, x_stride,     \
+    splitk<T, FNUZ, NAT, BLOCK, NT>(x, w, w_scale, x_scale, bias, y, partials, counters, N, M, K, x_stride,     \
                                w_stride, bias_stride, shard_len, ws_stride, xs_stride, flags);             \
   }
 #define HS_FP8_SPLITK_MODES(T, TAG, NT)                                                                    \
-  HS_FP8_SPLITK(T, TAG, false, ocp, false, , NT) HS_FP8_SPLITK(T, TAG, true, fnuz, false, , NT)            \
-  HS_FP8_SPLITK(T, TAG, false, ocp, true, _block, NT) HS_FP8_SPLITK(T, TAG, true, fnuz, true, _block, NT)
+  HS_FP8_SPLITK(T, TAG, false, false, ocp, false, , NT) HS_FP8_SPLITK(T, TAG, true, false, fnuz, false, , NT) \
+  HS_FP8_SPLITK(T, TAG, false, false, ocp, true, _block, NT)                                                  \
+  HS_FP8_SPLITK(T, TAG, true, false, fnuz, true, _block, NT)
 #define HS_FP8_SPLITK_ALL(T, TAG)                                                                 \
   HS_FP8_SPLITK_MODES(T, TAG, 1) HS_FP8_SPLITK_MODES(T, TAG, 2) HS_FP8_SPLITK_MODES(T, TAG, 4) \
   HS_FP8_SPLITK_MODES(T, TAG, 8)
 
 HS_FP8_SPLITK_ALL(hs::f16, f16)
 HS_FP8_SPLITK_ALL(hs::bf16, bf16)
+
+// W8A8 on the FP8 matrix instructions, in the arch's own flavour only (fp8_linear_splitk_fp8_*).
+#if HS_FP8_MMA
+#if defined(__gfx942__)
+#define HS_FP8_NATIVE(NT) HS_FP8_SPLITK(hs::f16, fp8, true, true, fnuz, false, , NT) \
+  HS_FP8_SPLITK(hs::f16, fp8, true, true, fnuz, true, _block, NT)
+#else
+#define HS_FP8_NATIVE(NT) HS_FP8_SPLITK(hs::f16, fp8, false, true, ocp, false, , NT) \
+  HS_FP8_SPLITK(hs::f16, fp8, false, true, ocp, true, _block, NT)
+#endif
+HS_FP8_NATIVE(1) HS_FP8_NATIVE(2) HS_FP8_NATIVE(4) HS_FP8_NATIVE(8)
+#endif

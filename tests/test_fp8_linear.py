@@ -133,32 +133,43 @@ def test_nan_encodings_poison_only_their_rows_and_tokens(arch, n):
                 y = hipskinny.fp8_linear(x8, w8, ws, x_scale=xs)
                 assert np.isnan(y[1].astype(np.float32)).all()
                 assert not np.isnan(y[[0, 2]].astype(np.float32)).any()
+                x8.view(np.uint8)[1, 3] = 0             # ... and a NaN weight its feature only
+                w8.view(np.uint8)[7, 100] = nan
+                y = hipskinny.fp8_linear(x8, w8, ws, x_scale=xs).astype(np.float32)
+                assert np.isnan(y[:, 7]).all() and not np.isnan(np.delete(y, 7, axis=1)).any()
 
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
 @pytest.mark.parametrize("n", [4, 24])
 def test_bitwise_reproducible_across_cu_counts_and_schedules(arch, n):
+    """W8A16 with block scales, and W8A8 with block scales (on the FP8 instructions where the arch
+    has them): bitwise equal across calls, CU counts and shuffled schedules."""
     m, k = 140, 640
     x, w = _data(n, m, k, seed=7, x_dtype=BF16)
-    w8, ws = fp8.quantize(w, granularity="block", flavor="ocp")
-    outs = []
-    for cus in (1, 3):
-        dev = EmulatedDevice(arch, cus, seed=cus)       # seeded shuffled wave schedule
-        with hipskinny.on_device(dev):
-            outs.append(hipskinny.fp8_linear(x, w8, ws).view(np.uint16))
-            outs.append(hipskinny.fp8_linear(x, w8, ws).view(np.uint16))
-            if n > op.MAX_N:
-                assert op.plan_info(dev, BF16, n, m, k, block=True)["shards"] > 1
-    for o in outs[1:]:
-        np.testing.assert_array_equal(o, outs[0])
+    w8, ws = fp8.quantize(w, granularity="block", flavor=NATIVE[arch])
+    x8, xs = fp8.quantize(x.astype(np.float32), granularity="group", flavor=NATIVE[arch])
+    for args, kw in (((x, w8, ws), {}), ((x8, w8, ws), {"x_scale": xs})):
+        outs = []
+        for cus in (1, 3):
+            dev = EmulatedDevice(arch, cus, seed=cus)       # seeded shuffled wave schedule
+            with hipskinny.on_device(dev):
+                outs.append(hipskinny.fp8_linear(*args, **kw).view(np.uint16))
+                outs.append(hipskinny.fp8_linear(*args, **kw).view(np.uint16))
+                if n > op.MAX_N:
+                    assert op.plan_info(dev, args[0].dtype, n, m, k, w_flavor=NATIVE[arch], block=True,
+                                        x_scaled=bool(kw))["shards"] > 1
+        for o in outs[1:]:
+            np.testing.assert_array_equal(o, outs[0])
 
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
 def test_streamed_activations(arch):
-    """N = 8 with K past the LDS capacity: x streamed through LDS in K-chunks, block scales."""
+    """N = 8 with K past the LDS capacity: x streamed through LDS in K-chunks, block scales
+    (W8A8; staged as bytes on the FP8 instructions, as 16-bit when widened)."""
     from hipskinny.arch import ARCHS
 
-    k = (ARCHS[arch].lds_per_workgroup // 16 // 128 + 1) * 128 + 64
+    native = arch in op.FP8_HARDWARE
+    k = (ARCHS[arch].lds_per_workgroup // (8 if native else 16) // 128 + 1) * 128 + 64
     dev = _dev(arch, 2)
     x, w = _data(8, 3, k, seed=1, x_dtype=np.float32)
     w8, ws = fp8.quantize(w, granularity="block", flavor=NATIVE[arch])
@@ -166,8 +177,29 @@ def test_streamed_activations(arch):
     with hipskinny.on_device(dev):
         y = hipskinny.fp8_linear(x8, w8, ws, x_scale=xs)
     assert_bound(y, x8, w8, ws, xs)
-    info = op.plan_info(dev, F16, 8, 3, k, w_flavor=NATIVE[arch], block=True, x_scaled=True)
+    info = op.plan_info(dev, x8.dtype, 8, 3, k, w_flavor=NATIVE[arch], block=True, x_scaled=True)
+    assert info["kernel"].startswith("fp8_linear_fp8_" if native else "fp8_linear_f16_")
     assert not info["staged_once"] and info["lds_bytes"] <= ARCHS[arch].lds_per_workgroup
+
+
+@pytest.mark.parametrize("arch", op.FP8_HARDWARE)
+@pytest.mark.parametrize("gran", ["channel", "block"])
+def test_native_and_widened_paths_agree_with_the_reference(arch, gran):
+    """W8A8 on the FP8 instructions (MFMA / dot4 / WMMA) and through widening, on one arch: both
+    within the same bound of the exact result, for the lane-split and the split-K kernels."""
+    flavor = NATIVE[arch]
+    for i, (n, m, k, cus) in enumerate([(2, 70, 400, 2), (5, 20, 1040, 3), (24, 130, 272, 2)]):
+        x, w = _data(n, m, k, seed=20 + i, x_dtype=np.float32)
+        w8, ws = fp8.quantize(w, granularity=gran, flavor=flavor)
+        x8, xs = fp8.quantize(x, granularity=PAIRED[gran], flavor=flavor)
+        dev = _dev(arch, cus)
+        for native, tag in ((True, "fp8"), (False, "f16")):
+            with hipskinny.on_device(dev):
+                y = hipskinny.fp8_linear(x8, w8, ws, x_scale=xs, native=native)
+            assert_bound(y, x8, w8, ws, xs)
+            info = op.plan_info(dev, x8.dtype, n, m, -(-k // 16) * 16, w_flavor=flavor, block=gran == "block",
+                                x_scaled=True, native=native)
+            assert info["kernel"].startswith(f"fp8_linear_{tag}_" if n <= op.MAX_N else f"fp8_linear_splitk_{tag}_")
 
 
 def test_bad_input_messages():
@@ -202,6 +234,19 @@ def test_bad_input_messages():
             hipskinny.fp8_linear(x, w8, ws, bias=np.zeros(16, np.float32))
         with pytest.raises(InputValueError, match="N=129 rows .* supported: N = 1..128"):
             hipskinny.fp8_linear(np.zeros((129, 256), F16), w8, ws)
+        with pytest.raises(InputValueError, match=r"native=True needs FP8 x \(W8A8\)"):
+            hipskinny.fp8_linear(x, w8, ws, native=True)
         # W8A16 takes the non-native flavour (decoding is software).
         y = hipskinny.fp8_linear(x, o8, os_)
         assert_bound(y, x, o8, os_)
+
+
+def test_native_needs_fp8_hardware():
+    x, w = _data(2, 16, 256, seed=0, x_dtype=np.float32)
+    w8, ws = fp8.quantize(w, granularity="channel", flavor="ocp")
+    x8, xs = fp8.quantize(x, granularity="token", flavor="ocp")
+    with hipskinny.on_device(_dev("gfx1100", 2)):
+        with pytest.raises(InputValueError, match=r"on an arch with FP8 instructions \(gfx942, gfx950, gfx1201\); "
+                                                  "got float8_e4m3fn x on gfx1100"):
+            hipskinny.fp8_linear(x8, w8, ws, x_scale=xs, native=True)
+        assert_bound(hipskinny.fp8_linear(x8, w8, ws, x_scale=xs), x8, w8, ws, xs)

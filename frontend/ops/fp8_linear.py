@@ -77,6 +77,9 @@ NAMES = ("x", "w", "w_scale", "x_scale", "bias", "out")
 X8, X_FNUZ, OUT_BF16 = 2, 4, 8      # kernel flags
 NATIVE_W8A8 = {"gfx942": ("fnuz",), "gfx950": ("ocp",), "gfx1201": ("ocp",), "gfx1100": ("ocp", "fnuz"),
                "gfx1151": ("ocp", "fnuz")}
+# Archs with FP8 instructions: W8A8 runs on them (kernels tagged "fp8"): gfx942/gfx950 MFMA
+# 16x16x32 fp8 (small N: as a 64-lane dot product), gfx1201 v_dot4_f32_fp8_fp8 / WMMA fp8.
+FP8_HARDWARE = ("gfx942", "gfx950", "gfx1201")
 _F16, _BF16, _F32 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)
 _plans = PlanCache()
 _calls = operands.CallCache()
@@ -84,17 +87,19 @@ log = logging.getLogger(__name__)
 
 
 def fp8_linear(x: Any, w: Any, w_scale: Any, *, x_scale: Any = None, bias: Any = None, out_dtype: Any = None,
-               out: Any = None) -> Any:
+               out: Any = None, native: bool | None = None) -> Any:
     """``y = (x @ w.T) * scales + bias`` for N = 1..128 tokens with FP8 e4m3 weights (see the module
     docstring for modes, scale shapes and layouts). x: ``[..., K]`` (leading dims flattened to N
     rows and restored on the output); w: ``[M, K]`` FP8 (float8_e4m3fn or float8_e4m3fnuz);
     bias ``[M]``, ``[1, M]`` or ``[N, M]`` in the output dtype. numpy, torch or DLPack operands,
-    all on the host or all on one GPU; the result in x's container kind, or written into ``out``."""
+    all on the host or all on one GPU; the result in x's container kind, or written into ``out``.
+    ``native``: W8A8 on the arch's FP8 instructions (None: where it has them; False: the widened
+    kernels everywhere; True: an error on an arch without them)."""
     objs = (x, w, w_scale, x_scale, bias, out)
-    key, addresses = operands.signature(NAMES, objs, _dtype_name(out_dtype))
+    key, addresses = operands.signature(NAMES, objs, (_dtype_name(out_dtype), native))
     call = _calls.get(key)
     if call is None:
-        call = _calls.add(key, _bind(operands.gather("fp8_linear", NAMES, objs), out_dtype))
+        call = _calls.add(key, _bind(operands.gather("fp8_linear", NAMES, objs), out_dtype, native))
     return call(objs, addresses)
 
 
@@ -102,7 +107,7 @@ def _dtype_name(dtype: Any) -> str | None:
     return None if dtype is None else str(dtype).rsplit(".", 1)[-1]
 
 
-def _bind(ops: Operands, out_dtype: Any) -> Any:
+def _bind(ops: Operands, out_dtype: Any, native: bool | None = None) -> Any:
     xv, wv, wsv, xsv, bv = ops["x"], ops["w"], ops["w_scale"], ops["x_scale"], ops["bias"]
     assert xv is not None and wv is not None and wsv is not None
     n, m, k, flags, odt, block = _check(ops, out_dtype)
@@ -118,11 +123,16 @@ def _bind(ops: Operands, out_dtype: Any) -> Any:
                               f"{' or '.join(NATIVE_W8A8[device.arch.name])} FP8 (its hardware's flavour); got "
                               f"{w_flavor}: convert x and w with hipskinny.fp8.convert(a8, scale, to="
                               f"{NATIVE_W8A8[device.arch.name][0]!r}), or use W8A16 (16-bit x), which takes both")
+    if native and not (x8 and device.arch.name in FP8_HARDWARE):
+        raise InputValueError(f"fp8_linear: native=True needs FP8 x (W8A8) on an arch with FP8 instructions "
+                              f"({', '.join(FP8_HARDWARE)}); got {xv.dtype} x on {device.arch.name}")
     empty = m == 0 or n == 0
     groups = -(-k // 128)
     ws_stride = groups if block else (1 if wsv.shape not in ((), (1,)) else 0)
     xs_stride = 0 if xsv is None else groups if block else (1 if xsv.shape not in ((), (1,)) else 0)
     tag = "bf16" if xv.dtype == _BF16 else "f16"
+    if x8 and native is not False and device.arch.name in FP8_HARDWARE:
+        tag = "fp8"                                   # the FP8 instructions on the bytes as they are
     if ops.on_host:
         pitch = -(-k // CHUNK) * CHUNK                # staged rows zero-padded to 16 columns
         b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
@@ -252,8 +262,9 @@ def _plan(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, k:
 
     def build() -> LaunchPlan:
         scales = 4 * n * -(-k // 128) if block and x_scaled else 0
-        kc = k_chunk(n, k, info.lds_per_workgroup - scales, info.wave_size, CHUNK, "fp8_linear")
-        lds = n * kc * 2 + scales
+        elem = 1 if tag == "fp8" else 2               # staged x: FP8 bytes or 16-bit
+        kc = k_chunk(n, k, info.lds_per_workgroup - scales, info.wave_size, CHUNK, "fp8_linear", elem)
+        lds = n * kc * elem + scales
         module = registry.load(device, FAMILY)
         prefix = f"{FAMILY}_{tag}_{flavor}{'_block' if block else ''}_n{n}"
         y_max = max(y for y in YTILES if n * y <= MAX_TILE_OUTPUTS)
@@ -295,22 +306,51 @@ def _plan_splitk(device: Device, tag: str, flavor: str, block: bool, n: int, m: 
 
 
 def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int, *, w_flavor: str = "ocp", block: bool = False,
-              x_scaled: bool = False) -> dict[str, Any]:
+              x_scaled: bool = False, native: bool | None = None) -> dict[str, Any]:
     """The configuration a call of this shape gets on ``device`` (for tests and benchmarks; x_dtype
-    is the 16-bit dtype the kernel stages x in: that of x for W8A16, float16 for W8A8)."""
+    is x's dtype: fp16/bf16 for W8A16, an FP8 dtype for W8A8)."""
+    x8 = fp8.flavor_of(np.dtype(x_dtype)) is not None
     tag = "bf16" if np.dtype(x_dtype) == _BF16 else "f16"
+    if x8 and native is not False and device.arch.name in FP8_HARDWARE:
+        tag = "fp8"
     return dict(_plan(device, tag, w_flavor, block, n, m, k, x_scaled).info)
 
 
-def report_operands(x: np.ndarray, w: np.ndarray) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """What the performance report measures: W8A16, the weights as OCP FP8 per channel."""
-    w8, w_scale = fp8.quantize(w, granularity="channel", flavor="ocp")
-    return (x, w8, w_scale), {}
+# The performance report measures W8A16 with OCP weights per channel, and these variants: W8A8
+# per channel x per token, and W8A8 with 128x128 block x per-token-group scales, both in the
+# arch's W8A8 flavour (on the FP8 instructions where the arch has them).
+REPORT_VARIANTS = ("w8a8", "w8a8_block")
+REPORT_BASELINE = "skinny_gemm"     # the report compares predicted times with the 16-bit op's
 
 
-def report_min_bytes(n: int, m: int, k: int, itemsize: int) -> tuple[float, float]:
-    """(least bytes a W8A16 launch moves, weight bytes): FP8 weights, their fp32 scales, 16-bit x and y."""
-    return m * k + 4 * m + itemsize * (n * k + n * m), m * k
+def report_operands(x: np.ndarray, w: np.ndarray, *, variant: str | None = None,
+                    arch: str | None = None) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The report's operands for x [N, K] and w [M, K] of its 16-bit dtype (see REPORT_VARIANTS)."""
+    if variant is None:
+        w8, w_scale = fp8.quantize(w, granularity="channel", flavor="ocp")
+        return (x, w8, w_scale), {}
+    flavor = NATIVE_W8A8[arch or ""][0]
+    gw, gx = ("block", "group") if variant == "w8a8_block" else ("channel", "token")
+    w8, w_scale = fp8.quantize(w.astype(np.float32), granularity=gw, flavor=flavor)
+    x8, x_scale = fp8.quantize(x.astype(np.float32), granularity=gx, flavor=flavor)
+    return (x8, w8, w_scale), {"x_scale": x_scale}
+
+
+def report_min_bytes(n: int, m: int, k: int, itemsize: int, *, variant: str | None = None) -> tuple[float, float]:
+    """(least bytes a launch moves, weight bytes): FP8 weights and their fp32 scales, x (16-bit, or
+    FP8 with its fp32 scales) and the 16-bit y."""
+    if variant is None:
+        return m * k + 4 * m + itemsize * (n * k + n * m), m * k
+    groups = -(-k // 128)
+    scales = 4 * (-(-m // 128) * groups + n * groups) if variant == "w8a8_block" else 4 * (m + n)
+    return m * k + n * k + scales + 2 * n * m, m * k
+
+
+def report_plan_info(device: Device, dtype: Any, n: int, m: int, k: int, *, variant: str) -> dict[str, Any]:
+    """`plan_info` of a report variant's call (dtype: the report's 16-bit dtype, unused by W8A8)."""
+    flavor = NATIVE_W8A8[device.arch.name][0]
+    x_dtype = ml_dtypes.float8_e4m3fnuz if flavor == "fnuz" else ml_dtypes.float8_e4m3fn
+    return plan_info(device, x_dtype, n, m, k, w_flavor=flavor, block=variant == "w8a8_block", x_scaled=True)
 
 
 class _TorchFallback:

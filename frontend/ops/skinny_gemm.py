@@ -113,11 +113,12 @@ _calls = operands.CallCache()
 log = logging.getLogger(__name__)
 
 
-def k_chunk(n: int, k: int, lds_bytes: int, wave_size: int, chunk: int = 8, op: str = "skinny_gemm") -> int:
+def k_chunk(n: int, k: int, lds_bytes: int, wave_size: int, chunk: int = 8, op: str = "skinny_gemm",
+            elem_bytes: int = 2) -> int:
     """Columns of x staged in LDS per pass (see the module docstring); ``chunk``: the columns a
-    lane takes at a time (fp8_linear: 16)."""
+    lane takes at a time (fp8_linear: 16); ``elem_bytes``: bytes per staged element."""
     k_pad = -(-k // chunk) * chunk
-    fit = lds_bytes // (2 * n)
+    fit = lds_bytes // (elem_bytes * n)
     if k_pad <= fit:
         return k_pad
     step = chunk * wave_size

@@ -89,6 +89,24 @@ template <> __device__ inline accv mma<hs::bf16>(frag a, frag b, accv c) {
 }
 #endif
 
+// Native FP8 (the arch's own flavour: FNUZ on gfx942, OCP on gfx950/gfx1201): c + A . B for
+// one 16x16 tile and one step from 8 FP8 bytes per lane, a = x piece, b = W piece.
+#if defined(__gfx942__) || defined(__gfx950__) || defined(__gfx1201__)
+#define HS_FP8_MMA 1
+__device__ inline accv mma8(u32x2 a, u32x2 b, accv c) {
+#if HS_GFX9
+  return __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8(__builtin_bit_cast(long, a), __builtin_bit_cast(long, b), c, 0,
+                                                   0, 0);
+#else
+  typedef int int2v __attribute__((ext_vector_type(2)));
+  return __builtin_amdgcn_wmma_f32_16x16x16_fp8_fp8_w32_gfx12(__builtin_bit_cast(int2v, a),
+                                                             __builtin_bit_cast(int2v, b), c);
+#endif
+}
+#else
+#define HS_FP8_MMA 0
+#endif
+
 // Token row (i) and feature column (j) of result r of this lane in a 16x16 tile.
 __device__ inline int result_row(int lane, int r) {
 #if HS_GFX9
