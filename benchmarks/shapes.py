@@ -37,13 +37,13 @@ SHAPES: tuple[Shape, ...] = (
 )
 
 DEFAULT_N: tuple[int, ...] = (1, 4, 16, 64)
-N_BY_FAMILY: dict[str, tuple[int, ...]] = {"gemv": (1,)}
+N_BY_FAMILY: dict[str, tuple[int, ...]] = {"gemv": (1,), "matmul_4bit": (1, 4, 8)}   # matmul_4bit: its fused kernel
 
 # --check: small shapes that emulate in seconds: odd M and K with fewer rows than wave slots,
 # and a taller one (whole 128-row blocks, like every real shape) for the linearity check.
 CHECK_SHAPES: tuple[Shape, ...] = (
     Shape("check", "small", 300, 1000),
-    Shape("check", "tall", 2560, 520),
+    Shape("check", "tall", 2560, 512),
 )
 CHECK_N: tuple[int, ...] = (1, 4, 16)
 

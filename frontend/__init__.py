@@ -40,10 +40,14 @@ def _lazy(name: str):
         from .ops import fp8_linear as _fp8_linear
 
         return getattr(_fp8_linear, name)
-    if name == "fp8":
+    if name in ("matmul_4bit", "matmul_4bit_reference"):
+        from .ops import matmul_4bit as _matmul_4bit
+
+        return getattr(_matmul_4bit, name)
+    if name in ("fp8", "bnb"):
         import importlib
 
-        return importlib.import_module(f"{__name__}.fp8")
+        return importlib.import_module(f"{__name__}.{name}")
     if name == "probe":
         from .capability import probe
 
@@ -66,6 +70,6 @@ _torch_ops.install()   # torch.ops.hipskinny.*: now if torch is imported, else r
 __all__ = [
     "CaptureError", "CodeObjectError", "DeviceMismatchError", "HipRuntimeError", "HipSkinnyError", "InputTypeError",
     "InputValueError", "KernelArgumentError", "UnsupportedArchError", "__version__", "current_device", "fp8",
-    "fp8_linear", "fp8_linear_reference",
+    "fp8_linear", "fp8_linear_reference", "bnb", "matmul_4bit", "matmul_4bit_reference",
     "gemv", "gemv_reference", "on_device", "probe", "reserve", "skinny_gemm", "skinny_gemm_reference", "use_device",
 ]

@@ -250,3 +250,29 @@ def test_native_needs_fp8_hardware():
                                                   "got float8_e4m3fn x on gfx1100"):
             hipskinny.fp8_linear(x8, w8, ws, x_scale=xs, native=True)
         assert_bound(hipskinny.fp8_linear(x8, w8, ws, x_scale=xs), x8, w8, ws, xs)
+
+
+@pytest.mark.parametrize("mode", ["w8a16", "w8a8"])
+def test_torch_fallback_route(mode):
+    """The N > 128 route for torch tensors on a ROCm GPU (dequantize + F.linear; selecting it
+    needs ROCm torch, which this machine lacks), run on CPU tensors against the reference: the
+    result within one rounding of the output dtype plus fp32 summation."""
+    import torch
+    n, m, k = 130, 24, 256
+    x, w = _data(n, m, k, seed=4, x_dtype=np.float32)
+    w8, ws = fp8.quantize(torch.from_numpy(w), granularity="block", flavor="ocp")
+    bias = torch.randn(m).to(torch.bfloat16)
+    if mode == "w8a16":
+        xt, xs = torch.from_numpy(x).to(torch.bfloat16), None
+    else:
+        xt, xs = fp8.quantize(torch.from_numpy(x), granularity="group", flavor="ocp")
+    out = torch.empty(n, m, dtype=torch.bfloat16)
+    y = op._TorchFallback()((xt, w8, ws, xs, bias, out), None)
+    assert y is out
+
+    def npf(t):
+        return t.float().numpy().astype(BF16) if t.dtype == torch.bfloat16 else t.numpy()
+
+    x_np = npf(xt) if xs is None else xt.view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn)
+    assert_bound(y.float().numpy().astype(BF16), x_np, w8.view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn),
+                 ws.numpy(), None if xs is None else xs.numpy(), npf(bias))

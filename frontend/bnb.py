@@ -1,0 +1,727 @@
+"""bitsandbytes 4-bit weights (NF4 / FP4): quantize, dequantize, and read/write bitsandbytes' quant state.
+
+Reference quality, no GPU, and no bitsandbytes import: everything is computed with numpy, in float32
+exactly where bitsandbytes' CUDA kernel computes in float32, so numpy and torch inputs give the same
+bytes. torch is never imported here; torch tensors (any device) are copied to the host, processed,
+and returned as torch tensors on their own device.
+
+Format (bitsandbytes ``quantize_4bit`` / ``Params4bit``):
+
+* The weight (float16, bfloat16 or float32, any shape) is flattened row-major and cut into blocks of
+  ``blocksize`` consecutive elements (32, 64, ..., 4096; the last block may be partial; blocks may
+  straddle rows). ``absmax[b]`` = max ``|w|`` of block ``b`` (float32).
+* Each element is scaled to ``x = w * (1/absmax)`` (float32 reciprocal, then a float32 multiply,
+  as the CUDA kernel does) and coded by the kernel's comparison tree: NF4 code = the number of
+  float32 thresholds (`NF4_THRESHOLDS`, the float32-rounded midpoints of `NF4`) that ``x`` strictly
+  exceeds, so an exact tie goes to the lower code; FP4 = sign bit 8 if ``x < 0``, then the magnitude
+  code of the largest of the kernel's float32 literals (`FP4_THRESHOLDS`) that ``|x|`` strictly
+  exceeds. Those literals are the midpoints to about 7 digits only (0.583333 lies 3.3e-7 below the
+  midpoint of 0.5 and 2/3, the others within 3e-8 of theirs), so a value that close to a midpoint may
+  get the farther code: the literals are followed, as the kernel does.
+  A negative value that rounds to zero is FP4 code 8 (-0.0); -0.0 itself is code 0.
+* Packing: flat element ``2j`` in the HIGH nibble of byte ``j``, ``2j+1`` in the LOW nibble; an odd
+  count pads the last low nibble with the code of 0.0 (NF4 7, FP4 0). ``packed`` is uint8
+  ``[(n+1)//2, 1]``.
+* Dequantization: ``LUT[code] * absmax[i // blocksize]`` in float32, rounded once to the original
+  dtype.
+* ``compress_statistics=True`` ("nested"/double quantization): ``offset = mean(absmax)`` (float32),
+  ``r = absmax - offset`` is quantized in blocks of 256 against `DYNAMIC_MAP` (``x = r * (1/max|r|)``,
+  float32, then the CUDA kernel's binary search: nearest entry, judged against float32 midpoints,
+  an exact tie going to the EVEN index). ``absmax`` then holds the uint8 codes, ``state2.absmax`` the
+  float32 max ``|r|`` per 256 blocks, and ``absmax[b] = code2[q[b]] * state2.absmax[b // 256] + offset``
+  (float32 multiply, then float32 add).
+
+Choices where bitsandbytes' backends disagree (they differ only in bytes, never in dequantized values
+beyond the sign of a zero and the last bit of a nested absmax):
+
+* All-zero block (absmax 0): its scaled values are taken as 0, so every element gets the code of 0.0
+  (NF4 7 -> bytes 0x77, FP4 0) and dequantizes to 0. bitsandbytes' CPU/default backend gives the
+  same bytes (it clamps absmax to 1e-38); its CUDA kernel computes 0 * (1/0) = NaN and stores NF4
+  code 0 (-1.0 * 0 = -0.0). An all-zero block of ``r`` in the nested step likewise gets code 127
+  (0.0), where both of bitsandbytes' backends store the NaN's code 0: it reconstructs to exactly
+  ``offset`` either way. A block whose reciprocal overflows (absmax < 1/FLT_MAX, only reachable
+  with bfloat16 or float32 weights that small) is divided instead of multiplied.
+* Nested 8-bit codes follow the CUDA kernel's search, ties included (to the even index). bitsandbytes'
+  CPU library divides, compares float32 distances, and its search does not always return the
+  nearest entry; ties there go to the lower index.
+* bitsandbytes' CPU/default backend divides (instead of multiplying by the reciprocal) in a partial
+  last block, decides FP4 at float32 midpoints instead of the kernel's literals, and gives FP4
+  zeros the opposite sign (small positive values code 8, small negative ones code 0).
+* `DYNAMIC_MAP` is the map bitsandbytes builds with torch's CPU ``linspace``, which rounds
+  ``start + step*i`` once (a fused multiply-add); a torch build rounding twice gives 42 of the 256
+  entries one ulp away. A checkpoint carries its own map (``nested_quant_map``): dequantization uses
+  ``state.state2.code``, so only quantization depends on it.
+* The nested offset is the float64 mean rounded once to float32; bitsandbytes' float32 ``mean()``
+  may be an ulp away (the offset is stored, so nothing downstream depends on it).
+* Non-finite weights are rejected (InputValueError): the CUDA kernel's absmax skips NaN and the
+  codes it gives them are meaningless.
+
+The state (`QuantState`) keeps bitsandbytes' attribute names and the layout a kernel reads: packed
+bytes, flat float32 ``absmax`` (or uint8 codes + ``state2``), ``offset`` a 0-d float32, ``code`` the
+16-entry float32 LUT. numpy in -> numpy state (``dtype`` a numpy dtype, ``shape`` a tuple); torch in
+-> torch tensors on the input's device (``dtype`` a torch dtype, ``shape`` a ``torch.Size``).
+`as_state` reads bitsandbytes' own ``QuantState``, a ``Params4bit`` or a checkpoint's state dict
+without importing bitsandbytes; `state_dict` writes that state-dict layout.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from .errors import InputTypeError, InputValueError
+
+__all__ = [
+    "BLOCKSIZES",
+    "DYNAMIC_MAP",
+    "FP4",
+    "FP4_THRESHOLDS",
+    "NF4",
+    "NF4_THRESHOLDS",
+    "QUANT_TYPES",
+    "QuantState",
+    "absmax_fp32",
+    "as_state",
+    "dequantize_4bit",
+    "matmul_4bit",
+    "quantize_4bit",
+    "state_dict",
+]
+
+QUANT_TYPES = ("nf4", "fp4")
+BLOCKSIZES = (32, 64, 128, 256, 512, 1024, 2048, 4096)
+NESTED_BLOCKSIZE = 256      # bitsandbytes' double quantization; its fused kernels accept nothing else
+
+
+def _frozen(values: Any) -> np.ndarray:
+    a = np.array(values, np.float32)
+    a.flags.writeable = False
+    return a
+
+
+# The normative tables (quant_specs.md 1.1); index = 4-bit code.
+NF4 = _frozen([
+    -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
+    -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
+    0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
+    0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0,
+])
+# bnb's FP4 (not OCP E2M1): sign bit 3; magnitudes {0, 0.0625, 8, 12, 4, 6, 2, 3} / 12.
+FP4 = _frozen(np.array([0.0, 0.0625, 8.0, 12.0, 4.0, 6.0, 2.0, 3.0] * 2, np.float32)
+              / np.float32(12) * np.repeat(np.float32([1, -1]), 8))
+
+# The CUDA kernel's comparison constants (float literals, so float32 comparisons), ascending.
+NF4_THRESHOLDS = _frozen([
+    -0.8480964004993439, -0.6106329262256622, -0.4599952697753906, -0.33967943489551544,
+    -0.23460740596055984, -0.13791173323988914, -0.045525018125772476, 0.03979014977812767,
+    0.1202552504837513, 0.2035212516784668, 0.2920137718319893, 0.3893125355243683,
+    0.5016634166240692, 0.6427869200706482, 0.8614784181118011,
+])
+FP4_THRESHOLDS = _frozen([0.00260417, 0.0859375, 0.20833333, 0.29166667, 0.4166667, 0.583333, 0.8333333])
+# magnitude code for "|x| exceeds exactly k of FP4_THRESHOLDS"
+_FP4_MAG_CODE = np.array([0, 1, 6, 7, 4, 5, 2, 3], np.uint8)
+_LUT = {"nf4": NF4, "fp4": FP4}
+
+
+def _torch_linspace_f32(start: float, end: float, steps: int) -> np.ndarray:
+    """``torch.linspace(start, end, steps, dtype=torch.float32)`` on the CPU, bit for bit: a float32
+    step, then ``start + step*i`` (first half) or ``end - step*(steps-1-i)`` rounded ONCE to float32
+    (torch's CPU kernel is compiled to a fused multiply-add; float64 holds the exact value: 24-bit
+    step times i <= 64, plus a float32). A build rounding twice gives 1-ulp differences."""
+    s, e = np.float32(start), np.float32(end)
+    step = np.float64((e - s) / np.float32(steps - 1))
+    i = np.arange(steps)
+    lo = np.float64(s) + step * i
+    hi = np.float64(e) - step * (steps - 1 - i)
+    return np.where(i < steps // 2, lo, hi).astype(np.float32)
+
+
+def _signed_dynamic_map() -> np.ndarray:
+    """bitsandbytes' ``create_dynamic_map(signed=True, max_exponent_bits=7, total_bits=8)``: for
+    i = 0..6, the 2**i midpoints of ``linspace(0.1, 1, 2**i + 1)`` (float32) times ``10**(i-6)``
+    (a float32 multiply), with both signs, plus 0 and 1, sorted: 256 distinct float32 values."""
+    vals = [np.float32([0.0, 1.0])]
+    for i in range(7):
+        b = _torch_linspace_f32(0.1, 1.0, 2**i + 1)
+        mids = (b[:-1] + b[1:]) / np.float32(2)
+        scaled = np.float32(10.0 ** (i - 6)) * mids
+        vals += [scaled, -scaled]
+    return _frozen(np.sort(np.concatenate(vals)))
+
+
+DYNAMIC_MAP = _signed_dynamic_map()
+
+# The CUDA kernel's 8-bit binary search (dQuantize), vectorized: 7 halvings compare x with the
+# odd-index entries 1..253 (strict >), which leaves an even pivot p with map[p-1] < x <= map[p+1];
+# then x > map[p] picks p+1 if x > mid(p, p+1), else p; x <= map[p] picks p-1 if x < mid(p-1, p),
+# else p. Midpoints are (a + b) * 0.5 in float32, so a tie goes to the even index p.
+_DYN_ODD = _frozen(DYNAMIC_MAP[1:254:2])
+_DYN_EVEN = _frozen(DYNAMIC_MAP[0::2])
+_DYN_MID_UP = _frozen((DYNAMIC_MAP[0::2] + DYNAMIC_MAP[1::2]) * np.float32(0.5))
+_DYN_MID_DOWN = _frozen((np.concatenate([DYNAMIC_MAP[:1], DYNAMIC_MAP[1:255:2]]) + DYNAMIC_MAP[0::2])
+                        * np.float32(0.5))
+
+_FLOAT_NAMES = ("float16", "bfloat16", "float32")
+_NP_DTYPE = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16),
+             "float32": np.dtype(np.float32)}
+_CHUNK = 1 << 20    # elements per slice (a multiple of every blocksize): bounded temporaries
+
+
+# ----------------------------------------------------------------------------------------------
+# kinds: numpy or torch, without importing torch
+
+
+def _torch() -> Any:
+    return sys.modules.get("torch")
+
+
+def _is_torch(x: Any) -> bool:
+    tensor = getattr(_torch(), "Tensor", None)
+    return tensor is not None and isinstance(x, tensor)
+
+
+def _describe(x: Any) -> str:
+    dt = getattr(x, "dtype", None)
+    return f"{type(x).__module__}.{type(x).__name__}" + (f" of dtype {dt}" if dt is not None else "")
+
+
+def _host(x: Any) -> np.ndarray:
+    """A host numpy view or copy of an array or tensor (bfloat16 tensors as ml_dtypes.bfloat16)."""
+    if _is_torch(x):
+        torch = _torch()
+        t = x.detach().to("cpu").contiguous()
+        if t.dtype == torch.bfloat16:
+            return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return t.numpy()
+    return np.asarray(x)
+
+
+def _like(a: np.ndarray, ref: Any) -> Any:
+    """numpy ``a`` in ``ref``'s kind: a torch tensor on ``ref``'s device if ``ref`` is one."""
+    if _is_torch(ref):
+        return _torch().from_numpy(np.require(a, requirements="C")).to(ref.device)   # (0-d stays 0-d)
+    return a
+
+
+def _dtype_name(dt: Any) -> str | None:
+    """``"float16"``/``"bfloat16"``/``"float32"`` for such a numpy or torch dtype or name, else None."""
+    if isinstance(dt, str):
+        name = dt.removeprefix("torch.")
+        return name if name in _FLOAT_NAMES else None
+    torch = _torch()
+    if torch is not None and isinstance(dt, torch.dtype):
+        return _dtype_name(str(dt))
+    try:
+        npdt = np.dtype(dt)
+    except (TypeError, ValueError):
+        return None
+    return next((n for n, d in _NP_DTYPE.items() if npdt == d), None)
+
+
+def _dtype_in_kind(name: str, torch_kind: bool) -> Any:
+    return getattr(_torch(), name) if torch_kind else _NP_DTYPE[name]
+
+
+# ----------------------------------------------------------------------------------------------
+# the state
+
+
+@dataclass(eq=False)
+class QuantState:
+    """bitsandbytes' ``QuantState`` fields (same names and order), as plain data.
+
+    ``absmax``: float32 ``[ceil(n/blocksize)]``, or uint8 codes when nested; ``shape``: the original
+    weight's shape (a Linear's ``(out, in)``); ``code``: the 16-entry float32 LUT (`NF4` or `FP4`);
+    ``blocksize``; ``quant_type`` ``"nf4"``/``"fp4"``; ``dtype``: the original dtype (numpy or torch);
+    ``offset``: 0-d float32 (nested only); ``state2``: a QuantState with float32 ``absmax``
+    ``[ceil(nblocks/256)]``, ``code`` = `DYNAMIC_MAP`, ``blocksize`` 256, ``dtype`` float32 (nested
+    only; its ``shape`` is ``(nblocks,)`` and its ``quant_type`` None).
+    """
+
+    absmax: Any
+    shape: Any = None
+    code: Any = None
+    blocksize: int | None = None
+    quant_type: str | None = None
+    dtype: Any = None
+    offset: Any = None
+    state2: QuantState | None = None
+
+    @property
+    def nested(self) -> bool:
+        return self.state2 is not None
+
+
+def _shape1(n: int, torch_kind: bool) -> Any:
+    """``(n,)`` as a tuple, or a ``torch.Size`` for torch states."""
+    return _torch().Size([n]) if torch_kind else (n,)
+
+
+# ----------------------------------------------------------------------------------------------
+# arguments
+
+
+def _check_blocksize(blocksize: Any, what: str = "blocksize") -> int:
+    if isinstance(blocksize, (int, np.integer)) and not isinstance(blocksize, bool) and blocksize in BLOCKSIZES:
+        return int(blocksize)
+    raise InputValueError(f"{what} must be a power of two from 32 to 4096 ({', '.join(map(str, BLOCKSIZES))}); "
+                          f"got {blocksize!r}")
+
+
+def _check_quant_type(quant_type: Any) -> str:
+    if quant_type not in QUANT_TYPES:
+        raise InputValueError(f"quant_type must be 'nf4' or 'fp4'; got {quant_type!r}")
+    return quant_type
+
+
+def _host_weight(w: Any) -> tuple[np.ndarray, str]:
+    """The flat float32 host copy of weight ``w`` and its dtype name."""
+    if _is_torch(w):
+        name = _dtype_name(w.dtype)
+        if name is None:
+            raise InputTypeError(f"quantize_4bit takes float16, bfloat16 or float32 tensors; got {w.dtype}")
+        return w.detach().to(device="cpu", dtype=_torch().float32).reshape(-1).numpy(), name
+    if isinstance(w, (np.ndarray, np.generic)):
+        name = _dtype_name(w.dtype)
+        if name is None:
+            raise InputTypeError(f"quantize_4bit takes float16, bfloat16 or float32 arrays; got {w.dtype}")
+        return np.asarray(w).astype(np.float32).reshape(-1), name
+    raise InputTypeError("quantize_4bit takes a numpy array or torch tensor (float16, bfloat16 or float32); "
+                         f"got {_describe(w)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# the arithmetic
+
+
+def _scaled(blocks: np.ndarray, absmax: np.ndarray) -> np.ndarray:
+    """``blocks [B, bs] * (1/absmax)[:, None]`` in float32; 0 for all-zero blocks, and a division
+    where the reciprocal overflows (absmax < 1/FLT_MAX)."""
+    pos = absmax > 0
+    with np.errstate(divide="ignore", over="ignore"):
+        recip = np.divide(np.float32(1), absmax, out=np.zeros_like(absmax), where=pos)
+    with np.errstate(invalid="ignore"):     # inf * 0 in the blocks divided below
+        x = blocks * recip[:, None]
+    huge = pos & np.isinf(recip)
+    if huge.any():
+        x[huge] = blocks[huge] / absmax[huge, None]
+    return x
+
+
+def _codes_4bit(x: np.ndarray, quant_type: str) -> np.ndarray:
+    """4-bit codes of float32 ``x`` by the kernel's strict-``>`` comparisons (float32 against float32)."""
+    if quant_type == "nf4":
+        return np.searchsorted(NF4_THRESHOLDS, x, side="left").astype(np.uint8)   # #thresholds < x
+    mag = _FP4_MAG_CODE[np.searchsorted(FP4_THRESHOLDS, np.abs(x), side="left")]
+    return mag | np.where(x < 0, np.uint8(8), np.uint8(0))
+
+
+def _dynamic_codes(x: np.ndarray) -> np.ndarray:
+    """8-bit codes of float32 ``x`` against `DYNAMIC_MAP`, as the CUDA kernel's binary search picks them."""
+    j = np.searchsorted(_DYN_ODD, x, side="left")          # odd entries < x: pivot p = 2j
+    p = 2 * j
+    up = x > _DYN_EVEN[j]
+    q = np.where(up, np.where(x > _DYN_MID_UP[j], p + 1, p),
+                 np.where((x < _DYN_MID_DOWN[j]) & (p > 0), p - 1, p))
+    return q.astype(np.uint8)
+
+
+def _absmax_blocks(a: np.ndarray, blocksize: int) -> tuple[np.ndarray, np.ndarray]:
+    """``a`` zero-padded to whole blocks ``[B, blocksize]`` (the pad is 0.0, as the kernel loads it)
+    and each block's max ``|a|``."""
+    nb = -(-a.size // blocksize)
+    padded = np.zeros(nb * blocksize, np.float32)
+    padded[: a.size] = a
+    blocks = padded.reshape(nb, blocksize)
+    return blocks, np.abs(blocks).max(axis=1)
+
+
+def _pack(codes: np.ndarray) -> np.ndarray:
+    return (codes[0::2] << 4) | codes[1::2]
+
+
+def _unpack(raw: np.ndarray) -> np.ndarray:
+    codes = np.empty(2 * raw.size, np.uint8)
+    codes[0::2] = raw >> 4
+    codes[1::2] = raw & 15
+    return codes
+
+
+def _nest(absmax: np.ndarray) -> tuple[np.ndarray, np.float32, np.ndarray]:
+    """Double quantization of float32 ``absmax``: (uint8 codes, offset, float32 absmax per 256)."""
+    # the float64 mean rounded once (bitsandbytes' float32 torch.mean may be an ulp away)
+    offset = np.float32(absmax.astype(np.float64).mean())
+    blocks, absmax2 = _absmax_blocks(absmax - offset, NESTED_BLOCKSIZE)
+    q = _dynamic_codes(_scaled(blocks, absmax2).reshape(-1))[: absmax.size]
+    return q, offset, absmax2
+
+
+def quantize_4bit(w: Any, blocksize: int = 64, quant_type: str = "nf4",
+                  compress_statistics: bool = True) -> tuple[Any, QuantState]:
+    """``(packed, state)`` of weight ``w`` (float16/bfloat16/float32 numpy array or torch tensor, any
+    shape), in bitsandbytes' format: see the module docstring for the rules. ``packed`` is uint8
+    ``[(n+1)//2, 1]``; ``state.absmax`` float32 ``[ceil(n/blocksize)]``, or with
+    ``compress_statistics`` uint8 codes with ``state.offset`` and ``state.state2``. numpy in -> numpy
+    out, torch in -> torch tensors on ``w``'s device."""
+    bs = _check_blocksize(blocksize)
+    qt = _check_quant_type(quant_type)
+    if not isinstance(compress_statistics, (bool, np.bool_)):
+        raise InputTypeError(f"compress_statistics must be True or False; got {compress_statistics!r}")
+    a, dtype_name = _host_weight(w)
+    n = a.size
+    if n == 0:
+        raise InputValueError(f"quantize_4bit needs at least one element; got shape {tuple(w.shape)}")
+    if not np.isfinite(a).all():
+        bad = int(np.count_nonzero(~np.isfinite(a)))
+        raise InputValueError(f"w holds {bad} NaN or infinite value(s): 4-bit absmax quantization needs finite weights")
+    absmax = np.empty(-(-n // bs), np.float32)
+    packed = np.empty(((n + 1) // 2, 1), np.uint8)
+    for s in range(0, n, _CHUNK):
+        e = min(n, s + _CHUNK)
+        blocks, am = _absmax_blocks(a[s:e], bs)
+        codes = _codes_4bit(_scaled(blocks, am).reshape(-1)[: e - s + (e - s) % 2], qt)
+        packed[s // 2: (e + 1) // 2, 0] = _pack(codes)
+        absmax[s // bs: s // bs + am.size] = am
+
+    torch_kind = _is_torch(w)
+    shape = w.shape if torch_kind else tuple(w.shape)
+    dtype = _dtype_in_kind(dtype_name, torch_kind)
+    code = _like(_LUT[qt].copy(), w)
+    if compress_statistics:
+        q, offset, absmax2 = _nest(absmax)
+        state2 = QuantState(absmax=_like(absmax2, w), shape=_shape1(absmax.size, torch_kind),
+                            code=_like(DYNAMIC_MAP.copy(), w), blocksize=NESTED_BLOCKSIZE,
+                            dtype=_dtype_in_kind("float32", torch_kind))
+        state = QuantState(absmax=_like(q, w), shape=shape, code=code, blocksize=bs, quant_type=qt, dtype=dtype,
+                           offset=_like(np.array(offset, np.float32), w), state2=state2)
+    else:
+        state = QuantState(absmax=_like(absmax, w), shape=shape, code=code, blocksize=bs, quant_type=qt, dtype=dtype)
+    return _like(packed, w), state
+
+
+# ----------------------------------------------------------------------------------------------
+# checking a state
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    """A checked state, on the host: what dequantization needs."""
+
+    quant_type: str
+    blocksize: int
+    shape: tuple[int, ...]
+    numel: int
+    dtype_name: str
+    absmax: np.ndarray          # de-nested float32, [ceil(numel/blocksize)]
+
+
+def _field(state: Any, name: str, what: str) -> Any:
+    value = getattr(state, name, None)
+    if value is None:
+        raise InputValueError(f"{what} has no {name}")
+    return value
+
+
+def _float32_array(x: Any, what: str) -> np.ndarray:
+    a = _host(x)
+    if a.dtype != np.float32:
+        raise InputTypeError(f"{what} must be float32; got {a.dtype}")
+    return a.reshape(-1)
+
+
+def _denested(state: Any) -> np.ndarray:
+    """The float32 absmax of ``state`` on the host, reconstructed if nested; checks the nested fields."""
+    absmax = _host(_field(state, "absmax", "state"))
+    state2 = getattr(state, "state2", None)
+    if state2 is None:
+        if absmax.dtype == np.uint8:
+            raise InputValueError("state.absmax holds uint8 codes (a nested state) but state.state2 is None")
+        return _float32_array(absmax, "state.absmax (not nested)")
+    if absmax.dtype != np.uint8:
+        raise InputTypeError(f"a nested state's absmax must be uint8 codes; got {absmax.dtype}")
+    q = absmax.reshape(-1)
+    offset = _host(_field(state, "offset", "nested state (state2 is set) but it"))
+    if offset.size != 1:
+        raise InputValueError(f"state.offset must be a scalar; got shape {offset.shape}")
+    offset = np.float32(offset.reshape(()).astype(np.float64))
+    absmax2 = _float32_array(_field(state2, "absmax", "state.state2"), "state.state2.absmax")
+    code2 = _host(_field(state2, "code", "state.state2"))
+    if code2.size != 256 or code2.dtype.kind != "f":
+        raise InputValueError(f"state.state2.code must be the 256-entry float map; got {code2.size} of {code2.dtype}")
+    code2 = code2.reshape(-1).astype(np.float32)
+    bs2 = _field(state2, "blocksize", "state.state2")
+    if not isinstance(bs2, (int, np.integer)) or isinstance(bs2, bool) or bs2 <= 0:
+        raise InputValueError(f"state.state2.blocksize must be a positive int; got {bs2!r}")
+    want = -(-q.size // int(bs2))
+    if absmax2.size != want:
+        raise InputValueError(f"state.state2.absmax has {absmax2.size} entries; {q.size} nested codes in blocks of "
+                              f"{bs2} need {want}")
+    scale = np.repeat(absmax2, int(bs2))[: q.size]
+    return code2[q] * scale + offset        # float32 multiply, then float32 add
+
+
+def _resolve(state: Any) -> _Resolved:
+    """Check every field dequantization uses; errors name the field."""
+    qt = getattr(state, "quant_type", None)
+    if qt not in QUANT_TYPES:
+        raise InputValueError(f"state.quant_type must be 'nf4' or 'fp4'; got {qt!r}")
+    bs = _check_blocksize(getattr(state, "blocksize", None), "state.blocksize")
+    shape_in = getattr(state, "shape", None)
+    try:
+        shape = tuple(int(d) for d in shape_in)
+    except TypeError:
+        raise InputValueError(f"state.shape must be a sequence of ints; got {shape_in!r}") from None
+    if any(d < 0 for d in shape):
+        raise InputValueError(f"state.shape has a negative dimension: {shape}")
+    dtype_in = getattr(state, "dtype", None)
+    name = _dtype_name(dtype_in)
+    if name is None:
+        raise InputTypeError(f"state.dtype must be float16, bfloat16 or float32; got {dtype_in!r}")
+    code = getattr(state, "code", None)
+    if code is not None:
+        lut = _host(code).reshape(-1)
+        if lut.size != 16 or not np.array_equal(lut.astype(np.float32), _LUT[qt]):
+            raise InputValueError(f"state.code is not bitsandbytes' {qt} table (hipskinny.bnb.{qt.upper()}); "
+                                  f"got {lut.size} entries")
+    n = math.prod(shape)
+    absmax = _denested(state)
+    want = -(-n // bs)
+    if absmax.size != want:
+        raise InputValueError(f"state.absmax has {absmax.size} entries; shape {shape} ({n} elements) in blocks of "
+                              f"{bs} needs {want}")
+    return _Resolved(qt, bs, shape, n, name, absmax)
+
+
+def absmax_fp32(state: Any) -> Any:
+    """The float32 absmax of ``state`` (anything `as_state` accepts), one per block, de-nested
+    (``code2[q] * absmax2[b // 256] + offset``) if the state is nested; in the kind of ``state.absmax``
+    (torch: on its device)."""
+    st, res = _checked(state)
+    return _like(res.absmax, st.absmax)
+
+
+def _packed_bytes(packed: Any) -> np.ndarray:
+    """The flat uint8 bytes of ``packed`` (uint8, or bitsandbytes' quant_storage float views of them)."""
+    if _is_torch(packed):
+        torch = _torch()
+        t = packed.detach().to("cpu").contiguous()
+        return (t if t.dtype == torch.uint8 else t.view(torch.uint8)).numpy().reshape(-1)
+    if isinstance(packed, np.ndarray):
+        return np.ascontiguousarray(packed).view(np.uint8).reshape(-1)
+    raise InputTypeError(f"packed must be a numpy array or torch tensor of uint8 bytes; got {_describe(packed)}")
+
+
+def dequantize_4bit(packed: Any, state: Any) -> Any:
+    """The weight of ``state.shape`` in ``state.dtype``: ``LUT[code] * absmax[i // blocksize]`` in float32,
+    rounded once. ``state``: anything `as_state` accepts (a state dict without prefix). ``packed``: the bytes
+    (any shape, e.g. ``[(n+1)//2, 1]``); the result has its kind (numpy, or torch on its device)."""
+    st = _checked(state)[1]
+    raw = _packed_bytes(packed)
+    want = (st.numel + 1) // 2
+    if raw.size != want:
+        raise InputValueError(f"packed holds {raw.size} bytes, but state.shape {st.shape} has {st.numel} elements, "
+                              f"which pack into ceil({st.numel}/2) = {want} bytes")
+    lut, bs, n = _LUT[st.quant_type], st.blocksize, st.numel
+    out = np.empty(n, np.float32)
+    for s in range(0, n, _CHUNK):
+        e = min(n, s + _CHUNK)
+        vals = lut[_unpack(raw[s // 2: (e + 1) // 2])][: e - s]
+        scale = np.repeat(st.absmax[s // bs: -(-e // bs)], bs)[: e - s]
+        out[s:e] = vals * scale
+    out = out.reshape(st.shape)
+    if _is_torch(packed):
+        torch = _torch()
+        return torch.from_numpy(out).to(dtype=getattr(torch, st.dtype_name), device=packed.device)
+    return out.astype(_NP_DTYPE[st.dtype_name])
+
+
+# ----------------------------------------------------------------------------------------------
+# foreign states and state dicts
+
+_QS_KEY = "quant_state.bitsandbytes__"
+
+
+def _scalar_like(value: Any, ref: Any) -> Any:
+    """``value`` (tensor, array or number) as a 0-d float32 in ``ref``'s kind."""
+    return _like(np.array(np.asarray(_host(value), np.float64).reshape(()), np.float32), ref)
+
+
+def _from_attributes(obj: Any) -> QuantState:
+    absmax = obj.absmax
+    torch_kind = _is_torch(absmax)
+    shape = getattr(obj, "shape", None)
+    if shape is not None:
+        try:
+            shape = tuple(int(d) for d in shape)
+        except TypeError:
+            raise InputValueError(f"state.shape must be a sequence of ints; got {shape!r}") from None
+        if torch_kind:
+            shape = _torch().Size(shape)
+    state2 = getattr(obj, "state2", None)
+    offset = getattr(obj, "offset", None)
+    if state2 is not None:
+        a2 = _field(state2, "absmax", "state.state2")
+        state2 = QuantState(absmax=a2, shape=_shape1(math.prod(tuple(absmax.shape)), torch_kind),
+                            code=getattr(state2, "code", None), blocksize=getattr(state2, "blocksize", None),
+                            dtype=getattr(state2, "dtype", None))
+        if offset is not None:
+            offset = _scalar_like(offset, absmax)
+    return QuantState(absmax=absmax, shape=shape, code=getattr(obj, "code", None),
+                      blocksize=getattr(obj, "blocksize", None), quant_type=getattr(obj, "quant_type", None),
+                      dtype=getattr(obj, "dtype", None), offset=offset, state2=state2)
+
+
+def _json_bytes(value: Any, key: str) -> dict[str, Any]:
+    if isinstance(value, str):
+        text = value
+    else:
+        data = value if isinstance(value, (bytes, bytearray)) else _host(value).astype(np.uint8).tobytes()
+        try:
+            text = bytes(data).decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputValueError(f"state dict entry {key!r} is not UTF-8 text") from None
+    try:
+        meta = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputValueError(f"state dict entry {key!r} is not JSON: {exc}") from None
+    if not isinstance(meta, dict):
+        raise InputValueError(f"state dict entry {key!r} must hold a JSON object; got {type(meta).__name__}")
+    return meta
+
+
+def _from_state_dict(sd: Mapping[str, Any], prefix: str) -> QuantState:
+    def need(container: Mapping[str, Any], key: str, where: str) -> Any:
+        if key not in container:
+            raise InputValueError(f"{where} has no {key!r}")
+        return container[key]
+
+    found = [prefix + _QS_KEY + qt for qt in QUANT_TYPES if prefix + _QS_KEY + qt in sd]
+    if len(found) > 1:
+        raise InputValueError(f"the state dict has both {found[0]!r} and {found[1]!r}")
+    if found:
+        meta = _json_bytes(sd[found[0]], found[0])
+        where = f"the JSON of {found[0]!r}"
+        if meta.get("quant_type") != found[0].rsplit("__", 1)[1]:
+            raise InputValueError(f"{found[0]!r} says quant_type {meta.get('quant_type')!r}")
+    elif prefix + "quant_type" in sd:          # bitsandbytes' unpacked as_dict(): plain entries
+        meta = {k: sd[prefix + k] for k in ("quant_type", "blocksize", "dtype", "shape", "nested_blocksize",
+                                            "nested_dtype", "nested_offset") if prefix + k in sd}
+        where = f"the state dict (prefix {prefix!r})"
+    else:
+        others = sorted({k[: k.index(_QS_KEY)] for k in sd if isinstance(k, str) and _QS_KEY in k})
+        hint = f"; prefixes with a quant state: {others[:4]}" + (" ..." if len(others) > 4 else "") if others else ""
+        raise InputValueError(f"no {prefix + _QS_KEY + 'nf4'!r} or ...fp4 entry in the state dict (prefix {prefix!r})"
+                              + hint)
+    absmax = need(sd, prefix + "absmax", "the state dict")
+    shape = need(meta, "shape", where)
+    state2 = offset = None
+    if prefix + "nested_absmax" in sd or "nested_offset" in meta:
+        state2 = QuantState(absmax=need(sd, prefix + "nested_absmax", "the nested state dict"),
+                            code=need(sd, prefix + "nested_quant_map", "the nested state dict"),
+                            blocksize=need(meta, "nested_blocksize", where), dtype=need(meta, "nested_dtype", where))
+        offset = need(meta, "nested_offset", where)
+    torch_kind = _is_torch(absmax)
+
+    def dtype(value: Any) -> Any:       # a name in the JSON: a dtype of the tensors' kind
+        name = _dtype_name(value)
+        return _dtype_in_kind(name, torch_kind) if name else value
+
+    if state2 is not None:
+        state2.dtype = dtype(state2.dtype)
+    return _from_attributes(QuantState(
+        absmax=absmax, shape=None if shape is None else tuple(shape), code=sd.get(prefix + "quant_map"),
+        blocksize=need(meta, "blocksize", where), quant_type=need(meta, "quant_type", where),
+        dtype=dtype(need(meta, "dtype", where)), offset=offset, state2=state2))
+
+
+def as_state(obj: Any, prefix: str = "") -> QuantState:
+    """A checked hipskinny `QuantState` from any of:
+
+    * a hipskinny `QuantState` (returned as is once checked);
+    * an object with bitsandbytes' QuantState attributes (``absmax``, ``shape``, ``code``,
+      ``blocksize``, ``quant_type``, ``dtype``, ``offset``, ``state2``), e.g. bitsandbytes' own;
+    * an object with a ``quant_state`` attribute (bitsandbytes' ``Params4bit``, ``Linear4bit``);
+    * a state dict (mapping) in bitsandbytes' layout: ``{prefix}absmax``, ``{prefix}quant_map``,
+      ``{prefix}nested_absmax`` / ``{prefix}nested_quant_map`` if nested, and
+      ``{prefix}quant_state.bitsandbytes__nf4`` (or ``__fp4``): uint8 UTF-8 JSON with quant_type,
+      blocksize, dtype, shape (and nested_blocksize, nested_dtype, nested_offset). ``prefix`` is the
+      weight's name plus a dot, e.g. ``"model.layers.0.mlp.down_proj.weight."`` (the dot is added if
+      missing); other keys are ignored.
+
+    Tensors keep their kind (torch or numpy); dtype names become dtypes of that kind. Every field
+    dequantization uses is checked (InputValueError / InputTypeError naming the field).
+    """
+    return _checked(obj, prefix)[0]
+
+
+def _checked(obj: Any, prefix: str = "") -> tuple[QuantState, _Resolved]:
+    if not isinstance(prefix, str):
+        raise InputTypeError(f"prefix must be a str; got {type(prefix).__name__}")
+    if isinstance(obj, Mapping):
+        state = _from_state_dict(obj, prefix + "." if prefix and not prefix.endswith(".") else prefix)
+    elif prefix:
+        raise InputValueError(f"prefix= applies to a state dict only; got a {_describe(obj)}")
+    elif isinstance(obj, QuantState):
+        state = obj
+    elif getattr(obj, "absmax", None) is not None:
+        state = _from_attributes(obj)
+    elif hasattr(obj, "quant_state"):
+        return _checked(obj.quant_state)
+    elif obj is None:
+        raise InputValueError("state is None (a Params4bit that was never quantized has no quant_state)")
+    else:
+        raise InputTypeError("expected a hipskinny or bitsandbytes QuantState, an object with .quant_state "
+                             f"(Params4bit), or a state dict; got {_describe(obj)}")
+    return state, _resolve(state)
+
+
+def state_dict(packed: Any, state: Any, prefix: str = "") -> dict[str, Any]:
+    """bitsandbytes' checkpoint layout of a quantized weight: ``{prefix}absmax``, ``{prefix}quant_map``,
+    ``{prefix}nested_absmax`` and ``{prefix}nested_quant_map`` if nested, and
+    ``{prefix}quant_state.bitsandbytes__{quant_type}`` (uint8 UTF-8 JSON, the same bytes bitsandbytes
+    writes), plus the packed bytes under the weight's own name: ``prefix`` without its final dot
+    (``"model.layers.0.mlp.down_proj.weight."`` -> ``"model.layers.0.mlp.down_proj.weight"``), or
+    ``"weight"`` for an empty prefix. Entries are in ``packed``'s kind (numpy, or torch on its
+    device). `as_state` with the same prefix reads it back."""
+    st, res = _checked(state)
+    raw = _packed_bytes(packed)
+    if raw.size != (res.numel + 1) // 2:
+        raise InputValueError(f"packed holds {raw.size} bytes, but state.shape {res.shape} has {res.numel} elements, "
+                              f"which pack into ceil({res.numel}/2) = {(res.numel + 1) // 2} bytes")
+    if not isinstance(prefix, str):
+        raise InputTypeError(f"prefix must be a str; got {type(prefix).__name__}")
+    if prefix and not prefix.endswith("."):
+        prefix += "."
+
+    def conv(x: Any) -> Any:
+        return x if _is_torch(x) == _is_torch(packed) else _like(_host(x), packed)
+
+    meta: dict[str, Any] = {"quant_type": res.quant_type, "blocksize": res.blocksize, "dtype": res.dtype_name,
+                            "shape": list(res.shape)}
+    out = {prefix[:-1] if prefix else "weight": packed,
+           prefix + "absmax": conv(st.absmax),
+           prefix + "quant_map": conv(st.code if st.code is not None else _LUT[res.quant_type].copy())}
+    if st.nested:
+        out[prefix + "nested_absmax"] = conv(st.state2.absmax)
+        out[prefix + "nested_quant_map"] = conv(st.state2.code)
+        meta.update(nested_blocksize=int(st.state2.blocksize), nested_dtype=_dtype_name(st.state2.dtype) or "float32",
+                    nested_offset=float(np.asarray(_host(st.offset), np.float64).reshape(())))
+    text = np.frombuffer(json.dumps(meta).encode("utf-8"), np.uint8).copy()
+    out[prefix + _QS_KEY + res.quant_type] = _like(text, packed)
+    return out
+
+
+def matmul_4bit(x: Any, packed: Any, state: Any, bias: Any = None, *, out: Any = None) -> Any:
+    """``x @ dequantize_4bit(packed, state).T + bias`` in one fused kernel for decode (see
+    `hipskinny.ops.matmul_4bit`)."""
+    from .ops.matmul_4bit import matmul_4bit as run
+
+    return run(x, packed, state, bias, out=out)
+

@@ -1,0 +1,299 @@
+"""bitsandbytes 4-bit (NF4/FP4) linear for decode: ``y = x @ dequantize_4bit(packed, state).T + bias``.
+
+The weight is bitsandbytes' own format (`hipskinny.bnb`): ``[M, K]`` packed two codes per byte
+(high nibble first), blockwise absmax (fp32, or nested: uint8 codes through the 256-entry map,
+fp32 per 256 blocks, offset), the 16-entry codebook of the state (NF4 or FP4). x is fp16 or
+bf16 ``[..., K]``; y has x's dtype. fp32 x is an error (bitsandbytes takes it; cast x, or use
+`hipskinny.bnb.dequantize_4bit`). Sums are fp32 on every arch: each 32-column chunk's products
+``x * code[q]`` (fp32 FMAs; x widened exactly from LDS) summed, scaled by the block's absmax
+(decoded in the kernel when nested) and added; bias in fp32; one rounding at the end.
+
+Kernel ``matmul_4bit_<f16|bf16>_n<N>_y<YTILE>`` (kernels/matmul_4bit.hip) for N = 1..8: the
+split-across-lanes design of `hipskinny.skinny_gemm` with 32-column (16-byte) chunks and its
+rules: ``kc`` = K when N x K 16-bit values fit the LDS left after the codebooks, else the most
+columns that fit rounded down to a multiple of 32 x wave size; workgroups per CU from
+occupancy, at most 2; YTILE by `skinny_gemm.ytile`; persistent grid. Bitwise reproducible
+across calls, schedules and CU counts.
+
+The fused kernel needs K to be a multiple of the blocksize (as bitsandbytes' own fused kernels
+do). Other K, and N = 9..128, take the dequantize + `hipskinny.skinny_gemm` route for host
+inputs; GPU tensors there are an error for now (the device dequantize kernel is not written
+yet). GPU tensors need unit strides along K, 16-byte aligned x and packed weights and x rows a
+multiple of 16 bytes apart; the state's arrays on the weights' device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from .. import bnb, operands, registry
+from ..devices.base import Device
+from ..errors import InputTypeError, InputValueError
+from ..launch import LaunchPlan, PlanCache, make_plan
+from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
+from .skinny_gemm import MAX_GROUPS_PER_CU, THREADS, groups_per_cu, k_chunk, lane_split_grid
+
+FAMILY = "matmul_4bit"
+MAX_N = 8                           # fused kernel
+ROUTE_MAX_N = 128                   # dequantize + skinny_gemm
+YTILES = {n: (4, 2, 1) if n <= 4 else (2, 1) for n in range(1, 9)}
+MAX_TILE_OUTPUTS = 16
+CHUNK = 32                          # K columns (16 weight bytes) per lane chunk
+NESTED = 1                          # kernel flag
+NAMES = ("x", "w", "absmax", "absmax2", "code2", "offset", "code", "bias", "out")
+_F16, _BF16, _F32 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)
+_TAG = {_F16: "f16", _BF16: "bf16"}
+_plans = PlanCache()
+_calls = operands.CallCache()
+
+
+def matmul_4bit(x: Any, packed: Any, state: Any, bias: Any = None, *, out: Any = None) -> Any:
+    """``x @ W.T + bias`` with W the bitsandbytes 4-bit weight ``(packed, state)`` (see the module
+    docstring). ``state``: a `hipskinny.bnb.QuantState`, a bitsandbytes QuantState or anything
+    `hipskinny.bnb.as_state` takes; x ``[..., K]`` fp16/bf16; bias ``[M]``, ``[1, M]`` or
+    ``[N, M]`` in x's dtype. numpy, torch or DLPack operands, all on the host or all on one GPU."""
+    # hipskinny's own state as it is (its arrays' layouts are in the call signature and checked
+    # when a call is bound); anything else through as_state, which checks it whole.
+    st = state if type(state) is bnb.QuantState else bnb.as_state(state)
+    s2 = st.state2
+    objs = (x, packed, st.absmax, None if s2 is None else s2.absmax, None if s2 is None else s2.code,
+            st.offset if s2 is not None else None, st.code, bias, out)
+    options = (tuple(int(d) for d in st.shape), int(st.blocksize), s2 is not None)
+    key, addresses = operands.signature(NAMES, objs, options)
+    call = _calls.get(key)
+    if call is None:
+        call = _calls.add(key, _bind(operands.gather("matmul_4bit", NAMES, objs), st))
+    return call(objs, addresses)
+
+
+def _bind(ops: Operands, st: bnb.QuantState) -> Any:
+    xv, wv, bv = ops["x"], ops["w"], ops["bias"]
+    assert xv is not None and wv is not None
+    n, m, k, log2_bs = _check(ops, st)
+    out_shape = (*xv.shape[:-1], m)
+    operands.check_out(ops, out_shape, xv.dtype)
+    nested = st.state2 is not None
+    if n > MAX_N or k % (1 << log2_bs):
+        return _dequantize_route(ops, st, n, m, k, log2_bs)
+    device = ops.device
+    tag = _TAG[xv.dtype]
+    flags = NESTED if nested else 0
+    if m == 0 or n == 0:
+        return DeviceCall(ops, [], out_shape=out_shape, out_dtype=xv.dtype) if not ops.on_host else \
+            HostCall(ops, [], [None] * (len(NAMES) - 1), out_shape=out_shape, out_dtype=xv.dtype,
+                     out_slot="matmul_4bit.y")
+    b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
+    if ops.on_host:
+        def flat(slot: str, name: str, optional: bool = False) -> Staged | None:
+            v = ops[name]
+            return None if v is None else Staged(slot, 1, v.numel, v.numel, optional=optional)
+
+        staged = [Staged("matmul_4bit.x", n, k, k), flat("matmul_4bit.w", "w"), flat("matmul_4bit.absmax", "absmax"),
+                  flat("matmul_4bit.absmax2", "absmax2"), flat("matmul_4bit.code2", "code2"),
+                  flat("matmul_4bit.offset", "offset"), flat("matmul_4bit.code", "code"),
+                  None if bv is None else Staged("matmul_4bit.bias", b_rows, m, m, optional=True)]
+        launch = _launch(device, tag, n, m, k, k, m if b_rows > 1 else 0, log2_bs, flags)
+        return HostCall(ops, [launch], staged, out_shape=out_shape, out_dtype=xv.dtype, out_slot="matmul_4bit.y")
+    x_stride = operands.row_stride("matmul_4bit", xv)
+    _require(xv.strides[-1] == 1, "x must be contiguous along K")
+    unit = 16 // xv.dtype.itemsize
+    _require((n == 1 or x_stride >= k) and x_stride % unit == 0,
+             f"x's row stride must be a multiple of 16 bytes ({unit} elements) and >= K; got {x_stride}")
+    for name in ("w", "absmax", "absmax2", "code2", "offset", "code"):
+        v = ops[name]
+        _require(v is None or v.is_contiguous, f"{name} must be contiguous")
+    b_stride = 0
+    if bv is not None:
+        _require(bv.strides[-1] == 1 or m == 1, "bias must be contiguous along M")
+        if len(bv.shape) == 2 and bv.shape[0] > 1:
+            b_stride = bv.strides[0]
+            _require(b_stride >= m, f"bias rows must not overlap; got row stride {b_stride} for M={m}")
+    launch = _launch(device, tag, n, m, k, x_stride, b_stride, log2_bs, flags)
+    return DeviceCall(ops, [launch], out_shape=out_shape, out_dtype=xv.dtype, aligned=("x", "w"),
+                      align_message="x and the packed weights must start at 16-byte aligned addresses")
+
+
+def _check(ops: Operands, st: bnb.QuantState) -> tuple[int, int, int, int]:
+    """Shapes and dtypes of x, the weight and its state; returns N, M, K, log2(blocksize)."""
+    xv, wv, bv = ops["x"], ops["w"], ops["bias"]
+    assert xv is not None and wv is not None
+    if xv.dtype not in _TAG:
+        raise InputTypeError(f"matmul_4bit: x has dtype {xv.dtype}; supported: float16, bfloat16 (cast fp32 "
+                             "activations, or use hipskinny.bnb.dequantize_4bit)")
+    shape = tuple(int(d) for d in st.shape)
+    if len(shape) != 2:
+        raise InputValueError(f"matmul_4bit: the state's shape must be the 2-D weight [M, K]; got {shape}")
+    m, k = shape
+    if len(xv.shape) < 1 or xv.shape[-1] != k:
+        raise InputValueError(f"matmul_4bit: x must be [..., K] with K={k} (the weight is [M={m}, K={k}]); "
+                              f"got shape {xv.shape}")
+    n = int(np.prod(xv.shape[:-1], dtype=np.int64))
+    if wv.dtype != np.dtype(np.uint8) or wv.numel != (m * k + 1) // 2:
+        raise InputValueError(f"matmul_4bit: packed must hold (M*K+1)//2 = {(m * k + 1) // 2} uint8 bytes for "
+                              f"the state's shape {shape}; got {wv.dtype} of shape {wv.shape}")
+    bs = int(st.blocksize)
+    blocks = -(-m * k // bs)
+    nested = st.state2 is not None
+    av = ops["absmax"]
+    assert av is not None
+    want = np.dtype(np.uint8) if nested else _F32
+    if av.dtype != want or av.numel != blocks:
+        raise InputValueError(f"matmul_4bit: absmax must be {want} [{blocks}] ({'nested' if nested else 'plain'}, "
+                              f"blocksize {bs}); got {av.dtype} of shape {av.shape}")
+    cv = ops["code"]
+    if cv is None or cv.dtype != _F32 or cv.numel != 16:
+        raise InputValueError("matmul_4bit: the state's code must be the 16-entry float32 codebook")
+    if nested:
+        a2, c2, off = ops["absmax2"], ops["code2"], ops["offset"]
+        if a2 is None or a2.dtype != _F32 or a2.numel != -(-blocks // 256):
+            raise InputValueError(f"matmul_4bit: nested state2.absmax must be float32 [{-(-blocks // 256)}]")
+        if int(st.state2.blocksize) != 256:
+            raise InputValueError(f"matmul_4bit: nested absmax must use blocksize 256 (bitsandbytes' fused "
+                                  f"kernels need the same); got {st.state2.blocksize}")
+        if c2 is None or c2.dtype != _F32 or c2.numel != 256:
+            raise InputValueError("matmul_4bit: nested state2.code must be the 256-entry float32 map")
+        if off is None or off.dtype != _F32 or off.numel != 1:
+            raise InputValueError("matmul_4bit: a nested state needs a float32 scalar offset")
+    if bv is not None and (bv.dtype != xv.dtype or bv.shape not in ((m,), (1, m), (n, m))):
+        raise InputValueError(f"matmul_4bit: bias must be {xv.dtype} [M], [1, M] or [N, M] with N={n}, M={m}; "
+                              f"got {bv.dtype} {bv.shape}")
+    if m * k >= 2**31:
+        raise InputValueError(f"matmul_4bit: M*K must be below 2**31; got {m * k}")
+    return n, m, k, bs.bit_length() - 1
+
+
+def _launch(device: Device, tag: str, n: int, m: int, k: int, x_stride: int, b_stride: int, log2_bs: int,
+            flags: int) -> Launch:
+    plan = _plan(device, tag, n, m, k)
+    tail = (m, k, x_stride, b_stride, plan.info["k_chunk"], log2_bs, flags)
+    return Launch(device.launcher(plan), 9, tail)
+
+
+def _plan(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
+    info = device.arch
+    cu_count = device.properties.cu_count
+    np_ = n
+    key = (device, tag, np_, m, k, cu_count)
+
+    def build() -> LaunchPlan:
+        module = registry.load(device, FAMILY)
+        prefix = f"{FAMILY}_{tag}_n{np_}"
+        y_max = max(y for y in YTILES[np_] if np_ * y <= MAX_TILE_OUTPUTS)
+        _, meta_max = module.kernel(f"{prefix}_y{y_max}")
+        free = info.lds_per_workgroup - meta_max.group_segment_fixed_size    # after the codebooks
+        kc = k_chunk(np_, k, free, info.wave_size, CHUNK, "matmul_4bit")
+        lds = np_ * kc * 2
+        groups = groups_per_cu(info, meta_max, lds, MAX_GROUPS_PER_CU)
+        yt, grid = lane_split_grid(np_, m, cu_count, groups, info.wave_size)
+        yt = min(yt, y_max)
+        tiles = -(-m // yt)
+        grid = max(1, min(grid, -(-tiles // (THREADS // info.wave_size))))
+        fn, meta = module.kernel(f"{prefix}_y{yt}")
+        return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=lds,
+                         info={"kernel": f"{prefix}_y{yt}", "ytile": yt, "k_chunk": kc, "lds_bytes": lds,
+                               "groups_per_cu": groups, "grid": grid, "staged_once": kc >= k})
+
+    return _plans.get(key, build)
+
+
+def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int) -> dict[str, Any]:
+    """The configuration a fused call of this shape gets on ``device`` (tests and benchmarks)."""
+    if not 1 <= n <= MAX_N or k % CHUNK:
+        raise InputValueError(f"matmul_4bit: the fused kernel serves N = 1..{MAX_N} and K a multiple of the "
+                              f"blocksize (>= {CHUNK}); got N={n}, K={k}")
+    return dict(_plan(device, _TAG[np.dtype(x_dtype)], n, m, k).info)
+
+
+# The performance report measures NF4 with nested absmax at bitsandbytes' default blocksize 64
+# (the fused kernel, N = 1..8: benchmarks/shapes.py), against fp16 skinny_gemm.
+REPORT_BASELINE = "skinny_gemm"
+
+
+def report_operands(x: np.ndarray, w: np.ndarray) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    if w.shape[1] % 64:
+        raise InputValueError(f"matmul_4bit: the report measures the fused kernel, whose K is a multiple of the "
+                              f"blocksize (64); got K={w.shape[1]}")
+    packed, state = bnb.quantize_4bit(w.astype(np.float32), blocksize=64, quant_type="nf4", compress_statistics=True)
+    return (x, packed, state), {}
+
+
+def report_min_bytes(n: int, m: int, k: int, itemsize: int) -> tuple[float, float]:
+    """(least bytes a launch moves, weight bytes): packed codes, uint8 absmax per 64, fp32 absmax2
+    per 256 blocks, the codebooks, x and y."""
+    blocks = -(-m * k // 64)
+    return m * k / 2 + blocks + 4 * -(-blocks // 256) + 4 * (16 + 256 + 1) + itemsize * (n * k + n * m), m * k / 2
+
+
+class _HostDequantize:
+    """K not a multiple of the blocksize, or N = 9..128, on host inputs: dequantize (fp32, then x's
+    16-bit dtype, as bitsandbytes does) and `hipskinny.skinny_gemm` on the device."""
+
+    def __init__(self, st: bnb.QuantState, device: Device) -> None:
+        self.st, self.device = st, device
+
+    def __call__(self, objs: Any, addresses: Any) -> Any:
+        from .. import tensors
+        from ..devices import on_device
+        from .skinny_gemm import skinny_gemm
+
+        x, packed, *_, bias, out = objs
+        xh = tensors.view(x, "x").host_array()
+        w = bnb.dequantize_4bit(tensors.view(packed, "packed").host_array(), _host_numpy(self.st))
+        w = np.asarray(w).astype(xh.dtype)
+        bh = None if bias is None else tensors.view(bias, "bias").host_array()
+        with on_device(self.device):
+            y = np.asarray(skinny_gemm(xh, w, bh))
+        if out is None:
+            return tensors.to_kind(y, tensors.view(x, "x"))
+        tensors.view(out, "out").host_array()[...] = y
+        return out
+
+
+def _host_numpy(st: bnb.QuantState) -> bnb.QuantState:
+    """The state with its arrays as numpy (the route dequantizes on the host)."""
+    from dataclasses import replace
+
+    from .. import tensors
+
+    def host(a: Any) -> Any:
+        return a if a is None or isinstance(a, np.ndarray) else tensors.view(a, "state").host_array()
+
+    s2 = st.state2
+    return replace(st, absmax=host(st.absmax), code=host(st.code), offset=host(st.offset),
+                   state2=None if s2 is None else replace(s2, absmax=host(s2.absmax), code=host(s2.code)))
+
+
+def _dequantize_route(ops: Operands, st: bnb.QuantState, n: int, m: int, k: int, log2_bs: int) -> Any:
+    why = f"N={n} tokens" if n > MAX_N else f"K={k} is not a multiple of the blocksize {1 << log2_bs}"
+    if not ops.on_host:
+        raise InputValueError(f"matmul_4bit: {why}: the fused kernel takes N = 1..{MAX_N} and K a multiple of "
+                              "the blocksize; GPU tensors outside that are not supported yet (host inputs take "
+                              "dequantize + skinny_gemm)")
+    if n > ROUTE_MAX_N:
+        raise InputValueError(f"matmul_4bit: N={n} tokens; supported: N = 1..{ROUTE_MAX_N}")
+    return _HostDequantize(st, ops.device)
+
+
+def _require(ok: bool, what: str) -> None:
+    operands.require("matmul_4bit", ok, what)
+
+
+def matmul_4bit_reference(x: Any, packed: Any, state: Any, bias: Any = None) -> np.ndarray:
+    """The exact semantics in float64: ``x @ (code[q] * absmax).T + bias`` from the exact codes and
+    the de-nested fp32 absmax, before any rounding (shape ``[..., M]``)."""
+    st = bnb.as_state(state)
+    m, k = (int(d) for d in st.shape)
+    raw = np.asarray(packed).reshape(-1).view(np.uint8)
+    codes = np.empty(raw.size * 2, np.uint8)
+    codes[0::2], codes[1::2] = raw >> 4, raw & 15
+    lut = np.asarray(st.code, np.float64)
+    absmax = np.asarray(bnb.absmax_fp32(st), np.float64)
+    flat = lut[codes[: m * k]] * np.repeat(absmax, int(st.blocksize))[: m * k]
+    xa = np.asarray(x)
+    y = xa.reshape(-1, k).astype(np.float64) @ flat.reshape(m, k).T
+    if bias is not None:
+        y = y + np.asarray(bias).astype(np.float64).reshape(-1, m)
+    return y.reshape(*xa.shape[:-1], m)

@@ -1,0 +1,205 @@
+// bitsandbytes 4-bit (NF4/FP4) fused dequant + GEMM for decode: y[n, m] = sum_k x[n, k] *
+// code[q(m, k)] * absmax(block(m, k)) (+ bias) for N = 1..8 tokens, fp16/bf16 x and y, fp32
+// accumulation on every arch, one rounding to the output type.
+//
+// Weight format, bitsandbytes' own: W [M, K] stored row-major as M * K / 2 bytes, element
+// 2j of the flat order in the high nibble of byte j, 2j + 1 in the low one; block b of
+// `blocksize` consecutive flat elements has scale absmax[b], or, nested, code2[absmax8[b]] *
+// absmax2[b / 256] + offset (decoded here, in fp32). code is the 16-entry fp32 codebook, so
+// one kernel serves NF4 and FP4.
+//
+// Arguments:
+//   x        [N, x_stride] fp16/bf16 (T); 16-byte aligned, x_stride a multiple of 16 bytes
+//   w        the packed bytes (row m at m * K / 2); 16-byte aligned
+//   absmax   fp32 [M * K / blocksize] (flat), or uint8 codes when nested
+//   absmax2  fp32 [ceil(blocks / 256)], code2 fp32 [256], offset fp32 [1] (nested; else unused)
+//   code     fp32 [16]
+//   bias     null, or bias[n * bias_stride + m] in T (stride 0: one [M] row)
+//   y        [N, M] contiguous, T
+//   kc       K columns staged in LDS per pass: a multiple of 32; >= K (staged once) or a
+//            multiple of 32 * wave size (streamed; a chunk's lane does not depend on the pass)
+//   log2_bs  log2(blocksize), 5..12; K a multiple of the blocksize (so of 32)
+//
+// Launch: matmul_4bit_<f16|bf16>_n<N>_y<YTILE>, block (256, 1, 1), any grid, dynamic LDS
+// N * kc * 2 bytes (x staged as it is, widened to fp32 when read), plus 1088 static bytes (the
+// codebook and the nested map).
+//
+// Work split as kernels/skinny_gemm.hip: a wave owns YTILE consecutive rows x all tokens;
+// lane l takes the 32-column chunks (16 weight bytes) g with g % wave == l in increasing g;
+// each chunk's sums are scaled by its block's absmax (a chunk never straddles a block) and
+// added to the accumulator; a fixed xor butterfly reduces across lanes. Results are bitwise
+// the same for any grid, YTILE, kc or CU count. The codebook (and code2) sit in LDS: lanes
+// reading different entries hit different banks, equal entries broadcast.
+#include "hipskinny/common.h"
+#include "hipskinny/reduce.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWaves = kThreads / hs::kWave;
+constexpr int kChunk = 32;   // weights per lane chunk (16 bytes)
+constexpr int kNested = 1;   // flags
+
+constexpr int pow2_at_least(int n) { return n <= 1 ? 1 : 2 * pow2_at_least((n + 1) / 2); }
+
+// x[:, k0 : k0 + len] for the NP token rows into LDS as they are (16-bit, 16 bytes at a time).
+template <int NP>
+__device__ void stage(hs::u32x4* xs, const uint16_t* __restrict__ x, int64_t x_stride, int k0, int len, int kc) {
+#pragma unroll 1
+  for (int n = 0; n < NP; ++n)
+    for (int c = threadIdx.x; c < (len >> 3); c += kThreads) xs[n * (kc >> 3) + c] = hs::load16(x + n * x_stride + k0 + 8 * c);
+}
+
+// Eight staged 16-bit x values as fp32 (exact).
+template <typename T>
+__device__ inline void widen8(hs::u32x4 q, float (&v)[8]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = hs::to_float<T>((uint16_t)q[i]);
+    v[2 * i + 1] = hs::to_float<T>((uint16_t)(q[i] >> 16));
+  }
+}
+
+// The block scale of flat element index e (fp32 absmax, or the nested decode).
+__device__ inline float block_scale(const void* __restrict__ absmax, const float* __restrict__ absmax2,
+                                    const float* code2, float offset, int64_t block, bool nested) {
+  if (!nested) return static_cast<const float*>(absmax)[block];
+  const uint8_t q = static_cast<const uint8_t*>(absmax)[block];
+  return __builtin_fmaf(code2[q], absmax2[block >> 8], offset);
+}
+
+template <typename T, int NP, int YTILE>
+__device__ void matmul_4bit(const uint16_t* __restrict__ x, const uint8_t* __restrict__ w,
+                            const void* __restrict__ absmax, const float* __restrict__ absmax2,
+                            const float* __restrict__ code2_g, const float* __restrict__ offset_p,
+                            const float* __restrict__ code_g, const uint16_t* __restrict__ bias,
+                            uint16_t* __restrict__ y, int M, int K, int64_t x_stride, int64_t bias_stride, int kc,
+                            int log2_bs, int flags) {
+  static_assert(NP * YTILE <= hs::kWave, "one output per lane at the write");
+  constexpr int P = pow2_at_least(NP * YTILE);
+  __shared__ float code[16];
+  __shared__ float code2[256];
+  extern __shared__ hs::u32x4 xs[];
+
+  const int lane = threadIdx.x % hs::kWave;
+  const int wave = threadIdx.x / hs::kWave;
+  const bool nested = (flags & kNested) != 0;
+  const float offset = nested ? *offset_p : 0.0f;
+  const int tiles = (M + YTILE - 1) / YTILE;
+  const bool staged_once = kc >= K;
+  const int64_t row_blocks = K >> log2_bs;
+  const int row_q = kc >> 3;   // 16-byte LDS slots per staged token row
+
+  if (threadIdx.x < 16) code[threadIdx.x] = code_g[threadIdx.x];
+  if (nested) code2[threadIdx.x] = code2_g[threadIdx.x];   // kThreads == 256 entries
+  if (staged_once) stage<NP>(xs, x, x_stride, 0, K, kc);
+  __syncthreads();
+
+  for (int first = blockIdx.x * kWaves; first < tiles; first += gridDim.x * kWaves) {
+    const int tile = first + wave;
+    const bool active = tile < tiles;
+    const int m0 = tile * YTILE;
+    const uint8_t* wrow[YTILE];
+    int64_t brow[YTILE];
+#pragma unroll
+    for (int r = 0; r < YTILE; ++r) {
+      const int64_t m = min(m0 + r, M - 1);
+      wrow[r] = w + m * (K / 2);
+      brow[r] = m * row_blocks;
+    }
+
+    float acc[NP][YTILE];
+#pragma unroll
+    for (int n = 0; n < NP; ++n)
+#pragma unroll
+      for (int r = 0; r < YTILE; ++r) acc[n][r] = 0.0f;
+
+    for (int k0 = 0; k0 < K; k0 += kc) {
+      const int len = min(kc, K - k0);
+      if (!staged_once) {
+        __syncthreads();   // every wave is done reading the previous pass
+        stage<NP>(xs, x, x_stride, k0, len, kc);
+        __syncthreads();
+      }
+      if (!active) continue;
+      const int full = len / kChunk;
+      for (int c = lane; c < full; c += hs::kWave) {
+        const int k = k0 + kChunk * c;
+        hs::u32x4 wv[YTILE];
+        float sc[YTILE];
+#pragma unroll
+        for (int r = 0; r < YTILE; ++r) {
+          wv[r] = hs::load16_stream(wrow[r] + k / 2);
+          sc[r] = block_scale(absmax, absmax2, code2, offset, brow[r] + (k >> log2_bs), nested);
+        }
+        float s[NP][YTILE];
+#pragma unroll
+        for (int n = 0; n < NP; ++n)
+#pragma unroll
+          for (int r = 0; r < YTILE; ++r) s[n][r] = 0.0f;
+        // Eight weights (one dword) at a time: their codebook values for every row, then each
+        // token's x for those columns (one 16-byte LDS read, widened to fp32).
+#pragma unroll
+        for (int d = 0; d < 4; ++d) {
+          float v[YTILE][8];
+#pragma unroll
+          for (int r = 0; r < YTILE; ++r) {
+            const uint32_t q = wv[r][d];
+#pragma unroll
+            for (int b = 0; b < 4; ++b) {
+              v[r][2 * b] = code[(q >> (8 * b + 4)) & 15u];   // high nibble: the lower column
+              v[r][2 * b + 1] = code[(q >> (8 * b)) & 15u];
+            }
+          }
+#pragma unroll
+          for (int n = 0; n < NP; ++n) {
+            float xv[8];
+            widen8<T>(xs[n * row_q + 4 * c + d], xv);
+#pragma unroll
+            for (int r = 0; r < YTILE; ++r)
+#pragma unroll
+              for (int e = 0; e < 8; ++e) s[n][r] = __builtin_fmaf(xv[e], v[r][e], s[n][r]);
+          }
+        }
+#pragma unroll
+        for (int n = 0; n < NP; ++n)
+#pragma unroll
+          for (int r = 0; r < YTILE; ++r) acc[n][r] = __builtin_fmaf(s[n][r], sc[r], acc[n][r]);
+      }
+    }
+
+    if (active) {
+      float v[P];
+#pragma unroll
+      for (int j = 0; j < P; ++j) v[j] = j < NP * YTILE ? acc[j / YTILE][j % YTILE] : 0.0f;
+      const float sum = hs::reduce_scatter<hs::kWave / 2, P>(v, lane);
+      constexpr int kLanes = hs::kWave / P;
+      const int j = lane / kLanes, n = j / YTILE, row = m0 + j % YTILE;
+      if (lane % kLanes == 0 && j < NP * YTILE && row < M) {
+        float out = sum;
+        if (bias != nullptr) out += hs::to_float<T>(bias[n * bias_stride + row]);
+        y[(int64_t)n * M + row] = hs::from_float<T>(out);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+#define HS_4BIT(T, TAG, NP, YT)                                                                             \
+  extern "C" __global__ void __launch_bounds__(kThreads) matmul_4bit_##TAG##_n##NP##_y##YT(                 \
+      const uint16_t* __restrict__ x, const uint8_t* __restrict__ w, const void* __restrict__ absmax,       \
+      const float* __restrict__ absmax2, const float* __restrict__ code2, const float* __restrict__ offset, \
+      const float* __restrict__ code, const uint16_t* __restrict__ bias, uint16_t* __restrict__ y, int M,    \
+      int K, int64_t x_stride, int64_t bias_stride, int kc, int log2_bs, int flags) {                       \
+    matmul_4bit<T, NP, YT>(x, w, absmax, absmax2, code2, offset, code, bias, y, M, K, x_stride, bias_stride, \
+                           kc, log2_bs, flags);                                                             \
+  }
+#define HS_4BIT_Y3(T, TAG, NP) HS_4BIT(T, TAG, NP, 1) HS_4BIT(T, TAG, NP, 2) HS_4BIT(T, TAG, NP, 4)
+#define HS_4BIT_Y2(T, TAG, NP) HS_4BIT(T, TAG, NP, 1) HS_4BIT(T, TAG, NP, 2)
+#define HS_4BIT_ALL(T, TAG)                                                                       \
+  HS_4BIT_Y3(T, TAG, 1) HS_4BIT_Y3(T, TAG, 2) HS_4BIT_Y3(T, TAG, 3) HS_4BIT_Y3(T, TAG, 4)       \
+  HS_4BIT_Y2(T, TAG, 5) HS_4BIT_Y2(T, TAG, 6) HS_4BIT_Y2(T, TAG, 7) HS_4BIT_Y2(T, TAG, 8)
+
+HS_4BIT_ALL(hs::f16, f16)
+HS_4BIT_ALL(hs::bf16, bf16)

@@ -1,0 +1,172 @@
+"""hipskinny.bnb.matmul_4bit on the emulator for every shipped arch, against exact math.
+
+Tolerance (derived, not tuned). The reference is float64 from the exact codes: w = code[q] *
+absmax, the nested absmax code2[q2] * absmax2 + offset also in float64. The kernel's products
+x * code are exact inside fp32 FMAs; a lane sums 32 of them per chunk (32 roundings of u =
+2**-24 relative to the running magnitude), scales the chunk sum into its accumulator (one
+more per chunk: K/32 at most), the butterfly adds 6 levels, the bias one: |s - exact| <= (32
++ K/32 + 8) * u * S with S = sum_k |x w| + |bias|. Nested: the kernel decodes absmax with one
+fp32 rounding (fma), u * (|code2 * absmax2| + |offset|) per block, times that block's
+sum_k |x code|. Then one rounding to the output type: half an ulp.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hipskinny
+from hipskinny import InputTypeError, InputValueError, bnb
+from hipskinny.arch import SHIPPED_ARCHS
+from hipskinny.emulator import EmulatedDevice
+from hipskinny.ops import matmul_4bit as op
+
+BF16, F16 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)
+U = 2.0**-24
+
+
+@functools.cache
+def _dev(arch: str, cus: int) -> EmulatedDevice:
+    return EmulatedDevice(arch, cus)
+
+
+def _codes(packed: np.ndarray, numel: int) -> np.ndarray:
+    raw = np.asarray(packed).reshape(-1)
+    c = np.empty(raw.size * 2, np.int64)
+    c[0::2], c[1::2] = raw >> 4, raw & 15
+    return c[:numel]
+
+
+def _absmax64(st: bnb.QuantState) -> tuple[np.ndarray, np.ndarray]:
+    """(exact absmax per block, its kernel rounding bound per block) in float64."""
+    if st.state2 is None:
+        a = np.asarray(st.absmax, np.float64)
+        return a, np.zeros_like(a)
+    q = np.asarray(st.absmax).astype(np.int64)
+    c2 = np.asarray(st.state2.code, np.float64)[q]
+    a2 = np.asarray(st.state2.absmax, np.float64)[np.arange(q.size) // 256]
+    off = float(np.asarray(st.offset, np.float64))
+    return c2 * a2 + off, U * (np.abs(c2 * a2) + abs(off))
+
+
+def assert_bound(y, x, packed, st, bias=None):
+    m, k = (int(d) for d in st.shape)
+    bs = int(st.blocksize)
+    code = np.asarray(st.code, np.float64)[_codes(packed, m * k)].reshape(m, k)
+    absmax, slack = _absmax64(st)
+    per = np.arange(m * k).reshape(m, k) // bs
+    w = code * absmax[per]
+    x64 = np.asarray(x).astype(np.float64).reshape(-1, k)
+    exact = x64 @ w.T
+    s = np.abs(x64) @ np.abs(w).T
+    if bias is not None:
+        b = np.asarray(bias).astype(np.float64).reshape(-1, m)
+        exact, s = exact + b, s + np.abs(b)
+    err = (32 + k / 32 + 8) * U * s + np.abs(x64) @ (np.abs(code) * slack[per]).T
+    yd = np.asarray(y).astype(np.float64).reshape(exact.shape)
+    dt = np.asarray(y).dtype
+    mant, emin = (10, -14) if dt == F16 else (7, -126)
+    mag = np.abs(exact) + err
+    ulp = 2.0 ** (np.floor(np.log2(np.maximum(mag, 2.0**emin))) - mant)
+    bad = ~(np.abs(yd - exact) <= err + 0.5 * ulp)
+    assert not bad.any(), f"{bad.sum()} off, first at {np.argwhere(bad)[0]}: {yd[bad][0]} vs {exact[bad][0]}"
+
+
+def _weights(m, k, seed, blocksize, quant_type, nested):
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((m, k)).astype(np.float32) * rng.uniform(0.2, 3.0, (m, 1)).astype(np.float32)
+    return bnb.quantize_4bit(w, blocksize=blocksize, quant_type=quant_type, compress_statistics=nested)
+
+
+# (N, M, K, blocksize, CUs): several blocks per row at blocksizes 32/64/128, a block spanning
+# the whole row (4096), K streamed through LDS (8 x 8192 x 2 bytes > 64 KiB), M not a
+# multiple of the tiles.
+CASES = [(1, 37, 320, 32, 2), (3, 50, 256, 64, 3), (8, 21, 8192, 4096, 2), (5, 70, 384, 128, 2)]
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+@pytest.mark.parametrize("quant_type", ["nf4", "fp4"])
+@pytest.mark.parametrize("nested", [False, True])
+def test_fused_against_exact(arch, quant_type, nested):
+    for i, (n, m, k, bs, cus) in enumerate(CASES):
+        packed, st = _weights(m, k, i, bs, quant_type, nested)
+        dt = (F16, BF16)[i % 2]
+        rng = np.random.default_rng(100 + i)
+        x = rng.standard_normal((n, k)).astype(dt)
+        bias = rng.standard_normal(m).astype(dt) if i % 2 else None
+        with hipskinny.on_device(_dev(arch, cus)):
+            y = bnb.matmul_4bit(x, packed, st, bias)
+            info = op.plan_info(_dev(arch, cus), dt, n, m, k)
+        assert y.shape == (n, m) and y.dtype == dt and info["kernel"].startswith(f"matmul_4bit_{op._TAG[dt]}_n{n}_")
+        assert_bound(y, x, packed, st, bias)
+        from hipskinny.arch import ARCHS
+
+        assert info["staged_once"] == (n * k * 2 <= ARCHS[arch].lds_per_workgroup - 1088)
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+def test_nan_in_absmax_or_x_reaches_only_its_rows(arch):
+    n, m, k, bs = 3, 12, 256, 64
+    packed, st = _weights(m, k, 5, bs, "nf4", False)
+    x = np.random.default_rng(1).standard_normal((n, k)).astype(F16)
+    absmax = np.array(st.absmax)
+    absmax[(5 * k + 130) // bs] = np.nan        # a block of row 5
+    bad = bnb.QuantState(absmax, st.shape, st.code, st.blocksize, st.quant_type, st.dtype)
+    x[2, 7] = np.inf
+    with hipskinny.on_device(_dev(arch, 2)):
+        y = bnb.matmul_4bit(x, packed, bad).astype(np.float32)
+    assert np.isnan(y[:, 5]).all()
+    assert not np.isfinite(y[2]).all() and np.isfinite(np.delete(y[:2], 5, axis=1)).all()
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+def test_bitwise_reproducible_across_cu_counts_and_schedules(arch):
+    n, m, k = 4, 300, 1024
+    packed, st = _weights(m, k, 9, 64, "nf4", True)
+    x = np.random.default_rng(2).standard_normal((n, k)).astype(BF16)
+    outs = []
+    for cus in (1, 3):
+        dev = EmulatedDevice(arch, cus, seed=cus)           # seeded shuffled wave schedule
+        with hipskinny.on_device(dev):
+            outs += [bnb.matmul_4bit(x, packed, st).view(np.uint16) for _ in range(2)]
+    for o in outs[1:]:
+        np.testing.assert_array_equal(o, outs[0])
+
+
+def test_dequantize_route_for_other_k_and_larger_n():
+    """K not a multiple of the blocksize, and N above the fused kernel's 8: dequantize (fp32, then
+    x's dtype, as bitsandbytes does) + skinny_gemm, within that route's bound."""
+    dev = _dev("gfx1100", 2)
+    for n, m, k, bs in ((2, 20, 96, 64), (20, 24, 256, 64)):
+        packed, st = _weights(m, k, 3, bs, "nf4", True)
+        x = np.random.default_rng(4).standard_normal((n, k)).astype(F16)
+        with hipskinny.on_device(dev):
+            y = bnb.matmul_4bit(x, packed, st)
+        w16 = np.asarray(bnb.dequantize_4bit(packed, st)).astype(F16)
+        ref = x.astype(np.float64) @ w16.astype(np.float64).T   # the 16-bit weights this route multiplies
+        s = np.abs(x.astype(np.float64)) @ np.abs(w16.astype(np.float64)).T
+        tol = (k + 8) * U * s + 0.5 * 2.0 ** (np.floor(np.log2(np.maximum(np.abs(ref) + 1e-30, 2.0**-14))) - 10)
+        assert (np.abs(y.astype(np.float64) - ref) <= tol + 1e-3 * U).all()
+
+
+def test_bad_input_messages():
+    packed, st = _weights(16, 256, 0, 64, "nf4", True)
+    x = np.zeros((2, 256), F16)
+    with hipskinny.on_device(_dev("gfx942", 2)):
+        with pytest.raises(InputTypeError, match="x has dtype float32; supported: float16, bfloat16"):
+            bnb.matmul_4bit(x.astype(np.float32), packed, st)
+        with pytest.raises(InputValueError, match=r"x must be \[..., K\] with K=256"):
+            bnb.matmul_4bit(np.zeros((2, 128), F16), packed, st)
+        with pytest.raises(InputValueError, match=r"packed must hold \(M\*K\+1\)//2 = 2048 uint8 bytes"):
+            bnb.matmul_4bit(x, packed[:100], st)
+        short = bnb.QuantState(st.absmax[:10], st.shape, st.code, st.blocksize, st.quant_type, st.dtype, st.offset,
+                               st.state2)
+        with pytest.raises(InputValueError, match=r"absmax must be uint8 \[64\] \(nested, blocksize 64\)"):
+            bnb.matmul_4bit(x, packed, short)
+        with pytest.raises(InputValueError, match="bias must be float16"):
+            bnb.matmul_4bit(x, packed, st, np.zeros(16, np.float32))
+        with pytest.raises(InputValueError, match="N=129 tokens; supported: N = 1..128"):
+            bnb.matmul_4bit(np.zeros((129, 256), F16), packed, st)
