@@ -12,21 +12,24 @@ scales, per token and 128 columns ``[N, ceil(K/128)]`` (`hipskinny.fp8.granulari
 scales propagate. Products are exact, sums fp32, scales applied in fp32 (per 16-column chunk
 in block mode, after the sum otherwise), bias added in fp32, one rounding at the end.
 
-Kernels, every arch, both flavours, weights widened to 16-bit in registers by exact integer
-operations (NaN encodings poison their feature), activations staged in LDS (FP8 ones widened
-there):
+Kernels. W8A16 everywhere, and W8A8 on gfx1100/gfx1151 (or with ``native=False``): weights
+widened to 16-bit in registers by exact integer operations (NaN encodings poison their
+feature), activations staged in LDS as 16-bit (FP8 ones widened there). W8A8 on the archs with
+FP8 instructions (`FP8_HARDWARE`; kernels tagged ``fp8``): activations staged as their bytes,
+and the bytes go to the instructions as they are (gfx942/gfx950: MFMA 16x16x32 fp8, at N <= 8
+used as a 64-lane dot product; gfx1201: ``v_dot4_f32_fp8_fp8`` at N <= 8, WMMA fp8 above).
 
-* N = 1..8, ``fp8_linear_<x16>_<flavour>[_block]_n<N>_y<YTILE>`` (kernels/fp8_linear.hip): the
-  split-across-lanes design of `hipskinny.skinny_gemm` with 16-column chunks. Rules as
-  skinny_gemm's small-N ones: ``K_pad = ceil(K / 16) * 16``; ``kc = K_pad`` when N x K_pad x 2
-  bytes (+ the block-mode activation scales) fit the LDS per workgroup, else the most columns
-  that fit rounded down to a multiple of 16 x wave size; workgroups per CU from occupancy, at
-  most 2; YTILE by `skinny_gemm.ytile`; persistent grid.
-* N = 9..128, ``fp8_linear_splitk_<x16>_<flavour>[_block]_t<NT>`` (kernels/fp8_linear_splitk.hip):
-  skinny_gemm's split-K kernel on the matrix units (16-bit MFMA/WMMA on the widened weights)
-  with its rules (token tiles, shards from the flagship's CU count, persistent grid, partials
-  and self-cleaning counters from the scratch pool), deterministic: shard partials summed in
-  shard order. Block mode sums each 128-column group on its own and adds it scaled.
+* N = 1..8, ``fp8_linear_<x16|fp8>_<flavour>[_block]_n<N>_y<YTILE>`` (kernels/fp8_linear.hip):
+  the split-across-lanes design of `hipskinny.skinny_gemm` with 16-column chunks. Rules as
+  skinny_gemm's small-N ones: ``K_pad = ceil(K / 16) * 16``; ``kc = K_pad`` when N x K_pad
+  staged bytes (2 per column, 1 for ``fp8``; + the block-mode activation scales) fit the LDS per
+  workgroup, else the most columns that fit rounded down to a multiple of 16 x wave size;
+  workgroups per CU from occupancy, at most 2; YTILE by `skinny_gemm.ytile`; persistent grid.
+* N = 9..128, ``fp8_linear_splitk_<x16|fp8>_<flavour>[_block]_t<NT>``
+  (kernels/fp8_linear_splitk.hip): skinny_gemm's split-K kernel on the matrix units with its
+  rules (token tiles, shards from the flagship's CU count, persistent grid, partials and
+  self-cleaning counters from the scratch pool), deterministic: shard partials summed in shard
+  order. Block mode sums each 128-column group on its own and adds it scaled.
 
 Bitwise reproducible across calls, schedules and CU counts.
 
