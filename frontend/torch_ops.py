@@ -27,14 +27,15 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 # Op modules whose TORCH_OPS are registered (a new family adds its module name here).
-OP_MODULES: tuple[str, ...] = ("gemv", "skinny_gemm", "fp8_linear")
+OP_MODULES: tuple[str, ...] = ("gemv", "skinny_gemm", "fp8_linear", "matmul_4bit")
 
 
 @dataclass(frozen=True)
 class TorchOp:
     """One custom op: ``schema`` in torch's schema language (its name is the op's name), ``impl`` the
-    Python function torch calls, ``out_shape(*shapes)`` the result shape from the tensor arguments'
-    shapes (None for ops that return nothing: ``out=`` variants)."""
+    Python function torch calls, ``out_shape(*shapes)`` the result shape from the positional
+    arguments (tensors by their shapes, other values as they are; None for ops that return
+    nothing: ``out=`` variants)."""
 
     schema: str
     impl: Callable[..., Any]
@@ -106,8 +107,7 @@ def _fake(op: TorchOp) -> Callable[..., Any]:
         return lambda *a, **k: None
 
     def fake(x: Any, *rest: Any, **kwargs: Any) -> Any:
-        shapes: Sequence[Any] = [tuple(t.shape) if t is not None else None for t in (x, *rest)
-                                 if t is None or hasattr(t, "shape")]
+        shapes: Sequence[Any] = [tuple(t.shape) if hasattr(t, "shape") else t for t in (x, *rest)]
         dtype = op.out_dtype(x, *rest, **kwargs) if op.out_dtype is not None else x.dtype
         return x.new_empty(shape_of(*shapes), dtype=dtype)
 

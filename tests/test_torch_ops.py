@@ -19,7 +19,8 @@ from hipskinny import torch_ops
 from hipskinny.emulator import EmulatedDevice
 
 ROOT = Path(__file__).resolve().parent.parent
-OPS = ("gemv", "gemv_out", "skinny_gemm", "skinny_gemm_out", "fp8_linear", "fp8_linear_out")
+OPS = ("gemv", "gemv_out", "skinny_gemm", "skinny_gemm_out", "fp8_linear", "fp8_linear_out", "matmul_4bit",
+       "matmul_4bit_out")
 
 
 def _python(code: str) -> str:
@@ -282,3 +283,38 @@ def test_fp8_linear_compiles_fullgraph_same_bits_and_passes_opcheck(dev, n):
             # for float8 ("mul_cpu_reduced_float" not implemented); the other three run.
             torch.library.opcheck(op, args, kwargs, test_utils=("test_faketensor", "test_autograd_registration",
                                                                 "test_aot_dispatch_dynamic"))
+
+
+def _nf4_model(x, packed, st, out):
+    s2 = st.state2
+    nested = {"absmax2": s2.absmax, "code2": s2.code, "offset": st.offset}
+    y = torch.ops.hipskinny.matmul_4bit(x * 2, packed, st.absmax, st.code, st.blocksize, list(st.shape), **nested)
+    torch.ops.hipskinny.matmul_4bit_out(x, packed, st.absmax, st.code, st.blocksize, list(st.shape), out, **nested)
+    return torch.relu(y) + out
+
+
+def test_matmul_4bit_compiles_fullgraph_same_bits_and_passes_opcheck(dev):
+    from hipskinny import bnb
+
+    n, m, k = 3, 64, 256
+    x, w, _ = _inputs(n, m, k, seed=5)
+    packed, st = bnb.quantize_4bit(w.float(), blocksize=64, quant_type="nf4", compress_statistics=True)
+    out = torch.empty((n, m), dtype=torch.float16)
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    with hipskinny.on_device(dev):
+        eout = out.clone()
+        eager = _nf4_model(x, packed, st, eout)
+        got = torch.compile(_nf4_model, fullgraph=True, backend=counter)(x, packed, st, out)
+        assert torch.equal(eager.view(torch.int16), got.view(torch.int16))
+        assert torch.equal(eout.view(torch.int16), out.view(torch.int16))
+        assert torch.equal(eout.view(torch.int16), bnb.matmul_4bit(x, packed, st).view(torch.int16))
+        assert counter.frame_count == 1
+        called = {str(node.target).removesuffix(".default") for node in counter.graphs[0].graph.nodes}
+        assert {"hipskinny.matmul_4bit", "hipskinny.matmul_4bit_out"} <= called
+        nested = {"absmax2": st.state2.absmax, "code2": st.state2.code, "offset": st.offset}
+        head = (x, packed, st.absmax, st.code, st.blocksize, list(st.shape))
+        for op, args, kwargs in [
+            (torch.ops.hipskinny.matmul_4bit.default, head, nested),
+            (torch.ops.hipskinny.matmul_4bit_out.default, (*head, torch.empty((n, m), dtype=torch.float16)), nested),
+        ]:
+            torch.library.opcheck(op, args, kwargs)

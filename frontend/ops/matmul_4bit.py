@@ -34,6 +34,7 @@ from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
+from ..torch_ops import declare
 from .skinny_gemm import MAX_GROUPS_PER_CU, THREADS, groups_per_cu, k_chunk, lane_split_grid
 
 FAMILY = "matmul_4bit"
@@ -279,6 +280,21 @@ def _dequantize_route(ops: Operands, st: bnb.QuantState, n: int, m: int, k: int,
 
 def _require(ok: bool, what: str) -> None:
     operands.require("matmul_4bit", ok, what)
+
+
+def _torch_matmul_4bit(x: Any, packed: Any, absmax: Any, code: Any, blocksize: int, shape: Any, *,
+                       absmax2: Any = None, code2: Any = None, offset: Any = None, bias: Any = None,
+                       out: Any = None) -> Any:
+    """The torch op's form: the state's tensors as arguments (nested: absmax2, code2 and offset)."""
+    state2 = None if absmax2 is None else bnb.QuantState(absmax2, None, code2, 256, None, None)
+    st = bnb.QuantState(absmax, tuple(shape), code, blocksize, None, x.dtype, offset, state2)
+    return matmul_4bit(x, packed, st, bias, out=out)
+
+
+# torch.ops.hipskinny.matmul_4bit / matmul_4bit_out (registered by hipskinny.torch_ops).
+TORCH_OPS = declare("matmul_4bit", "Tensor x, Tensor packed, Tensor absmax, Tensor code, int blocksize, int[] shape",
+                    _torch_matmul_4bit, lambda x, packed, absmax, code, blocksize, shape: (*x[:-1], shape[0]),
+                    options="Tensor? absmax2=None, Tensor? code2=None, Tensor? offset=None, Tensor? bias=None")
 
 
 def matmul_4bit_reference(x: Any, packed: Any, state: Any, bias: Any = None) -> np.ndarray:
