@@ -218,6 +218,18 @@ def require(op: str, ok: bool, what: str) -> None:
         raise InputValueError(f"{op} on a GPU tensor: {what} (host inputs have no layout limits)")
 
 
+def bias_row_stride(op: str, bv: TensorView | None, m: int) -> int:
+    """The row stride of a bias ``[M]``, ``[1, M]`` (0: one row for every token) or ``[N, M]`` on a GPU:
+    contiguous along M, rows not overlapping."""
+    if bv is None:
+        return 0
+    require(op, bv.strides[-1] == 1 or m == 1, "bias must be contiguous along M")
+    if len(bv.shape) == 2 and bv.shape[0] > 1:
+        require(op, bv.strides[0] >= m, f"bias rows must not overlap; got row stride {bv.strides[0]} for M={m}")
+        return bv.strides[0]
+    return 0
+
+
 def row_stride(op: str, v: TensorView) -> int:
     """Stride between the rows of ``v`` viewed as ``[rows, K]`` (leading dims flattened); leading dims
     must flatten without a copy. A single row gets K rounded up to 8 (any multiple of 8 will do)."""

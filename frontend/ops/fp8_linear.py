@@ -162,12 +162,7 @@ def _bind(ops: Operands, out_dtype: Any, native: bool | None = None) -> Any:
              f"w's row stride must be a multiple of 16 elements (16 bytes) and >= K; got {w_stride}")
     for name, v in (("w_scale", wsv), ("x_scale", xsv)):
         _require(v is None or v.is_contiguous, f"{name} must be contiguous")
-    b_stride = 0
-    if bv is not None:
-        _require(bv.strides[-1] == 1 or m == 1, "bias must be contiguous along M")
-        if len(bv.shape) == 2 and bv.shape[0] > 1:
-            b_stride = bv.strides[0]
-            _require(b_stride >= m, f"bias rows must not overlap; got row stride {b_stride} for M={m}")
+    b_stride = operands.bias_row_stride("fp8_linear", bv, m)
     launch, slots = _launch(device, tag, w_flavor, block, n, m, k, x_stride, w_stride, b_stride, ws_stride,
                             xs_stride, flags, xsv is not None)
     return DeviceCall(ops, [launch], out_shape=out_shape, out_dtype=odt, aligned=("x", "w"),

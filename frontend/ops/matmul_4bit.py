@@ -106,12 +106,7 @@ def _bind(ops: Operands, st: bnb.QuantState) -> Any:
     for name in ("w", "absmax", "absmax2", "code2", "offset", "code"):
         v = ops[name]
         _require(v is None or v.is_contiguous, f"{name} must be contiguous")
-    b_stride = 0
-    if bv is not None:
-        _require(bv.strides[-1] == 1 or m == 1, "bias must be contiguous along M")
-        if len(bv.shape) == 2 and bv.shape[0] > 1:
-            b_stride = bv.strides[0]
-            _require(b_stride >= m, f"bias rows must not overlap; got row stride {b_stride} for M={m}")
+    b_stride = operands.bias_row_stride("matmul_4bit", bv, m)
     launch = _launch(device, tag, n, m, k, x_stride, b_stride, log2_bs, flags)
     return DeviceCall(ops, [launch], out_shape=out_shape, out_dtype=xv.dtype, aligned=("x", "w"),
                       align_message="x and the packed weights must start at 16-byte aligned addresses")

@@ -204,12 +204,7 @@ def _bind(ops: Operands, deterministic: bool) -> Any:
              f"x's row stride must be a multiple of 8 elements (16 bytes) and >= K; got {x_stride}")
     _require((m == 1 or w_stride >= k) and w_stride % 8 == 0,
              f"w's row stride must be a multiple of 8 elements (16 bytes) and >= K; got {w_stride}")
-    b_stride = 0
-    if bv is not None:
-        _require(bv.strides[-1] == 1 or m == 1, "bias must be contiguous along M")
-        if len(bv.shape) == 2 and bv.shape[0] > 1:
-            b_stride = bv.strides[0]
-            _require(b_stride >= m, f"bias rows must not overlap; got row stride {b_stride} for M={m}")
+    b_stride = operands.bias_row_stride("skinny_gemm", bv, m)
     launch, slots = _launch(device, tag, n, m, k, atomic, x_stride, w_stride, b_stride)
     return DeviceCall(ops, [launch], out_shape=out_shape, out_dtype=xv.dtype, aligned=("x", "w"),
                       align_message="x and w must start at 16-byte aligned addresses", scratch_slots=slots)
