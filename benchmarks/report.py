@@ -297,13 +297,7 @@ def _config(plan: dict[str, Any]) -> str:
 
 
 def markdown(rep: dict[str, Any]) -> str:
-    out = [f"# Performance report ({rep['dtype']})", "",
-           f"Produced by `{rep['command']}` on {rep['date']} at commit `{rep['commit']}` "
-           f"({rep['seconds'] / 60:.1f} min on a 2-core CPU)"
-           + (f"; HEAD moved from `{rep['commit_at_start']}` during the run"
-              if rep.get("commit_at_start", rep["commit"]) != rep["commit"] else "")
-           + (f"; uncommitted changes then in: {', '.join(rep['uncommitted'])}" if rep["uncommitted"] else "")
-           + ".", "",
+    out = [f"# Performance report ({rep['dtype']})", "", *_produced_by(rep),
            "**Every time in this file is predicted by a roofline model from exact emulator counts; "
            "none was measured on a GPU** (no AMD GPU exists where this project is built).", "",
            "## Hardware numbers (`hipskinny.arch.ARCHS`, one flagship product per arch)", "",
@@ -399,7 +393,8 @@ def _against_baselines(rep: dict[str, Any]) -> list[str]:
 
 def _op_tables(rep: dict[str, Any], op: str) -> list[str]:
     rows = [r for r in rep["rows"] if r["op"] == op]
-    out = [f"## hipskinny.{op}", "",
+    notes = getattr(dynamic.op_module(op), "REPORT_NOTES", "") if dynamic.split_op(op)[1] is None else ""
+    out = [f"## hipskinny.{op}", "", *([notes.strip(), ""] if notes else []),
            "traffic = bytes moved / minimum; VALU/B = VALU wave-instructions per weight byte (balance in the "
            "hardware table); LDS/W = LDS bytes per weight byte; occ = waves per SIMD with the launch's LDS; "
            "floor = minimum bytes / bandwidth; pred = roofline (µs, **predicted, not measured**).", "",
@@ -520,17 +515,42 @@ def _overhead(rep: dict[str, Any]) -> list[str]:
     return out + [""]
 
 
+def _source(rep: dict[str, Any], ops: list[str]) -> dict[str, Any]:
+    return {"ops": ops, "command": rep["command"], "date": rep["date"], "commit": rep["commit"],
+            "commit_at_start": rep.get("commit_at_start", rep["commit"]), "seconds": rep["seconds"]}
+
+
 def _merge(new: dict[str, Any], old: dict[str, Any], archs: list[str]) -> dict[str, Any]:
     """``new`` (a run of some ops) with the other ops' rows, per-call section and emulator rate of
-    ``old``; the invariants re-checked over all rows; the command and commits of both said."""
-    ops = {r["op"] for r in new["rows"]}
+    ``old``; the invariants re-checked over all rows; which run produced which rows in ``sources``."""
+    ops = sorted({r["op"] for r in new["rows"]})
     rows = [r for r in old["rows"] if r["op"] not in ops] + new["rows"]
     statics = {(f, a): {k.name: k for k in family_static(a, f)} for (f, a) in families_by_arch() if a in archs}
     out = dict(new, rows=rows, python_overhead=old["python_overhead"])
     out["failures"] = invariants(rows, statics, archs)
-    out["command"] = (f"{old['command']} at `{old['commit']}` ({old['date']}); the rows of "
-                      f"{', '.join(sorted(ops))} by `python -m benchmarks.report --merge --op {' '.join(sorted(ops))}`")
+    kept = []
+    for src in old.get("sources") or [_source(old, sorted({r["op"] for r in old["rows"]}))]:
+        left = [o for o in src["ops"] if o not in ops]
+        if left:
+            kept.append(dict(src, ops=left))
+    out["sources"] = kept + [_source(dict(new, command=new["command"] + " --merge --op " + " ".join(ops)), ops)]
     return out
+
+
+def _produced_by(rep: dict[str, Any]) -> list[str]:
+    if not rep.get("sources"):
+        return [f"Produced by `{rep['command']}` on {rep['date']} at commit `{rep['commit']}` "
+                f"({rep['seconds'] / 60:.1f} min on a 2-core CPU)"
+                + (f"; HEAD moved from `{rep['commit_at_start']}` during the run"
+                   if rep.get("commit_at_start", rep["commit"]) != rep["commit"] else "")
+                + (f"; uncommitted changes then in: {', '.join(rep['uncommitted'])}" if rep["uncommitted"] else "")
+                + ".", ""]
+    out = ["Produced by several runs (rows of the other ops kept by `--merge`):", ""]
+    for src in rep["sources"]:
+        moved = f", started at `{src['commit_at_start']}`" if src["commit_at_start"] != src["commit"] else ""
+        out.append(f"- {', '.join(src['ops'])}: `{src['command']}` on {src['date']} at commit `{src['commit']}`"
+                   f"{moved} ({src['seconds'] / 60:.1f} min on a 2-core CPU)")
+    return out + [""]
 
 
 def _refresh_per_call(args: argparse.Namespace) -> int:

@@ -9,7 +9,8 @@
 // the scales. NaN encodings (OCP 0x7F/0xFF, FNUZ 0x80) do not survive the shift; each lane
 // records them per row in a poison word and the row's sums become NaN. FP8 activations
 // (W8A8) are widened the same way, exactly and NaN-preserving, once per workgroup while
-// they are staged in LDS.
+// they are staged in LDS. On gfx942/gfx950/gfx1201 W8A8 in the arch's own flavour also has
+// kernels on the FP8 instructions (fp8_linear_fp8_*, NativeTile below): x staged as bytes.
 //
 // Arguments (strides in elements of their operand):
 //   x        [N, x_stride]  fp16/bf16 (W8A16) or FP8 bytes (flag kXFp8); 16-byte aligned
@@ -24,10 +25,10 @@
 //            multiple of 16 * wave size (streamed; a chunk's lane does not depend on the pass)
 //   flags    kXFp8, kXFnuz, kOutBf16 (below)
 //
-// Launch: fp8_linear_<x16>_<ocp|fnuz>[_block]_n<N>_y<YTILE> (x16: f16 for fp16 and FP8
-// activations, bf16 for bf16; then the weight flavour; _block: 128x128 block scales), block
-// (256, 1, 1), any grid, dynamic LDS N * kc * 2 bytes plus, in block mode with x_scale,
-// N * ceil(K / 128) * 4 bytes.
+// Launch: fp8_linear_<x16>_<ocp|fnuz>[_block]_n<N>_y<YTILE> (x16: f16 for fp16 and widened
+// FP8 activations, bf16 for bf16, fp8 for the FP8 instructions; then the weight flavour;
+// _block: 128x128 block scales), block (256, 1, 1), any grid, dynamic LDS N * kc * 2 bytes
+// (N * kc for fp8) plus, in block mode with x_scale, N * ceil(K / 128) * 4 bytes.
 //
 // Work split and reduction as kernels/skinny_gemm.hip: a wave owns YTILE consecutive rows x
 // all N tokens; lane l takes the 16-column chunks g with g % wave == l in increasing g; a

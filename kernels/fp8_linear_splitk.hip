@@ -1,7 +1,10 @@
 // FP8 linear for decode, larger N: y[n, m] = (sum_k x[n, k] * W[m, k]) * scales (+ bias) for
 // N = 9..128 tokens on the matrix units, FP8 e4m3 weights (OCP or FNUZ) widened exactly to
 // 16-bit in registers (hipskinny/fp8.h), fp16/bf16 activations or FP8 ones widened in LDS,
-// fp32 accumulation, K split into shards across workgroups; scales and bias in fp32.
+// fp32 accumulation, K split into shards across workgroups; scales and bias in fp32. W8A8 in
+// the arch's own flavour on gfx942/gfx950 (MFMA 16x16x32 fp8) and gfx1201 (WMMA fp8) takes
+// the bytes as they are (fp8_linear_splitk_fp8_*): one FP8 instruction per step, x staged as
+// bytes (8 to a 16-byte slot), NaN encodings propagated by the hardware.
 //
 // Arguments (strides in elements of their operand):
 //   x, w, w_scale, x_scale, bias, y, flags   as kernels/fp8_linear.hip (the same modes,
@@ -10,7 +13,7 @@
 //   counters ceil(M / 128) uint32, zero before the launch and zero again after it
 //   N (<= 16 * NT), M, K, shard_len (a multiple of 128; shards = ceil(K / shard_len))
 //
-// Launch: fp8_linear_splitk_<x16>_<ocp|fnuz>[_block]_t<NT>, block (256, 1, 1), any grid, dynamic
+// Launch: fp8_linear_splitk_<x16|fp8>_<ocp|fnuz>[_block]_t<NT>, block (256, 1, 1), any grid, dynamic
 // LDS 32 KiB (x staged as 16-bit: 16 * NT tokens x 1024 / NT columns), plus 512 bytes in block
 // mode (the pass's per-token group scales).
 //
