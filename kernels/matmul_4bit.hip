@@ -163,11 +163,18 @@ __device__ void matmul_4bit(const uint16_t* __restrict__ x, const uint8_t* __res
           float v[YTILE][8];
 #pragma unroll
           for (int r = 0; r < YTILE; ++r) {
-            const uint32_t q = wv[r][d];
+            // Every byte's nibbles as codebook byte offsets at once (two operations for four
+            // bytes), then one extraction per lookup.
+            uint32_t hi = (wv[r][d] >> 2) & 0x3c3c3c3cu, lo = (wv[r][d] << 2) & 0x3c3c3c3cu;
+            // Opaque to the compiler, which would otherwise fold the masks back into a shift and
+            // an and per lookup.
+            asm("" : "+v"(hi), "+v"(lo));
+            const char* cb = reinterpret_cast<const char*>(code);
 #pragma unroll
             for (int b = 0; b < 4; ++b) {
-              v[r][2 * b] = code[(q >> (8 * b + 4)) & 15u];   // high nibble: the lower column
-              v[r][2 * b + 1] = code[(q >> (8 * b)) & 15u];
+              // high nibble: the lower column
+              v[r][2 * b] = *reinterpret_cast<const float*>(cb + ((hi >> (8 * b)) & 0xffu));
+              v[r][2 * b + 1] = *reinterpret_cast<const float*>(cb + ((lo >> (8 * b)) & 0xffu));
             }
           }
 #pragma unroll
