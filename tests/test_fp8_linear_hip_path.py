@@ -15,40 +15,13 @@ SCENARIO = """
 import ctypes, json, sys
 sys.path.insert(0, {tests!r})
 import numpy as np, hipskinny
-from hip import hip
-from dlpack_helpers import DL_ROCM, HandMade
+from device_arrays import dev_array, outcome, read
 from fakehip.emulated import install
 from hipskinny import fp8, scratch
 from hipskinny.devices import hip_device
 from hipskinny.ops.fp8_linear import fp8_linear_exact
 
 runtime = install()
-CODES = {{"float16": (2, 16), "float32": (2, 32), "float8_e4m3fn": (10, 8)}}
-
-def dev_array(a, row_stride=None, offset=0):
-    # a (1-D or 2-D) copied into hipMalloc memory with the given row stride (elements)
-    a2 = a.reshape(1, -1) if a.ndim == 1 else a
-    rows, cols = a2.shape
-    stride = row_stride or cols
-    size = a.dtype.itemsize
-    err, ptr = hip.hipMalloc(size * ((rows - 1) * stride + cols) + offset)
-    base = int(ptr) + offset
-    for r in range(rows):
-        ctypes.memmove(base + size * r * stride, a2[r].ctypes.data, size * cols)
-    code, bits = CODES[a.dtype.name]
-    shape, strides = (a.shape, (1,)) if a.ndim == 1 else (a.shape, (stride, 1))
-    return HandMade(None, base, shape, strides, code=code, bits=bits, device=(DL_ROCM, 0)), base
-
-def read(base, shape):
-    return np.frombuffer(ctypes.string_at(base, 2 * shape[0] * shape[1]), np.float16).reshape(shape)
-
-def outcome(f):
-    try:
-        f()
-        return "ok"
-    except hipskinny.HipSkinnyError as e:
-        return type(e).__name__ + ": " + str(e)
-
 rng = np.random.default_rng(5)
 res = {{}}
 m, k = 50, 1040

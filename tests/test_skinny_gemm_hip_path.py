@@ -15,40 +15,18 @@ SCENARIO = """
 import ctypes, json, sys
 sys.path.insert(0, {tests!r})
 import numpy as np, hipskinny
-from hip import hip
-from dlpack_helpers import DL_ROCM, HandMade
+from device_arrays import dev_array, outcome, read
 from fakehip.emulated import install
 from hipskinny import scratch
 from hipskinny.devices import hip_device
 
 runtime = install()
 
-def dev_array(a, row_stride=None, offset=0):
-    # a [R, C] float16 copied into hipMalloc memory with the given row stride (elements)
-    rows, cols = a.shape
-    stride = row_stride or cols
-    nbytes = 2 * ((rows - 1) * stride + cols) + offset
-    err, ptr = hip.hipMalloc(nbytes)
-    base = int(ptr) + offset
-    for r in range(rows):
-        ctypes.memmove(base + 2 * r * stride, a[r].ctypes.data, 2 * cols)
-    return HandMade(None, base, (rows, cols), (stride, 1), code=2, bits=16, device=(DL_ROCM, 0)), base
-
-def read(base, shape):
-    return np.frombuffer(ctypes.string_at(base, 2 * shape[0] * shape[1]), np.float16).reshape(shape)
-
 def err_over_scale(y, x, w, b):
     x64, w64, b64 = (v.astype(np.float64) for v in (x, w, b))
     exact = x64 @ w64.T + b64
     scale = np.abs(x64) @ np.abs(w64).T + np.abs(b64)
     return float(np.max(np.abs(y.astype(np.float64) - exact) / scale))
-
-def outcome(f):
-    try:
-        f()
-        return "ok"
-    except hipskinny.HipSkinnyError as e:
-        return type(e).__name__ + ": " + str(e)
 
 rng = np.random.default_rng(5)
 res = {{}}

@@ -1,0 +1,48 @@
+"""Helpers for fake-runtime scenarios (run in the child process that installs the fake
+libamdhip64): host arrays copied into hipMalloc memory and exposed through DLPack, results read
+back, and an op's outcome as a string."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from dlpack_helpers import DL_ROCM, HandMade
+from hip import hip
+
+import hipskinny
+
+# DLPack (type code, bits) of the dtypes the scenarios put on the device.
+CODES = {"float16": (2, 16), "float32": (2, 32), "float8_e4m3fn": (10, 8)}
+
+
+def dev_array(a: np.ndarray, row_stride: int | None = None, offset: int = 0) -> tuple[HandMade, int]:
+    """``a`` (1-D or 2-D) copied into device memory ``offset`` bytes past an allocation's start,
+    rows ``row_stride`` elements apart: (its DLPack producer, its address)."""
+    a2 = a.reshape(1, -1) if a.ndim == 1 else a
+    rows, cols = a2.shape
+    stride = row_stride or cols
+    size = a.dtype.itemsize
+    err, ptr = hip.hipMalloc(size * ((rows - 1) * stride + cols) + offset)
+    base = int(ptr) + offset
+    for r in range(rows):
+        ctypes.memmove(base + size * r * stride, a2[r].ctypes.data, size * cols)
+    code, bits = CODES[a.dtype.name]
+    strides = (1,) if a.ndim == 1 else (stride, 1)
+    return HandMade(None, base, a.shape, strides, code=code, bits=bits, device=(DL_ROCM, 0)), base
+
+
+def read(base: int, shape: tuple[int, int]) -> np.ndarray:
+    """A contiguous fp16 [R, C] result at ``base``."""
+    return np.frombuffer(ctypes.string_at(base, 2 * shape[0] * shape[1]), np.float16).reshape(shape)
+
+
+def outcome(f: Callable[[], Any]) -> str:
+    """"ok", or the hipskinny error ``f`` raised, as "ErrorType: message"."""
+    try:
+        f()
+        return "ok"
+    except hipskinny.HipSkinnyError as e:
+        return type(e).__name__ + ": " + str(e)
