@@ -54,7 +54,6 @@ constexpr int kChunk = 16;    // columns per lane chunk (16 FP8 bytes, 32 bytes 
 
 constexpr int kXFp8 = 2, kXFnuz = 4, kOutBf16 = 8;  // flags
 
-constexpr int pow2_at_least(int n) { return n <= 1 ? 1 : 2 * pow2_at_least((n + 1) / 2); }
 
 // acc + w.lo * x.lo + w.hi * x.hi, w an fp16 pair from widen_pair, x a pair of T.
 template <typename T> __device__ float dot_w(uint32_t w, uint32_t x, float acc);
@@ -337,7 +336,7 @@ __device__ void fp8_linear(const void* __restrict__ x, const uint8_t* __restrict
     }
 
     if (active) {
-      constexpr int P = pow2_at_least(N * YTILE);
+      constexpr int P = hs::pow2_at_least(N * YTILE);
       float v[P];
 #pragma unroll
       for (int j = 0; j < P; ++j) {

@@ -40,7 +40,6 @@ constexpr int kWaves = kThreads / hs::kWave;
 constexpr int kChunk = 32;   // weights per lane chunk (16 bytes)
 constexpr int kNested = 1;   // flags
 
-constexpr int pow2_at_least(int n) { return n <= 1 ? 1 : 2 * pow2_at_least((n + 1) / 2); }
 
 // x[:, k0 : k0 + len] for the NP token rows into LDS as they are (16-bit, 16 bytes at a time).
 template <int NP>
@@ -94,7 +93,7 @@ __device__ void matmul_4bit(const uint16_t* __restrict__ x, const uint8_t* __res
                             uint16_t* __restrict__ y, int M, int K, int64_t x_stride, int64_t bias_stride, int kc,
                             int log2_bs, int flags) {
   static_assert(NP * YTILE <= hs::kWave, "one output per lane at the write");
-  constexpr int P = pow2_at_least(NP * YTILE);
+  constexpr int P = hs::pow2_at_least(NP * YTILE);
   __shared__ float code[16];
   __shared__ float code2[256];
   extern __shared__ hs::u32x4 xs[];

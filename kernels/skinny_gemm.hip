@@ -58,7 +58,6 @@ constexpr int kThreads = 256;
 constexpr int kWaves = kThreads / hs::kWave;
 constexpr int kInFlight = 4;  // 16-byte weight loads per lane per unrolled step
 
-constexpr int pow2_at_least(int n) { return n <= 1 ? 1 : 2 * pow2_at_least((n + 1) / 2); }
 
 // Copy x[:, k0 : k0 + len] into LDS rows of kc / 8 chunks (zero past column K).
 template <int N>
@@ -165,7 +164,7 @@ __device__ void skinny_gemm(const uint16_t* __restrict__ x, const uint16_t* __re
 
     if (active) {
       // Reduce-scatter: lane l ends with output j = l / (wave / P) summed over the wave.
-      constexpr int P = pow2_at_least(N * YTILE);
+      constexpr int P = hs::pow2_at_least(N * YTILE);
       float v[P];
 #pragma unroll
       for (int j = 0; j < P; ++j) v[j] = j < N * YTILE ? acc[j / YTILE][j % YTILE] : 0.0f;

@@ -41,6 +41,9 @@ __device__ inline float xor_lane(float v) {
 // first log2(P) steps also halve the values each lane keeps (it keeps the half its bit
 // D selects and sends the other). Each output is therefore the same butterfly tree over
 // the same lane partials whatever P is, so the result does not depend on N or YTILE.
+// The smallest power of two >= n: the number of values reduce_scatter takes for n outputs.
+constexpr int pow2_at_least(int n) { return n <= 1 ? 1 : 2 * pow2_at_least((n + 1) / 2); }
+
 template <int D, int P>
 __device__ inline float reduce_scatter(float* v, int lane) {
   if constexpr (D == 0) {
