@@ -40,31 +40,28 @@ def _codes(packed: np.ndarray, numel: int) -> np.ndarray:
     return c[:numel]
 
 
-def _absmax64(st: bnb.QuantState) -> tuple[np.ndarray, np.ndarray]:
-    """(exact absmax per block, its kernel rounding bound per block) in float64."""
+def _absmax_slack(st: bnb.QuantState) -> np.ndarray:
+    """Per block, the bound of the kernel's one fp32 rounding of a nested absmax (0 when plain)."""
     if st.state2 is None:
-        a = np.asarray(st.absmax, np.float64)
-        return a, np.zeros_like(a)
+        return np.zeros(np.asarray(st.absmax).size)
     q = np.asarray(st.absmax).astype(np.int64)
     c2 = np.asarray(st.state2.code, np.float64)[q]
     a2 = np.asarray(st.state2.absmax, np.float64)[np.arange(q.size) // 256]
-    off = float(np.asarray(st.offset, np.float64))
-    return c2 * a2 + off, U * (np.abs(c2 * a2) + abs(off))
+    return U * (np.abs(c2 * a2) + abs(float(np.asarray(st.offset, np.float64))))
 
 
 def assert_bound(y, x, packed, st, bias=None):
     m, k = (int(d) for d in st.shape)
     bs = int(st.blocksize)
     code = np.asarray(st.code, np.float64)[_codes(packed, m * k)].reshape(m, k)
-    absmax, slack = _absmax64(st)
+    slack = _absmax_slack(st)
     per = np.arange(m * k).reshape(m, k) // bs
-    w = code * absmax[per]
+    w = op.dequantize_exact(packed, st)
     x64 = np.asarray(x).astype(np.float64).reshape(-1, k)
-    exact = x64 @ w.T
+    exact = op.matmul_4bit_reference(x, packed, st, bias).reshape(-1, m)
     s = np.abs(x64) @ np.abs(w).T
     if bias is not None:
-        b = np.asarray(bias).astype(np.float64).reshape(-1, m)
-        exact, s = exact + b, s + np.abs(b)
+        s = s + np.abs(np.asarray(bias).astype(np.float64).reshape(-1, m))
     err = (32 + k / 32 + 8) * U * s + np.abs(x64) @ (np.abs(code) * slack[per]).T
     yd = np.asarray(y).astype(np.float64).reshape(exact.shape)
     dt = np.asarray(y).dtype

@@ -293,18 +293,30 @@ TORCH_OPS = declare("matmul_4bit", "Tensor x, Tensor packed, Tensor absmax, Tens
 
 
 def matmul_4bit_reference(x: Any, packed: Any, state: Any, bias: Any = None) -> np.ndarray:
-    """The exact semantics in float64: ``x @ (code[q] * absmax).T + bias`` from the exact codes and
-    the de-nested fp32 absmax, before any rounding (shape ``[..., M]``)."""
+    """The exact semantics in float64: ``x @ dequantize_exact(packed, state).T + bias`` before any
+    rounding (shape ``[..., M]``)."""
+    st = bnb.as_state(state)
+    m, k = (int(d) for d in st.shape)
+    xa = np.asarray(x)
+    y = xa.reshape(-1, k).astype(np.float64) @ dequantize_exact(packed, st).T
+    if bias is not None:
+        y = y + np.asarray(bias).astype(np.float64).reshape(-1, m)
+    return y.reshape(*xa.shape[:-1], m)
+
+
+def dequantize_exact(packed: Any, state: Any) -> np.ndarray:
+    """The weight ``[M, K]`` in float64 from the exact codes: ``code[q] * absmax``, a nested absmax
+    ``code2[q2] * absmax2 + offset`` also in float64 (the kernel rounds that once to fp32)."""
     st = bnb.as_state(state)
     m, k = (int(d) for d in st.shape)
     raw = np.asarray(packed).reshape(-1).view(np.uint8)
     codes = np.empty(raw.size * 2, np.uint8)
     codes[0::2], codes[1::2] = raw >> 4, raw & 15
-    lut = np.asarray(st.code, np.float64)
-    absmax = np.asarray(bnb.absmax_fp32(st), np.float64)
-    flat = lut[codes[: m * k]] * np.repeat(absmax, int(st.blocksize))[: m * k]
-    xa = np.asarray(x)
-    y = xa.reshape(-1, k).astype(np.float64) @ flat.reshape(m, k).T
-    if bias is not None:
-        y = y + np.asarray(bias).astype(np.float64).reshape(-1, m)
-    return y.reshape(*xa.shape[:-1], m)
+    if st.state2 is None:
+        absmax = np.asarray(st.absmax, np.float64)
+    else:
+        q = np.asarray(st.absmax).astype(np.int64)
+        a2 = np.asarray(st.state2.absmax, np.float64)[np.arange(q.size) // 256]
+        absmax = np.asarray(st.state2.code, np.float64)[q] * a2 + float(np.asarray(st.offset, np.float64))
+    flat = np.asarray(st.code, np.float64)[codes[: m * k]] * np.repeat(absmax, int(st.blocksize))[: m * k]
+    return flat.reshape(m, k)
