@@ -133,9 +133,7 @@ def _bind(ops: Operands, out_dtype: Any, native: bool | None = None) -> Any:
     groups = -(-k // 128)
     ws_stride = groups if block else (1 if wsv.shape not in ((), (1,)) else 0)
     xs_stride = 0 if xsv is None else groups if block else (1 if xsv.shape not in ((), (1,)) else 0)
-    tag = "bf16" if xv.dtype == _BF16 else "f16"
-    if x8 and native is not False and device.arch.name in FP8_HARDWARE:
-        tag = "fp8"                                   # the FP8 instructions on the bytes as they are
+    tag = _tag(device, xv.dtype, native)
     if ops.on_host:
         pitch = -(-k // CHUNK) * CHUNK                # staged rows zero-padded to 16 columns
         b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
@@ -235,6 +233,14 @@ def _check(ops: Operands, out_dtype: Any) -> tuple[int, int, int, int, np.dtype,
     return n, m, k, flags, odt, block
 
 
+def _tag(device: Device, x_dtype: np.dtype, native: bool | None) -> str:
+    """The kernels' x tag: "fp8" for W8A8 on the FP8 instructions (the bytes as they are), else the
+    16-bit type x is staged in (FP8 activations widened to fp16)."""
+    if fp8.flavor_of(x_dtype) is not None and native is not False and device.arch.name in FP8_HARDWARE:
+        return "fp8"
+    return "bf16" if x_dtype == _BF16 else "f16"
+
+
 def _launch(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, k: int, x_stride: int,
             w_stride: int, b_stride: int, ws_stride: int, xs_stride: int, flags: int,
             x_scaled: bool) -> tuple[Launch, tuple[tuple[str, int], ...]]:
@@ -307,10 +313,7 @@ def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int, *, w_flavor:
               x_scaled: bool = False, native: bool | None = None) -> dict[str, Any]:
     """The configuration a call of this shape gets on ``device`` (for tests and benchmarks; x_dtype
     is x's dtype: fp16/bf16 for W8A16, an FP8 dtype for W8A8)."""
-    x8 = fp8.flavor_of(np.dtype(x_dtype)) is not None
-    tag = "bf16" if np.dtype(x_dtype) == _BF16 else "f16"
-    if x8 and native is not False and device.arch.name in FP8_HARDWARE:
-        tag = "fp8"
+    tag = _tag(device, np.dtype(x_dtype), native)
     return dict(_plan(device, tag, w_flavor, block, n, m, k, x_scaled).info)
 
 
