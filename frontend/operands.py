@@ -43,11 +43,20 @@ from .tensors import TensorView
 class Launch:
     """One kernel launch of a bound call. A call's pointers are those of its inputs (0 for absent
     ones), of the output, then of its scratch slots, in that order; the kernel's arguments are the
-    first ``pointers`` of them followed by ``tail`` (the values the signature fixes)."""
+    first ``pointers`` of them followed by ``tail`` (the values the signature fixes) -- or, when
+    ``select`` is given, the pointers at those positions (a call composed of two kernels whose
+    arguments are not one prefix, e.g. a dequantize launch writing a scratch slot that the
+    next launch reads as its weights)."""
 
     launcher: Launcher
     pointers: int
     tail: tuple
+    select: tuple[int, ...] = ()
+
+    def args(self, ptrs: list[int]) -> list[int]:
+        if self.select:
+            return [ptrs[i] for i in self.select]
+        return ptrs if self.pointers == len(ptrs) else ptrs[:self.pointers]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -264,6 +273,20 @@ def stream_of(v: TensorView, ordinal: int) -> Callable[[], int]:
     return lambda: int(torch.cuda.current_stream(device).cuda_stream)
 
 
+def torch_empty(like: TensorView, shape: tuple[int, ...], dtype: Any) -> Callable[[], Any]:
+    """A function returning a new contiguous torch tensor of ``shape`` and ``dtype`` on the device
+    of the torch tensor ``like`` (under the test seam: its allocator)."""
+    import torch
+
+    tdt = tensors._torch_dtype(np.dtype(dtype))
+    if _seam is not None and _seam[2] is not None:
+        seam_empty = _seam[2]
+        return lambda: seam_empty(shape, tdt)
+    strides = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape)))
+    # empty_strided: a third cheaper than torch.empty (no memory-format argument)
+    return functools.partial(torch.empty_strided, shape, strides, dtype=tdt, device=like.obj.device)
+
+
 class DeviceCall:
     """A bound call on GPU-resident operands: pointers in place, torch's current stream."""
 
@@ -273,7 +296,7 @@ class DeviceCall:
         names = list(ops.views)
         self.device = ops.device
         self.launches = tuple(launches)
-        self.runs = tuple((launch.launcher, launch.pointers, launch.tail) for launch in launches)
+        self.runs = tuple((launch.launcher, launch.pointers, launch.tail, launch.select) for launch in launches)
         self.stream = stream_of(ops.first, ops.first.device_id)
         self.scratch_slots = tuple(scratch_slots)
         self._scratch: dict[int, tuple[int, ...]] = {}
@@ -289,15 +312,7 @@ class DeviceCall:
         if ops.out is None:
             first = ops.first
             if first.kind == "torch":
-                import torch
-
-                tdt, dev, shape = tensors._torch_dtype(np.dtype(out_dtype)), first.obj.device, out_shape
-                strides = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape)))
-                if _seam is not None and _seam[2] is not None:
-                    seam_empty = _seam[2]
-                    self.new_out = lambda: seam_empty(shape, tdt)
-                else:       # empty_strided: a third cheaper than torch.empty (no memory-format argument)
-                    self.new_out = functools.partial(torch.empty_strided, shape, strides, dtype=tdt, device=dev)
+                self.new_out = torch_empty(first, out_shape, out_dtype)
             else:
                 tensors.new_output(first, out_shape, out_dtype)   # raises: no allocator for that kind
         self.fast = self._compile()
@@ -329,8 +344,11 @@ class DeviceCall:
             s = stream()
             if slots:
                 ptrs += per_stream.get(s) or scratch_for(s)
-            for launcher, count, tail in runs:
-                launcher(ptrs if count == len(ptrs) else ptrs[:count], tail, s)
+            for launcher, count, tail, select in runs:
+                if select:
+                    launcher([ptrs[i] for i in select], tail, s)
+                else:
+                    launcher(ptrs if count == len(ptrs) else ptrs[:count], tail, s)
             return out
 
         call.bound = self  # type: ignore[attr-defined]
@@ -408,7 +426,7 @@ class HostCall:
             ptrs.append(y_d)
             ptrs.extend(pool.buffer(name, size) for name, size in self.scratch_slots)
             for launch in self.launches:
-                launch.launcher(ptrs[:launch.pointers], launch.tail, 0)
+                launch.launcher(launch.args(ptrs), launch.tail, 0)
             y = ov.host_array() if ov is not None else np.empty(self.out_shape, self.out_dtype)
             device.copy_to_host(y, y_d, self.out_bytes)
             device.synchronize(0)

@@ -24,6 +24,9 @@
 // N * kc * 2 bytes (x staged as it is, widened to fp32 when read), plus 1088 static bytes (the
 // codebook and the nested map).
 //
+// dequantize_4bit_<f16|bf16> (the op's route for other shapes; arguments and rules at its
+// definition): block (256, 1, 1), any grid, 1088 static LDS bytes.
+//
 // Work split as kernels/skinny_gemm.hip: a wave owns YTILE consecutive rows x all tokens;
 // lane l takes the 32-column chunks (16 weight bytes) g with g % wave == l in increasing g;
 // each chunk's sums are scaled by its block's absmax (a chunk never straddles a block) and
@@ -209,6 +212,59 @@ __device__ void matmul_4bit(const uint16_t* __restrict__ x, const uint8_t* __res
   }
 }
 
+// The dequantize kernel of the route for shapes the fused kernels do not take (K not a
+// multiple of the blocksize, or more tokens than they serve): W [M, K] as T into out [M, pitch]
+// (pitch a multiple of 8 >= K; columns K..pitch zero), each weight T(code[q] * scale) with the
+// fp32 product rounded once, as bitsandbytes' dequantize. A thread writes 8 consecutive columns
+// (one 16-byte store) per step of a grid-stride loop over (row, 8-column group). When K is a
+// multiple of 8 their 8 codes are one aligned dword in one block; otherwise each element finds
+// its own byte, nibble and block (rows then start mid-byte and blocks straddle rows).
+template <typename T>
+__device__ void dequantize(const uint8_t* __restrict__ w, const void* __restrict__ absmax,
+                           const float* __restrict__ absmax2, const float* __restrict__ code2_g,
+                           const float* __restrict__ offset_p, const float* __restrict__ code_g,
+                           uint16_t* __restrict__ out, int M, int K, int pitch, int log2_bs, int flags) {
+  __shared__ float code[16];
+  __shared__ float code2[256];
+  const bool nested = (flags & kNested) != 0;
+  if (threadIdx.x < 16) code[threadIdx.x] = code_g[threadIdx.x];
+  if (nested) code2[threadIdx.x] = code2_g[threadIdx.x];
+  __syncthreads();
+  const float offset = nested ? *offset_p : 0.0f;
+  auto scale = [&](int64_t b) {
+    return nested ? __builtin_fmaf(code2[static_cast<const uint8_t*>(absmax)[b]], absmax2[b >> 8], offset)
+                  : static_cast<const float*>(absmax)[b];
+  };
+  const int groups = pitch >> 3;
+  const int64_t total = (int64_t)M * groups;
+  for (int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x; i < total; i += (int64_t)gridDim.x * kThreads) {
+    const int m = (int)(i / groups), k = 8 * (int)(i % groups);
+    const int64_t e = (int64_t)m * K + k;
+    uint16_t v[8];
+    if ((K & 7) == 0) {
+      const uint32_t q = *reinterpret_cast<const uint32_t*>(w + (e >> 1));
+      const float s = scale(e >> log2_bs);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        // byte j / 2 of the dword, high nibble first
+        const uint32_t nib = (q >> (8 * (j >> 1) + ((j & 1) ? 0 : 4))) & 15u;
+        v[j] = hs::from_float<T>(code[nib] * s);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int64_t f = e + j;
+        const uint32_t byte = w[f >> 1];
+        const uint32_t nib = (f & 1) ? (byte & 15u) : (byte >> 4);
+        v[j] = k + j < K ? hs::from_float<T>(code[nib] * scale(f >> log2_bs)) : (uint16_t)0;
+      }
+    }
+    *reinterpret_cast<hs::u32x4*>(out + (int64_t)m * pitch + k) =
+        hs::u32x4{v[0] | (uint32_t)v[1] << 16, v[2] | (uint32_t)v[3] << 16, v[4] | (uint32_t)v[5] << 16,
+                  v[6] | (uint32_t)v[7] << 16};
+  }
+}
+
 }  // namespace
 
 #define HS_4BIT(T, TAG, NP, YT)                                                                             \
@@ -228,3 +284,13 @@ __device__ void matmul_4bit(const uint16_t* __restrict__ x, const uint8_t* __res
 
 HS_4BIT_ALL(hs::f16, f16)
 HS_4BIT_ALL(hs::bf16, bf16)
+
+#define HS_DEQUANTIZE(T, TAG)                                                                                \
+  extern "C" __global__ void __launch_bounds__(kThreads) dequantize_4bit_##TAG(                              \
+      const uint8_t* __restrict__ w, const void* __restrict__ absmax, const float* __restrict__ absmax2,       \
+      const float* __restrict__ code2, const float* __restrict__ offset, const float* __restrict__ code,     \
+      uint16_t* __restrict__ out, int M, int K, int pitch, int log2_bs, int flags) {                          \
+    dequantize<T>(w, absmax, absmax2, code2, offset, code, out, M, K, pitch, log2_bs, flags);                \
+  }
+HS_DEQUANTIZE(hs::f16, f16)
+HS_DEQUANTIZE(hs::bf16, bf16)

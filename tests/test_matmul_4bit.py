@@ -133,20 +133,61 @@ def test_bitwise_reproducible_across_cu_counts_and_schedules(arch):
         np.testing.assert_array_equal(o, outs[0])
 
 
-def test_dequantize_route_for_other_k_and_larger_n():
-    """K not a multiple of the blocksize, and N above the fused kernel's 8: dequantize (fp32, then
-    x's dtype, as bitsandbytes does) + skinny_gemm, within that route's bound."""
-    dev = _dev("gfx1100", 2)
-    for n, m, k, bs in ((2, 20, 96, 64), (20, 24, 256, 64)):
-        packed, st = _weights(m, k, 3, bs, "nf4", True)
-        x = np.random.default_rng(4).standard_normal((n, k)).astype(F16)
+def route_weights(packed, st, dt) -> np.ndarray:
+    """The route's 16-bit weights: T(code[q] * scale) with the fp32 product rounded once, the
+    nested scale fma(code2[q2], absmax2, offset) rounded once to fp32."""
+    m, k = (int(d) for d in st.shape)
+    if st.state2 is None:
+        scale = np.asarray(st.absmax, np.float32)
+    else:
+        q = np.asarray(st.absmax).astype(np.int64)
+        a2 = np.asarray(st.state2.absmax, np.float64)[np.arange(q.size) // 256]
+        c2 = np.asarray(st.state2.code, np.float32).astype(np.float64)[q]
+        scale = (c2 * a2 + float(np.asarray(st.offset, np.float32))).astype(np.float32)
+    code = np.asarray(st.code, np.float32)[_codes(packed, m * k)]
+    per = np.arange(m * k) // int(st.blocksize)
+    return (code * scale[per]).astype(dt).reshape(m, k)
+
+
+def assert_route_bound(y, x, w16, bias=None):
+    """fp32 sums of exact 16-bit products (skinny_gemm's bound: K + 8 roundings of u relative to
+    sum |x w|), bias, one rounding to the output type."""
+    m, k = w16.shape
+    x64, w64 = np.asarray(x).astype(np.float64).reshape(-1, k), w16.astype(np.float64)
+    ref = x64 @ w64.T
+    s = np.abs(x64) @ np.abs(w64).T
+    if bias is not None:
+        b = np.asarray(bias).astype(np.float64).reshape(-1, m)
+        ref, s = ref + b, s + np.abs(b)
+    dt = np.asarray(y).dtype
+    mant, emin = (10, -14) if dt == F16 else (7, -126)
+    err = (k + 8) * U * s
+    ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(ref) + err, 2.0**emin))) - mant)
+    yd = np.asarray(y).astype(np.float64).reshape(ref.shape)
+    bad = ~(np.abs(yd - ref) <= err + 0.5 * ulp)
+    assert not bad.any(), f"{bad.sum()} off, first at {np.argwhere(bad)[0]}: {yd[bad][0]} vs {ref[bad][0]}"
+
+
+# (N, M, K, blocksize): K not a multiple of the blocksize (blocks straddle rows; K % 8 != 0
+# too, so rows start mid-byte), at small N and at N > 8 (split-K); N beyond the fused kernels.
+ROUTE_CASES = [(3, 20, 100, 64), (12, 10, 37, 32), (20, 24, 256, 64), (70, 9, 96, 32)]
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+def test_dequantize_route(arch):
+    """Shapes the fused kernels do not take: the device dequantize kernel into 16-bit weights,
+    then skinny_gemm's kernels, within that route's bound."""
+    dev = _dev(arch, 2)
+    for i, (n, m, k, bs) in enumerate(ROUTE_CASES):
+        nested, dt = i % 2 == 0, (F16, BF16)[i // 2 % 2]
+        packed, st = _weights(m, k, 3 + i, bs, ("nf4", "fp4")[i % 2], nested)
+        rng = np.random.default_rng(4 + i)
+        x = rng.standard_normal((n, k)).astype(dt)
+        bias = rng.standard_normal((n, m) if i % 2 else m).astype(dt) if i else None
         with hipskinny.on_device(dev):
-            y = bnb.matmul_4bit(x, packed, st)
-        w16 = np.asarray(bnb.dequantize_4bit(packed, st)).astype(F16)
-        ref = x.astype(np.float64) @ w16.astype(np.float64).T   # the 16-bit weights this route multiplies
-        s = np.abs(x.astype(np.float64)) @ np.abs(w16.astype(np.float64)).T
-        tol = (k + 8) * U * s + 0.5 * 2.0 ** (np.floor(np.log2(np.maximum(np.abs(ref) + 1e-30, 2.0**-14))) - 10)
-        assert (np.abs(y.astype(np.float64) - ref) <= tol + 1e-3 * U).all()
+            y = bnb.matmul_4bit(x, packed, st, bias)
+        assert y.shape == (n, m) and y.dtype == dt
+        assert_route_bound(y, x, route_weights(packed, st, dt), bias)
 
 
 def test_bad_input_messages():

@@ -16,9 +16,15 @@ occupancy, at most 2; YTILE by `skinny_gemm.ytile`; persistent grid. Bitwise rep
 across calls, schedules and CU counts.
 
 The fused kernel needs K to be a multiple of the blocksize (as bitsandbytes' own fused kernels
-do). Other K, and N = 9..128, take the dequantize + `hipskinny.skinny_gemm` route for host
-inputs; GPU tensors there are an error for now (the device dequantize kernel is not written
-yet). GPU tensors need unit strides along K, 16-byte aligned x and packed weights and x rows a
+do). Other K, and N = 9..128, take the route: the ``dequantize_4bit_<f16|bf16>`` kernel writes
+W as x's 16-bit dtype (``T(code[q] * absmax)``, the fp32 product rounded once, as bitsandbytes'
+dequantize) into a pooled ``[M, ceil(K / 8) * 8]`` buffer (scratch slot
+``matmul_4bit.weights``), then `hipskinny.skinny_gemm`'s kernel for N multiplies it: one bound
+call, two launches, nothing allocated per call. On GPU tensors the route at N > 8 needs K % 8 ==
+0 (skinny_gemm's split-K rule). N > 128: torch tensors on a ROCm GPU dequantize the same way
+into a tensor and take ``torch.nn.functional.linear``; anything else is an error.
+
+GPU tensors need unit strides along K, 16-byte aligned x and packed weights and x rows a
 multiple of 16 bytes apart; the state's arrays on the weights' device.
 """
 
@@ -29,7 +35,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .. import bnb, operands, registry
+from .. import bnb, operands, registry, tensors
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
@@ -77,32 +83,21 @@ def _bind(ops: Operands, st: bnb.QuantState) -> Any:
     out_shape = (*xv.shape[:-1], m)
     operands.check_out(ops, out_shape, xv.dtype)
     nested = st.state2 is not None
-    if n > MAX_N or k % (1 << log2_bs):
-        return _dequantize_route(ops, st, n, m, k, log2_bs)
+    flags = NESTED if nested else 0
+    if (n > MAX_N or k % (1 << log2_bs)) and m and n:
+        return _route(ops, st, n, m, k, log2_bs, flags, out_shape)
     device = ops.device
     tag = _TAG[xv.dtype]
-    flags = NESTED if nested else 0
     if m == 0 or n == 0:
         return DeviceCall(ops, [], out_shape=out_shape, out_dtype=xv.dtype) if not ops.on_host else \
             HostCall(ops, [], [None] * (len(NAMES) - 1), out_shape=out_shape, out_dtype=xv.dtype,
                      out_slot="matmul_4bit.y")
     b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
     if ops.on_host:
-        def flat(slot: str, name: str, optional: bool = False) -> Staged | None:
-            v = ops[name]
-            return None if v is None else Staged(slot, 1, v.numel, v.numel, optional=optional)
-
-        staged = [Staged("matmul_4bit.x", n, k, k), flat("matmul_4bit.w", "w"), flat("matmul_4bit.absmax", "absmax"),
-                  flat("matmul_4bit.absmax2", "absmax2"), flat("matmul_4bit.code2", "code2"),
-                  flat("matmul_4bit.offset", "offset"), flat("matmul_4bit.code", "code"),
-                  None if bv is None else Staged("matmul_4bit.bias", b_rows, m, m, optional=True)]
+        staged = _staged(ops, n, m, k, k)
         launch = _launch(device, tag, n, m, k, k, m if b_rows > 1 else 0, log2_bs, flags)
         return HostCall(ops, [launch], staged, out_shape=out_shape, out_dtype=xv.dtype, out_slot="matmul_4bit.y")
-    x_stride = operands.row_stride("matmul_4bit", xv)
-    _require(xv.strides[-1] == 1, "x must be contiguous along K")
-    unit = 16 // xv.dtype.itemsize
-    _require((n == 1 or x_stride >= k) and x_stride % unit == 0,
-             f"x's row stride must be a multiple of 16 bytes ({unit} elements) and >= K; got {x_stride}")
+    x_stride = _x_stride(xv, k)
     for name in ("w", "absmax", "absmax2", "code2", "offset", "code"):
         v = ops[name]
         _require(v is None or v.is_contiguous, f"{name} must be contiguous")
@@ -223,54 +218,123 @@ def report_min_bytes(n: int, m: int, k: int, itemsize: int) -> tuple[float, floa
     return m * k / 2 + blocks + 4 * -(-blocks // 256) + 4 * (16 + 256 + 1) + itemsize * (n * k + n * m), m * k / 2
 
 
-class _HostDequantize:
-    """K not a multiple of the blocksize, or N = 9..128, on host inputs: dequantize (fp32, then x's
-    16-bit dtype, as bitsandbytes does) and `hipskinny.skinny_gemm` on the device."""
+ROUTE_SLOT = "matmul_4bit.weights"     # the route's dequantized 16-bit weights
 
-    def __init__(self, st: bnb.QuantState, device: Device) -> None:
-        self.st, self.device = st, device
+
+def _route(ops: Operands, st: bnb.QuantState, n: int, m: int, k: int, log2_bs: int, flags: int,
+           out_shape: tuple[int, ...]) -> Any:
+    """Shapes the fused kernels do not take: the dequantize kernel writes W as x's 16-bit dtype
+    (``T(code[q] * absmax)``, one rounding, as bitsandbytes' dequantize) into a pooled
+    ``[M, pitch]`` buffer, then `hipskinny.skinny_gemm`'s kernel multiplies it, in one bound
+    call (two launches, nothing allocated per call). N above skinny_gemm's range: torch
+    tensors on a ROCm GPU dequantize the same way and take ``torch.nn.functional.linear``."""
+    from . import skinny_gemm as sg
+
+    xv, bv = ops["x"], ops["bias"]
+    assert xv is not None
+    device, tag = ops.device, _TAG[xv.dtype]
+    pitch = -(-k // 8) * 8
+    if n > ROUTE_MAX_N:
+        if xv.kind == "torch" and not ops.on_host and xv.device_type == tensors.DL_ROCM:
+            return _TorchRoute(ops, _dequantize_launch(device, tag, m, k, pitch, log2_bs, flags, 7), m, k, pitch,
+                               bv is not None and len(bv.shape) == 2 and bv.shape[0] > 1)
+        raise InputValueError(f"matmul_4bit: N={n} tokens; supported: N = 1..{ROUTE_MAX_N} (torch tensors on a "
+                              "ROCm GPU: any N, through torch.nn.functional.linear above that)")
+    first_slot = len(NAMES)                  # pointers: inputs, out, then the scratch slots
+    dq = _dequantize_launch(device, tag, m, k, pitch, log2_bs, flags, first_slot)
+    b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
+    if ops.on_host:
+        # x rows padded with zeros to the weights' pitch: the zero columns of both add nothing,
+        # so the split-K kernel runs on K rounded up to 8.
+        gemm, gemm_slots = sg._launch(device, tag, n, m, pitch if n > sg.MAX_N else k, False, pitch, pitch,
+                                      m if b_rows > 1 else 0)
+    else:
+        if n > sg.MAX_N and k % 8:
+            raise InputValueError(f"matmul_4bit on a GPU tensor: K={k} is neither a multiple of the blocksize "
+                                  f"(the fused kernels) nor of 8 (the dequantize + skinny_gemm route at "
+                                  f"N > {sg.MAX_N}); host inputs take any K")
+        x_stride = _x_stride(xv, k)
+        gemm, gemm_slots = sg._launch(device, tag, n, m, k, False, x_stride, pitch,
+                                      operands.bias_row_stride("matmul_4bit", bv, m))
+    # skinny_gemm's pointers (x, w, bias, out, partials, counters) as positions of this call's.
+    where = (0, first_slot, 7, 8, first_slot + 1, first_slot + 2)[:gemm.pointers]
+    launches = [dq, Launch(gemm.launcher, 0, gemm.tail, where)]
+    slots = ((ROUTE_SLOT, 2 * m * pitch), *gemm_slots)
+    if ops.on_host:
+        return HostCall(ops, launches, _staged(ops, n, m, k, pitch), out_shape=out_shape, out_dtype=xv.dtype,
+                        out_slot="matmul_4bit.y", scratch_slots=slots)
+    return DeviceCall(ops, launches, out_shape=out_shape, out_dtype=xv.dtype, aligned=("x", "w"),
+                      align_message="x and the packed weights must start at 16-byte aligned addresses",
+                      scratch_slots=slots)
+
+
+def _dequantize_launch(device: Device, tag: str, m: int, k: int, pitch: int, log2_bs: int, flags: int,
+                       out_at: int) -> Launch:
+    """The dequantize kernel reading the state's pointers (positions 1..6 of a call's) and writing
+    ``[M, pitch]`` 16-bit weights at pointer position ``out_at``."""
+    info = device.arch
+    cu_count = device.properties.cu_count
+    key = ("dequantize", device, tag, m, pitch, cu_count)
+
+    def build() -> LaunchPlan:
+        name = f"dequantize_4bit_{tag}"
+        fn, meta = registry.load(device, FAMILY).kernel(name)
+        threads = m * pitch // 8                          # one 16-byte store each
+        grid = max(1, min(-(-threads // THREADS), cu_count * 2 * info.simds_per_cu))
+        return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), info={"kernel": name, "grid": grid})
+
+    plan = _plans.get(key, build)
+    return Launch(device.launcher(plan), 0, (m, k, pitch, log2_bs, flags), (1, 2, 3, 4, 5, 6, out_at))
+
+
+def _staged(ops: Operands, n: int, m: int, k: int, pitch: int) -> list[Staged | None]:
+    """How host inputs reach the device: x rows ``pitch`` apart (zero padded), the rest flat."""
+    bv = ops["bias"]
+
+    def flat(name: str) -> Staged | None:
+        v = ops[name]
+        return None if v is None else Staged(f"matmul_4bit.{name}", 1, v.numel, v.numel)
+
+    b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
+    bias = None if bv is None else Staged("matmul_4bit.bias", b_rows, m, m, optional=True)
+    return [Staged("matmul_4bit.x", n, k, pitch), flat("w"), flat("absmax"), flat("absmax2"), flat("code2"),
+            flat("offset"), flat("code"), bias]
+
+
+def _x_stride(xv: Any, k: int) -> int:
+    """x's row stride on a GPU (the layout rules of the kernels that stage it 16 bytes at a time)."""
+    x_stride = operands.row_stride("matmul_4bit", xv)
+    _require(xv.strides[-1] == 1, "x must be contiguous along K")
+    unit = 16 // xv.dtype.itemsize
+    n = int(np.prod(xv.shape[:-1], dtype=np.int64))
+    _require((n == 1 or x_stride >= k) and x_stride % unit == 0,
+             f"x's row stride must be a multiple of 16 bytes ({unit} elements) and >= K; got {x_stride}")
+    return x_stride
+
+
+class _TorchRoute:
+    """N above skinny_gemm's range on torch ROCm tensors: the dequantize kernel into a tensor of
+    x's dtype (allocated per call, as the ``F.linear`` after it does), then ``F.linear``."""
+
+    def __init__(self, ops: Operands, launch: Launch, m: int, k: int, pitch: int, per_token_bias: bool) -> None:
+        self.launch, self.m, self.k, self.pitch, self.per_token_bias = launch, m, k, pitch, per_token_bias
+        self.stream = operands.stream_of(ops.first, ops.first.device_id)
+        self.empty = operands.torch_empty(ops.first, (m, pitch), ops.first.dtype)
 
     def __call__(self, objs: Any, addresses: Any) -> Any:
-        from .. import tensors
-        from ..devices import on_device
-        from .skinny_gemm import skinny_gemm
+        import torch.nn.functional as F  # noqa: N812
 
-        x, packed, *_, bias, out = objs
-        xh = tensors.view(x, "x").host_array()
-        w = bnb.dequantize_4bit(tensors.view(packed, "packed").host_array(), _host_numpy(self.st))
-        w = np.asarray(w).astype(xh.dtype)
-        bh = None if bias is None else tensors.view(bias, "bias").host_array()
-        with on_device(self.device):
-            y = np.asarray(skinny_gemm(xh, w, bh))
+        x, *state, bias, out = objs
+        w16 = self.empty()
+        ptrs = [0 if o is None else o.data_ptr() for o in (x, *state)] + [w16.data_ptr()]
+        self.launch.launcher(self.launch.args(ptrs), self.launch.tail, self.stream())
+        y = F.linear(x, w16[:, :self.k])
+        if bias is not None:   # [M], [1, M] or [N, M]
+            y = y + bias.reshape(y.shape if self.per_token_bias else (y.shape[-1],))
         if out is None:
-            return tensors.to_kind(y, tensors.view(x, "x"))
-        tensors.view(out, "out").host_array()[...] = y
+            return y
+        out.copy_(y)
         return out
-
-
-def _host_numpy(st: bnb.QuantState) -> bnb.QuantState:
-    """The state with its arrays as numpy (the route dequantizes on the host)."""
-    from dataclasses import replace
-
-    from .. import tensors
-
-    def host(a: Any) -> Any:
-        return a if a is None or isinstance(a, np.ndarray) else tensors.view(a, "state").host_array()
-
-    s2 = st.state2
-    return replace(st, absmax=host(st.absmax), code=host(st.code), offset=host(st.offset),
-                   state2=None if s2 is None else replace(s2, absmax=host(s2.absmax), code=host(s2.code)))
-
-
-def _dequantize_route(ops: Operands, st: bnb.QuantState, n: int, m: int, k: int, log2_bs: int) -> Any:
-    why = f"N={n} tokens" if n > MAX_N else f"K={k} is not a multiple of the blocksize {1 << log2_bs}"
-    if not ops.on_host:
-        raise InputValueError(f"matmul_4bit: {why}: the fused kernel takes N = 1..{MAX_N} and K a multiple of "
-                              "the blocksize; GPU tensors outside that are not supported yet (host inputs take "
-                              "dequantize + skinny_gemm)")
-    if n > ROUTE_MAX_N:
-        raise InputValueError(f"matmul_4bit: N={n} tokens; supported: N = 1..{ROUTE_MAX_N}")
-    return _HostDequantize(st, ops.device)
 
 
 def _require(ok: bool, what: str) -> None:
