@@ -718,10 +718,11 @@ def state_dict(packed: Any, state: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def matmul_4bit(x: Any, packed: Any, state: Any, bias: Any = None, *, out: Any = None) -> Any:
-    """``x @ dequantize_4bit(packed, state).T + bias`` in one fused kernel for decode (see
-    `hipskinny.ops.matmul_4bit`)."""
+def matmul_4bit(x: Any, packed: Any, state: Any, bias: Any = None, *, out: Any = None,
+                fused: bool | None = None) -> Any:
+    """``x @ dequantize_4bit(packed, state).T + bias`` for decode: fused dequant + GEMM up to the
+    crossover, dequantize + skinny_gemm above it (see `hipskinny.ops.matmul_4bit`)."""
     from .ops.matmul_4bit import matmul_4bit as run
 
-    return run(x, packed, state, bias, out=out)
+    return run(x, packed, state, bias, out=out, fused=fused)
 

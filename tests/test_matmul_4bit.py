@@ -23,6 +23,7 @@ from hipskinny import InputTypeError, InputValueError, bnb
 from hipskinny.arch import SHIPPED_ARCHS
 from hipskinny.emulator import EmulatedDevice
 from hipskinny.ops import matmul_4bit as op
+from hipskinny.ops.skinny_gemm import token_tiles
 
 BF16, F16 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)
 U = 2.0**-24
@@ -105,8 +106,9 @@ def test_fused_against_exact(arch, quant_type, nested):
 
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
-def test_nan_in_absmax_or_x_reaches_only_its_rows(arch):
-    n, m, k, bs = 3, 12, 256, 64
+@pytest.mark.parametrize("n", [3, 16])
+def test_nan_in_absmax_or_x_reaches_only_its_rows(arch, n):
+    m, k, bs = 12, 256, 64
     packed, st = _weights(m, k, 5, bs, "nf4", False)
     x = np.random.default_rng(1).standard_normal((n, k)).astype(F16)
     absmax = np.array(st.absmax)
@@ -116,21 +118,24 @@ def test_nan_in_absmax_or_x_reaches_only_its_rows(arch):
     with hipskinny.on_device(_dev(arch, 2)):
         y = bnb.matmul_4bit(x, packed, bad).astype(np.float32)
     assert np.isnan(y[:, 5]).all()
-    assert not np.isfinite(y[2]).all() and np.isfinite(np.delete(y[:2], 5, axis=1)).all()
+    assert not np.isfinite(y[2]).all() and np.isfinite(np.delete(np.delete(y, 2, axis=0), 5, axis=1)).all()
 
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
 def test_bitwise_reproducible_across_cu_counts_and_schedules(arch):
-    n, m, k = 4, 300, 1024
-    packed, st = _weights(m, k, 9, 64, "nf4", True)
-    x = np.random.default_rng(2).standard_normal((n, k)).astype(BF16)
-    outs = []
-    for cus in (1, 3):
-        dev = EmulatedDevice(arch, cus, seed=cus)           # seeded shuffled wave schedule
-        with hipskinny.on_device(dev):
-            outs += [bnb.matmul_4bit(x, packed, st).view(np.uint16) for _ in range(2)]
-    for o in outs[1:]:
-        np.testing.assert_array_equal(o, outs[0])
+    # the lane-split kernel, and the split-K one with its shards reduced by the last to arrive
+    for n, m, k in ((4, 300, 1024), (20, 130, 1024)):
+        packed, st = _weights(m, k, 9, 64, "nf4", True)
+        x = np.random.default_rng(2).standard_normal((n, k)).astype(BF16)
+        outs = []
+        for cus in (1, 3):
+            dev = EmulatedDevice(arch, cus, seed=cus)           # seeded shuffled wave schedule
+            with hipskinny.on_device(dev):
+                outs += [bnb.matmul_4bit(x, packed, st).view(np.uint16) for _ in range(2)]
+        if n > op.MAX_N:
+            assert op.plan_info(dev, BF16, n, m, k)["shards"] > 1
+        for o in outs[1:]:
+            np.testing.assert_array_equal(o, outs[0])
 
 
 def route_weights(packed, st, dt) -> np.ndarray:
@@ -169,7 +174,8 @@ def assert_route_bound(y, x, w16, bias=None):
 
 
 # (N, M, K, blocksize): K not a multiple of the blocksize (blocks straddle rows; K % 8 != 0
-# too, so rows start mid-byte), at small N and at N > 8 (split-K); N beyond the fused kernels.
+# too, so rows start mid-byte), at small N and at N > 8 (split-K); fused=False at a fusible
+# shape; N beyond the fused kernels.
 ROUTE_CASES = [(3, 20, 100, 64), (12, 10, 37, 32), (20, 24, 256, 64), (70, 9, 96, 32)]
 
 
@@ -185,8 +191,36 @@ def test_dequantize_route(arch):
         x = rng.standard_normal((n, k)).astype(dt)
         bias = rng.standard_normal((n, m) if i % 2 else m).astype(dt) if i else None
         with hipskinny.on_device(dev):
-            y = bnb.matmul_4bit(x, packed, st, bias)
+            y = bnb.matmul_4bit(x, packed, st, bias, fused=False if i == 2 else None)
+            kernels = [launch.kernel for launch in dev.launches][-2:]
         assert y.shape == (n, m) and y.dtype == dt
+        assert kernels[0].startswith("dequantize_4bit_") and kernels[1].startswith("skinny_gemm_"), kernels
+        assert_route_bound(y, x, route_weights(packed, st, dt), bias)
+
+
+# (N, M, K, blocksize, CUs): one token tile (8 shards of 128 columns), two (K = 544: the last
+# group reaches past K), four (N = 64, a block spanning the row, 8 shards); M past 128.
+SPLITK_CASES = [(16, 40, 1024, 64, 2), (33, 130, 544, 32, 3), (64, 20, 4096, 4096, 2), (9, 7, 256, 128, 1)]
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+@pytest.mark.parametrize("nested", [False, True])
+def test_fused_splitk_against_16bit_weights(arch, nested):
+    """N = 9..64: the fused split-K kernel rounds each weight once to x's dtype (as the route
+    and bitsandbytes' dequantize do) and sums on the matrix units in fp32: the route's bound."""
+    for i, (n, m, k, bs, cus) in enumerate(SPLITK_CASES):
+        dt = (F16, BF16)[(i + nested) % 2]
+        packed, st = _weights(m, k, 20 + i, bs, ("nf4", "fp4")[i % 2], nested)
+        rng = np.random.default_rng(30 + i)
+        x = rng.standard_normal((n, k)).astype(dt)
+        bias = (None, rng.standard_normal(m), rng.standard_normal((n, m)))[i % 3]
+        bias = None if bias is None else bias.astype(dt)
+        dev = _dev(arch, cus)
+        with hipskinny.on_device(dev):
+            y = bnb.matmul_4bit(x, packed, st, bias)
+            info = op.plan_info(dev, dt, n, m, k)
+        assert y.shape == (n, m) and y.dtype == dt
+        assert dev.launches[-1].kernel == info["kernel"] == f"matmul_4bit_splitk_{op._TAG[dt]}_t{token_tiles(n)}"
         assert_route_bound(y, x, route_weights(packed, st, dt), bias)
 
 
@@ -208,3 +242,5 @@ def test_bad_input_messages():
             bnb.matmul_4bit(x, packed, st, np.zeros(16, np.float32))
         with pytest.raises(InputValueError, match="N=129 tokens; supported: N = 1..128"):
             bnb.matmul_4bit(np.zeros((129, 256), F16), packed, st)
+        with pytest.raises(InputValueError, match="fused=True, but the fused kernels take N = 1..64 tokens"):
+            bnb.matmul_4bit(np.zeros((65, 256), F16), packed, st, fused=True)

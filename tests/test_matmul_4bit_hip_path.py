@@ -13,10 +13,12 @@ import pytest
 TESTS = str(Path(__file__).parent)
 
 SCENARIO = """
-import json, sys
+import ctypes, json, sys
 sys.path.insert(0, {tests!r})
 import numpy as np, hipskinny
 from device_arrays import dev_array, outcome, read
+from hipskinny import scratch
+from hipskinny.devices import hip_device
 from fakehip.emulated import install
 from hipskinny import bnb
 from hipskinny.ops.matmul_4bit import dequantize_exact, matmul_4bit_reference
@@ -34,9 +36,10 @@ def on_device(st):
                           None if s2 is None else bnb.QuantState(d(s2.absmax), None, d(s2.code), 256, None, None))
 
 
-# (name, N, M, K, blocksize): fused; K not a multiple of the blocksize (route, small N); N = 24
-# (route, split-K).
-for name, n, m, k, bs in (("fused", 4, 40, 512, 64), ("route_k", 3, 30, 200, 64), ("route_n", 24, 40, 256, 64)):
+# (name, N, M, K, blocksize): fused (lane-split, split-K); K not a multiple of the blocksize
+# (route, small N); N = 70 (route, split-K).
+for name, n, m, k, bs in (("fused", 4, 40, 512, 64), ("fused_splitk", 24, 40, 512, 64), ("route_k", 3, 30, 200, 64),
+                          ("route_n", 70, 40, 256, 64)):
     w = rng.standard_normal((m, k)).astype(np.float32)
     packed, st = bnb.quantize_4bit(w, blocksize=bs, quant_type="nf4", compress_statistics=True)
     x = rng.standard_normal((n, k)).astype(np.float16)
@@ -55,6 +58,11 @@ for name, n, m, k, bs in (("fused", 4, 40, 512, 64), ("route_k", 3, 30, 200, 64)
     res[name] = {{"err": float(np.max(np.abs(outs[0] - exact) / bound)),
                   "repeat_equal": bool((outs[0].view(np.uint16) == outs[1].view(np.uint16)).all()),
                   "kernels": [s.kernel for s in list(runtime.device.launches)[-2:]]}}
+
+pool = scratch.pool(hip_device(0), 0)
+size = pool.capacity("matmul_4bit.counters")
+counters = np.frombuffer(ctypes.string_at(pool.buffer("matmul_4bit.counters", 4), size), np.uint32) if size else None
+res["counters_zero"] = counters is not None and bool((counters == 0).all())
 
 m, k = 16, 100
 w = rng.standard_normal((m, k)).astype(np.float32)
@@ -77,13 +85,15 @@ def test_device_operands_in_place(fakehip_run, arch):
     run = fakehip_run(SCENARIO.format(tests=TESTS), env={"FAKEHIP_ARCH": arch, "FAKEHIP_CU_COUNT": "4"})
     res = json.loads(run.stdout.split("RES ", 1)[1])
     assert res["errors"] == []
-    for name, kernels in (("fused", ["matmul_4bit_f16_n4"]), ("route_k", ["dequantize_4bit_f16", "skinny_gemm_f16_n3"]),
-                          ("route_n", ["dequantize_4bit_f16", "skinny_gemm_splitk_f16_t2"])):
+    for name, kernels in (("fused", ["matmul_4bit_f16_n4"]), ("fused_splitk", ["matmul_4bit_splitk_f16_t2"]),
+                          ("route_k", ["dequantize_4bit_f16", "skinny_gemm_f16_n3"]),
+                          ("route_n", ["dequantize_4bit_f16", "skinny_gemm_splitk_f16_t8"])):
         r = res[name]
         # err: |y - exact| over a bound that holds for both (the emulated tests bound each exactly).
         assert r["err"] <= 1.0, (name, r)
         assert r["repeat_equal"], name
         assert all(got.startswith(want) for got, want in zip(r["kernels"][-len(kernels):], kernels, strict=True)), r
+    assert res["counters_zero"]      # the split-K call left its counters ready for the next
     assert res["k_not_8"].startswith("InputValueError") and "nor of 8" in res["k_not_8"]
     assert res["n_200"].startswith("InputValueError") and "N = 1..128" in res["n_200"]
     assert res["misaligned"].startswith("InputValueError") and "16-byte aligned" in res["misaligned"]

@@ -41,10 +41,13 @@ from ..errors import InputTypeError, InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
 from ..torch_ops import declare
+from . import skinny_gemm as sg
 from .skinny_gemm import MAX_GROUPS_PER_CU, THREADS, groups_per_cu, k_chunk, lane_split_grid
 
 FAMILY = "matmul_4bit"
-MAX_N = 8                           # fused kernel
+SPLITK_FAMILY = "matmul_4bit_splitk"
+MAX_N = 8                           # fused lane-split kernel
+FUSED_MAX_N = 64                    # fused split-K kernel, N = MAX_N + 1 .. FUSED_MAX_N
 ROUTE_MAX_N = 128                   # dequantize + skinny_gemm
 YTILES = {n: (4, 2, 1) if n <= 4 else (2, 1) for n in range(1, 9)}
 MAX_TILE_OUTPUTS = 16
@@ -57,54 +60,68 @@ _plans = PlanCache()
 _calls = operands.CallCache()
 
 
-def matmul_4bit(x: Any, packed: Any, state: Any, bias: Any = None, *, out: Any = None) -> Any:
+def matmul_4bit(x: Any, packed: Any, state: Any, bias: Any = None, *, out: Any = None, fused: bool | None = None
+                ) -> Any:
     """``x @ W.T + bias`` with W the bitsandbytes 4-bit weight ``(packed, state)`` (see the module
     docstring). ``state``: a `hipskinny.bnb.QuantState`, a bitsandbytes QuantState or anything
     `hipskinny.bnb.as_state` takes; x ``[..., K]`` fp16/bf16; bias ``[M]``, ``[1, M]`` or
-    ``[N, M]`` in x's dtype. numpy, torch or DLPack operands, all on the host or all on one GPU."""
+    ``[N, M]`` in x's dtype. numpy, torch or DLPack operands, all on the host or all on one GPU.
+    ``fused``: None (default) picks by the crossover rule; False takes the dequantize route;
+    True raises an error where the fused kernels do not apply."""
     # hipskinny's own state as it is (its arrays' layouts are in the call signature and checked
     # when a call is bound); anything else through as_state, which checks it whole.
     st = state if type(state) is bnb.QuantState else bnb.as_state(state)
     s2 = st.state2
     objs = (x, packed, st.absmax, None if s2 is None else s2.absmax, None if s2 is None else s2.code,
             st.offset if s2 is not None else None, st.code, bias, out)
-    options = (tuple(int(d) for d in st.shape), int(st.blocksize), s2 is not None)
+    options = (tuple(int(d) for d in st.shape), int(st.blocksize), s2 is not None, fused)
     key, addresses = operands.signature(NAMES, objs, options)
     call = _calls.get(key)
     if call is None:
-        call = _calls.add(key, _bind(operands.gather("matmul_4bit", NAMES, objs), st))
+        call = _calls.add(key, _bind(operands.gather("matmul_4bit", NAMES, objs), st, fused))
     return call(objs, addresses)
 
 
-def _bind(ops: Operands, st: bnb.QuantState) -> Any:
+def fusible(n: int, k: int, blocksize: int) -> bool:
+    """Whether the fused kernels take N tokens at this K and blocksize (the crossover rule)."""
+    return 1 <= n <= FUSED_MAX_N and k % blocksize == 0
+
+
+def _bind(ops: Operands, st: bnb.QuantState, fused: bool | None) -> Any:
     xv, wv, bv = ops["x"], ops["w"], ops["bias"]
     assert xv is not None and wv is not None
     n, m, k, log2_bs = _check(ops, st)
     out_shape = (*xv.shape[:-1], m)
     operands.check_out(ops, out_shape, xv.dtype)
-    nested = st.state2 is not None
-    flags = NESTED if nested else 0
-    if (n > MAX_N or k % (1 << log2_bs)) and m and n:
-        return _route(ops, st, n, m, k, log2_bs, flags, out_shape)
-    device = ops.device
-    tag = _TAG[xv.dtype]
+    flags = NESTED if st.state2 is not None else 0
     if m == 0 or n == 0:
         return DeviceCall(ops, [], out_shape=out_shape, out_dtype=xv.dtype) if not ops.on_host else \
             HostCall(ops, [], [None] * (len(NAMES) - 1), out_shape=out_shape, out_dtype=xv.dtype,
                      out_slot="matmul_4bit.y")
+    if not ops.on_host:
+        for name in ("w", "absmax", "absmax2", "code2", "offset", "code"):
+            v = ops[name]
+            _require(v is None or v.is_contiguous, f"{name} must be contiguous")
+    if not fusible(n, k, 1 << log2_bs):
+        if fused:
+            raise InputValueError(f"matmul_4bit: fused=True, but the fused kernels take N = 1..{FUSED_MAX_N} "
+                                  f"tokens and K a multiple of the blocksize; got N={n}, K={k}, blocksize "
+                                  f"{1 << log2_bs}")
+        return _route(ops, st, n, m, k, log2_bs, flags, out_shape)
+    if fused is False:
+        return _route(ops, st, n, m, k, log2_bs, flags, out_shape)
+    device = ops.device
+    tag = _TAG[xv.dtype]
     b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
     if ops.on_host:
-        staged = _staged(ops, n, m, k, k)
-        launch = _launch(device, tag, n, m, k, k, m if b_rows > 1 else 0, log2_bs, flags)
-        return HostCall(ops, [launch], staged, out_shape=out_shape, out_dtype=xv.dtype, out_slot="matmul_4bit.y")
-    x_stride = _x_stride(xv, k)
-    for name in ("w", "absmax", "absmax2", "code2", "offset", "code"):
-        v = ops[name]
-        _require(v is None or v.is_contiguous, f"{name} must be contiguous")
-    b_stride = operands.bias_row_stride("matmul_4bit", bv, m)
-    launch = _launch(device, tag, n, m, k, x_stride, b_stride, log2_bs, flags)
+        launch, slots = _launch(device, tag, n, m, k, k, m if b_rows > 1 else 0, log2_bs, flags)
+        return HostCall(ops, [launch], _staged(ops, n, m, k, k), out_shape=out_shape, out_dtype=xv.dtype,
+                        out_slot="matmul_4bit.y", scratch_slots=slots)
+    launch, slots = _launch(device, tag, n, m, k, _x_stride(xv, k), operands.bias_row_stride("matmul_4bit", bv, m),
+                            log2_bs, flags)
     return DeviceCall(ops, [launch], out_shape=out_shape, out_dtype=xv.dtype, aligned=("x", "w"),
-                      align_message="x and the packed weights must start at 16-byte aligned addresses")
+                      align_message="x and the packed weights must start at 16-byte aligned addresses",
+                      scratch_slots=slots)
 
 
 def _check(ops: Operands, st: bnb.QuantState) -> tuple[int, int, int, int]:
@@ -157,13 +174,23 @@ def _check(ops: Operands, st: bnb.QuantState) -> tuple[int, int, int, int]:
 
 
 def _launch(device: Device, tag: str, n: int, m: int, k: int, x_stride: int, b_stride: int, log2_bs: int,
-            flags: int) -> Launch:
+            flags: int) -> tuple[Launch, tuple[tuple[str, int], ...]]:
+    """The fused launch of a call of this shape and the scratch slots it needs (split-K partials
+    and counters)."""
     plan = _plan(device, tag, n, m, k)
-    tail = (m, k, x_stride, b_stride, plan.info["k_chunk"], log2_bs, flags)
-    return Launch(device.launcher(plan), 9, tail)
+    info, launcher = plan.info, device.launcher(plan)
+    if n <= MAX_N:
+        return Launch(launcher, 9, (m, k, x_stride, b_stride, info["k_chunk"], log2_bs, flags)), ()
+    tail = (n, m, k, x_stride, b_stride, info["shard_len"], log2_bs, flags)
+    if info["shards"] == 1:
+        return Launch(launcher, 9, (0, 0) + tail), ()       # no partials, no counters
+    slots = (("matmul_4bit.partials", info["partial_bytes"]), ("matmul_4bit.counters", info["counter_bytes"]))
+    return Launch(launcher, 11, tail), slots
 
 
 def _plan(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
+    if n > MAX_N:
+        return _plan_splitk(device, tag, n, m, k)
     info = device.arch
     cu_count = device.properties.cu_count
     np_ = n
@@ -190,32 +217,72 @@ def _plan(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
     return _plans.get(key, build)
 
 
+def _plan_splitk(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
+    """N = 9..64: skinny_gemm_splitk's configuration rules (token tiles, shards from the arch's
+    flagship CU count, persistent grid), the 4-bit kernel's registers and LDS."""
+    info = device.arch
+    cu_count = device.properties.cu_count
+    key = ("splitk", device, tag, n, m, k, cu_count)
+
+    def build() -> LaunchPlan:
+        nt = sg.token_tiles(n)
+        length = sg.shard_len(info.default_cu_count, nt, m, k)
+        shards = -(-k // length)
+        blocks = -(-m // sg.SPLITK_ROWS)
+        name = f"{SPLITK_FAMILY}_{tag}_t{nt}"
+        fn, meta = registry.load(device, SPLITK_FAMILY).kernel(name)
+        groups = groups_per_cu(info, meta, sg.SPLITK_LDS, sg.MAX_SPLITK_GROUPS_PER_CU)
+        units = blocks * shards
+        grid = max(1, min(units, cu_count * groups))
+        return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=sg.SPLITK_LDS,
+                         info={"kernel": name, "token_tiles": nt, "shard_len": length, "shards": shards,
+                               "units": units, "groups_per_cu": groups, "grid": grid, "lds_bytes": sg.SPLITK_LDS,
+                               "partial_bytes": 0 if shards == 1 else 4 * sg.SPLITK_ROWS * 16 * nt * units,
+                               "counter_bytes": 4 * blocks if shards > 1 else 0})
+
+    return _plans.get(key, build)
+
+
 def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int) -> dict[str, Any]:
     """The configuration a fused call of this shape gets on ``device`` (tests and benchmarks)."""
-    if not 1 <= n <= MAX_N or k % CHUNK:
-        raise InputValueError(f"matmul_4bit: the fused kernel serves N = 1..{MAX_N} and K a multiple of the "
-                              f"blocksize (>= {CHUNK}); got N={n}, K={k}")
+    if not fusible(n, k, CHUNK):
+        raise InputValueError(f"matmul_4bit: the fused kernels serve N = 1..{FUSED_MAX_N} and K a multiple of "
+                              f"the blocksize (>= {CHUNK}); got N={n}, K={k}")
     return dict(_plan(device, _TAG[np.dtype(x_dtype)], n, m, k).info)
 
 
 # The performance report measures NF4 with nested absmax at bitsandbytes' default blocksize 64
-# (the fused kernel, N = 1..8: benchmarks/shapes.py), against fp16 skinny_gemm.
+# (FP4 runs the same instructions: the codebook is data) against fp16 skinny_gemm; the variant
+# "dequantize" is the route (dequantize kernel + skinny_gemm, both launches counted) at the N
+# where the crossover is decided (benchmarks/shapes.py).
 REPORT_BASELINE = "skinny_gemm"
+REPORT_VARIANTS = ("dequantize",)
 
 
-def report_operands(x: np.ndarray, w: np.ndarray) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    if w.shape[1] % 64:
-        raise InputValueError(f"matmul_4bit: the report measures the fused kernel, whose K is a multiple of the "
-                              f"blocksize (64); got K={w.shape[1]}")
+def _report_k(k: int) -> None:
+    if k % 64:
+        raise InputValueError(f"matmul_4bit: the report measures K a multiple of the blocksize (64); got K={k}")
+
+
+def report_operands(x: np.ndarray, w: np.ndarray, *, variant: str | None = None,
+                    arch: str | None = None) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    _report_k(w.shape[1])
     packed, state = bnb.quantize_4bit(w.astype(np.float32), blocksize=64, quant_type="nf4", compress_statistics=True)
-    return (x, packed, state), {}
+    return (x, packed, state), ({"fused": False} if variant == "dequantize" else {})
 
 
-def report_min_bytes(n: int, m: int, k: int, itemsize: int) -> tuple[float, float]:
-    """(least bytes a launch moves, weight bytes): packed codes, uint8 absmax per 64, fp32 absmax2
-    per 256 blocks, the codebooks, x and y."""
+def report_min_bytes(n: int, m: int, k: int, itemsize: int, *, variant: str | None = None) -> tuple[float, float]:
+    """(least bytes a call moves, weight bytes): packed codes, uint8 absmax per 64, fp32 absmax2
+    per 256 blocks, the codebooks, x and y -- for the route too (its floor is the same problem's;
+    the 16-bit weights it writes and reads back are its overhead)."""
     blocks = -(-m * k // 64)
     return m * k / 2 + blocks + 4 * -(-blocks // 256) + 4 * (16 + 256 + 1) + itemsize * (n * k + n * m), m * k / 2
+
+
+def report_plan_info(device: Device, dtype: Any, n: int, m: int, k: int, *, variant: str) -> dict[str, Any]:
+    """The route's plan: skinny_gemm's on the ``[M, pitch]`` weights (its kernel names the row)."""
+    _report_k(k)
+    return sg.plan_info(device, dtype, n, m, -(-k // 8) * 8)
 
 
 ROUTE_SLOT = "matmul_4bit.weights"     # the route's dequantized 16-bit weights
@@ -228,8 +295,6 @@ def _route(ops: Operands, st: bnb.QuantState, n: int, m: int, k: int, log2_bs: i
     ``[M, pitch]`` buffer, then `hipskinny.skinny_gemm`'s kernel multiplies it, in one bound
     call (two launches, nothing allocated per call). N above skinny_gemm's range: torch
     tensors on a ROCm GPU dequantize the same way and take ``torch.nn.functional.linear``."""
-    from . import skinny_gemm as sg
-
     xv, bv = ops["x"], ops["bias"]
     assert xv is not None
     device, tag = ops.device, _TAG[xv.dtype]
