@@ -4,19 +4,33 @@ The weight is bitsandbytes' own format (`hipskinny.bnb`): ``[M, K]`` packed two 
 (high nibble first), blockwise absmax (fp32, or nested: uint8 codes through the 256-entry map,
 fp32 per 256 blocks, offset), the 16-entry codebook of the state (NF4 or FP4). x is fp16 or
 bf16 ``[..., K]``; y has x's dtype. fp32 x is an error (bitsandbytes takes it; cast x, or use
-`hipskinny.bnb.dequantize_4bit`). Sums are fp32 on every arch: each 32-column chunk's products
-``x * code[q]`` (fp32 FMAs; x widened exactly from LDS) summed, scaled by the block's absmax
-(decoded in the kernel when nested) and added; bias in fp32; one rounding at the end.
+`hipskinny.bnb.dequantize_4bit`). Sums are fp32 on every arch, bias added in fp32, one rounding
+at the end.
 
-Kernel ``matmul_4bit_<f16|bf16>_n<N>_y<YTILE>`` (kernels/matmul_4bit.hip) for N = 1..8: the
+N = 1..8, kernel ``matmul_4bit_<f16|bf16>_n<N>_y<YTILE>`` (kernels/matmul_4bit.hip): the
 split-across-lanes design of `hipskinny.skinny_gemm` with 32-column (16-byte) chunks and its
 rules: ``kc`` = K when N x K 16-bit values fit the LDS left after the codebooks, else the most
 columns that fit rounded down to a multiple of 32 x wave size; workgroups per CU from
-occupancy, at most 2; YTILE by `skinny_gemm.ytile`; persistent grid. Bitwise reproducible
-across calls, schedules and CU counts.
+occupancy, at most 2; YTILE by `skinny_gemm.ytile`; persistent grid. Each chunk's products
+``x * code[q]`` (exact in fp32 FMAs) are summed, scaled by the block's absmax (decoded in the
+kernel when nested) and added: the weights are never rounded.
 
-The fused kernel needs K to be a multiple of the blocksize (as bitsandbytes' own fused kernels
-do). Other K, and N = 9..128, take the route: the ``dequantize_4bit_<f16|bf16>`` kernel writes
+N = 9..64, kernel ``matmul_4bit_splitk_<f16|bf16>_t<NT>`` (kernels/matmul_4bit_splitk.hip): the
+matrix units, with `skinny_gemm`'s split-K rules (token tiles, shards from the arch's flagship
+CU count, persistent grid, shard partials and self-cleaning counters from the scratch pool,
+summed in shard order). Each weight is widened in registers to x's dtype as ``T(code[q] *
+absmax)``, the fp32 product rounded once -- the values bitsandbytes' dequantize gives.
+
+Both are bitwise reproducible across calls, schedules and CU counts.
+
+Crossover (``fused=None``): the fused kernels for N = 1..64 on every arch, the route above. The
+report's rows at N = 16 and 64 (benchmarks/RESULTS.md, `matmul_4bit` against its variant
+`matmul_4bit:dequantize`) put the route's predicted time far above the fused kernel's on all
+five archs: it writes and reads back the 16-bit weights (4.5 bytes per weight moved against
+0.5), which the matrix work saved by skipping the decode never repays at N <= 64.
+
+The fused kernels need K to be a multiple of the blocksize (as bitsandbytes' own fused kernels
+do). Other K, and N = 65..128, take the route: the ``dequantize_4bit_<f16|bf16>`` kernel writes
 W as x's 16-bit dtype (``T(code[q] * absmax)``, the fp32 product rounded once, as bitsandbytes'
 dequantize) into a pooled ``[M, ceil(K / 8) * 8]`` buffer (scratch slot
 ``matmul_4bit.weights``), then `hipskinny.skinny_gemm`'s kernel for N multiplies it: one bound
