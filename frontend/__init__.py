@@ -44,7 +44,7 @@ def _lazy(name: str):
         from .ops import matmul_4bit as _matmul_4bit
 
         return getattr(_matmul_4bit, name)
-    if name in ("fp8", "bnb"):
+    if name in ("fp8", "bnb", "w4a16"):
         import importlib
 
         return importlib.import_module(f"{__name__}.{name}")
@@ -70,6 +70,6 @@ _torch_ops.install()   # torch.ops.hipskinny.*: now if torch is imported, else r
 __all__ = [
     "CaptureError", "CodeObjectError", "DeviceMismatchError", "HipRuntimeError", "HipSkinnyError", "InputTypeError",
     "InputValueError", "KernelArgumentError", "UnsupportedArchError", "__version__", "current_device", "fp8",
-    "fp8_linear", "fp8_linear_reference", "bnb", "matmul_4bit", "matmul_4bit_reference",
+    "fp8_linear", "fp8_linear_reference", "bnb", "matmul_4bit", "matmul_4bit_reference", "w4a16",
     "gemv", "gemv_reference", "on_device", "probe", "reserve", "skinny_gemm", "skinny_gemm_reference", "use_device",
 ]
