@@ -44,6 +44,10 @@ def _lazy(name: str):
         from .ops import matmul_4bit as _matmul_4bit
 
         return getattr(_matmul_4bit, name)
+    if name in ("w4a16_linear", "w4a16_linear_reference"):
+        from .ops import w4a16_linear as _w4a16_linear
+
+        return getattr(_w4a16_linear, name)
     if name in ("fp8", "bnb", "w4a16"):
         import importlib
 
@@ -70,6 +74,7 @@ _torch_ops.install()   # torch.ops.hipskinny.*: now if torch is imported, else r
 __all__ = [
     "CaptureError", "CodeObjectError", "DeviceMismatchError", "HipRuntimeError", "HipSkinnyError", "InputTypeError",
     "InputValueError", "KernelArgumentError", "UnsupportedArchError", "__version__", "current_device", "fp8",
-    "fp8_linear", "fp8_linear_reference", "bnb", "matmul_4bit", "matmul_4bit_reference", "w4a16",
+    "fp8_linear", "fp8_linear_reference", "bnb", "matmul_4bit", "matmul_4bit_reference", "w4a16", "w4a16_linear",
+    "w4a16_linear_reference",
     "gemv", "gemv_reference", "on_device", "probe", "reserve", "skinny_gemm", "skinny_gemm_reference", "use_device",
 ]

@@ -56,15 +56,13 @@ from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
 from ..torch_ops import declare
 from . import skinny_gemm as sg
-from .skinny_gemm import MAX_GROUPS_PER_CU, THREADS, groups_per_cu, k_chunk, lane_split_grid
+from .skinny_gemm import THREADS, groups_per_cu
 
 FAMILY = "matmul_4bit"
 SPLITK_FAMILY = "matmul_4bit_splitk"
 MAX_N = 8                           # fused lane-split kernel
 FUSED_MAX_N = 64                    # fused split-K kernel, N = MAX_N + 1 .. FUSED_MAX_N
 ROUTE_MAX_N = 128                   # dequantize + skinny_gemm
-YTILES = {n: (4, 2, 1) if n <= 4 else (2, 1) for n in range(1, 9)}
-MAX_TILE_OUTPUTS = 16
 CHUNK = 32                          # K columns (16 weight bytes) per lane chunk
 NESTED = 1                          # kernel flag
 NAMES = ("x", "w", "absmax", "absmax2", "code2", "offset", "code", "bias", "out")
@@ -205,30 +203,9 @@ def _launch(device: Device, tag: str, n: int, m: int, k: int, x_stride: int, b_s
 def _plan(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
     if n > MAX_N:
         return _plan_splitk(device, tag, n, m, k)
-    info = device.arch
-    cu_count = device.properties.cu_count
-    np_ = n
-    key = (device, tag, np_, m, k, cu_count)
-
-    def build() -> LaunchPlan:
-        module = registry.load(device, FAMILY)
-        prefix = f"{FAMILY}_{tag}_n{np_}"
-        y_max = max(y for y in YTILES[np_] if np_ * y <= MAX_TILE_OUTPUTS)
-        _, meta_max = module.kernel(f"{prefix}_y{y_max}")
-        free = info.lds_per_workgroup - meta_max.group_segment_fixed_size    # after the codebooks
-        kc = k_chunk(np_, k, free, info.wave_size, CHUNK, "matmul_4bit")
-        lds = np_ * kc * 2
-        groups = groups_per_cu(info, meta_max, lds, MAX_GROUPS_PER_CU)
-        yt, grid = lane_split_grid(np_, m, cu_count, groups, info.wave_size)
-        yt = min(yt, y_max)
-        tiles = -(-m // yt)
-        grid = max(1, min(grid, -(-tiles // (THREADS // info.wave_size))))
-        fn, meta = module.kernel(f"{prefix}_y{yt}")
-        return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=lds,
-                         info={"kernel": f"{prefix}_y{yt}", "ytile": yt, "k_chunk": kc, "lds_bytes": lds,
-                               "groups_per_cu": groups, "grid": grid, "staged_once": kc >= k})
-
-    return _plans.get(key, build)
+    key = (device, tag, n, m, k, device.properties.cu_count)
+    return _plans.get(key, lambda: sg.lane_split_plan(device, FAMILY, f"{FAMILY}_{tag}_n{n}", n, m, k, chunk=CHUNK,
+                                                      op="matmul_4bit"))
 
 
 def _plan_splitk(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:

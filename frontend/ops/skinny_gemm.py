@@ -142,6 +142,28 @@ def lane_split_grid(n: int, m: int, cu_count: int, groups: int, wave_size: int) 
     return yt, max(1, min(cu_count * groups, -(-tiles // waves)))
 
 
+def lane_split_plan(device: Device, family: str, prefix: str, n: int, m: int, k: int, *, chunk: int, op: str,
+                    sums: bool = False) -> LaunchPlan:
+    """The plan of a small-N lane-split kernel ``{prefix}_y{YTILE}`` of code-object ``family`` by
+    this module's rules, for kernels (matmul_4bit, w4a16) that stage N x kc 16-bit x values after
+    their static LDS, ``sums``: plus one fp32 per token and 32-column chunk (N * kc / 8 bytes).
+    ``chunk``: the K columns a lane takes at a time. Not cached: the caller's plan cache holds it."""
+    info = device.arch
+    module = registry.load(device, family)
+    # Occupancy depends on the kernel's registers: judge it on the largest tile built for N.
+    y_max = max(y for y in YTILES if n * y <= MAX_TILE_OUTPUTS)
+    _, meta_max = module.kernel(f"{prefix}_y{y_max}")
+    free = info.lds_per_workgroup - meta_max.group_segment_fixed_size
+    kc = k_chunk(n, k, free * 16 // 17 if sums else free, info.wave_size, chunk, op)
+    lds = n * kc * 2 + (n * kc // 8 if sums else 0)
+    groups = groups_per_cu(info, meta_max, lds, MAX_GROUPS_PER_CU)
+    yt, grid = lane_split_grid(n, m, device.properties.cu_count, groups, info.wave_size)
+    fn, meta = module.kernel(f"{prefix}_y{yt}")
+    return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=lds,
+                     info={"kernel": f"{prefix}_y{yt}", "ytile": yt, "k_chunk": kc, "lds_bytes": lds,
+                           "groups_per_cu": groups, "grid": grid, "staged_once": kc >= k})
+
+
 def ytile(n: int, m: int, wave_slots: int) -> int:
     """Rows per wave tile: the largest built for N whose tile count still gives every wave
     slot a tile; 1 when none does."""

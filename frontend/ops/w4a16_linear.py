@@ -1,0 +1,167 @@
+"""AWQ / GPTQ int4 linear for decode (w4a16): ``y = x @ W.T + bias`` with W a `hipskinny.w4a16.Prepared`.
+
+The weight is the prepared layout of `hipskinny.w4a16` (``qweight`` uint32 ``[M, K/8]``
+ExLlama-shuffled along K, ``scales`` ``[M, K/G]`` in x's dtype, ``zeros`` uint8 ``[M, K/G]`` or
+none when symmetric, an act-order ``perm`` of K or none). x is fp16 or bf16 ``[..., K]``; y has
+x's dtype. Sums are fp32 on every arch, bias added in fp32, one rounding at the end.
+
+N = 1..8, kernel ``w4a16_<f16|bf16>_n<N>_y<YTILE>`` (kernels/w4a16.hip): the lane-split design
+of `hipskinny.skinny_gemm` with 32-column (16-byte) chunks and its configuration rules (those of
+`hipskinny.matmul_4bit`'s small-N kernel). Weights become 16-bit by the magic-number trick (fp16:
+exact ``q - z`` pairs from the 0x6400 exponent; bf16: ``128 + q`` pairs from 0x4300, the
+``(128 + z) * sum x`` correction subtracted per chunk in fp32), dot2 into fp32 per 32-column
+chunk, scaled by the group's scale. An act-order ``perm`` is applied while x is staged in LDS.
+Bitwise reproducible across calls, schedules and CU counts.
+
+K must be a multiple of 32 and the group size a power of two (per-channel scales of a K that is
+not one are an error for now); N above 8 is not served yet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from .. import operands, w4a16
+from ..devices.base import Device
+from ..errors import InputTypeError, InputValueError
+from ..launch import LaunchPlan, PlanCache
+from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
+from . import skinny_gemm as sg
+
+FAMILY = "w4a16"
+MAX_N = 8
+CHUNK = 32                          # K columns (16 weight bytes) per lane chunk
+NAMES = ("x", "w", "scales", "zeros", "perm", "bias", "out")
+_F16, _BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
+_TAG = {_F16: "f16", _BF16: "bf16"}
+_plans = PlanCache()
+_calls = operands.CallCache()
+
+
+def w4a16_linear(x: Any, prepared: w4a16.Prepared, bias: Any = None, *, out: Any = None) -> Any:
+    """``x @ W.T + bias`` with W a prepared AWQ/GPTQ int4 weight (`hipskinny.w4a16.prepare`; see the
+    module docstring). x ``[..., K]`` fp16/bf16; the prepared scales in x's dtype (``prepare(...,
+    dtype=...)``); bias ``[M]``, ``[1, M]`` or ``[N, M]`` in x's dtype. numpy, torch or DLPack
+    operands (the prepared arrays too), all on the host or all on one GPU."""
+    p = prepared
+    if not isinstance(p, w4a16.Prepared):
+        raise InputTypeError(f"w4a16_linear: prepared must be a hipskinny.w4a16.Prepared (from w4a16.prepare); "
+                             f"got {type(p).__name__}")
+    objs = (x, p.qweight, p.scales, p.zeros, p.perm, bias, out)
+    options = (p.shape, p.group_size, p.symmetric, p.experts)
+    key, addresses = operands.signature(NAMES, objs, options)
+    call = _calls.get(key)
+    if call is None:
+        call = _calls.add(key, _bind(operands.gather("w4a16_linear", NAMES, objs), p))
+    return call(objs, addresses)
+
+
+def _bind(ops: Operands, p: w4a16.Prepared) -> Any:
+    xv, bv = ops["x"], ops["bias"]
+    assert xv is not None
+    n, m, k, log2_g = _check(ops, p)
+    out_shape = (*xv.shape[:-1], m)
+    operands.check_out(ops, out_shape, xv.dtype)
+    if m == 0 or n == 0:
+        return DeviceCall(ops, [], out_shape=out_shape, out_dtype=xv.dtype) if not ops.on_host else \
+            HostCall(ops, [], [None] * (len(NAMES) - 1), out_shape=out_shape, out_dtype=xv.dtype, out_slot="w4a16.y")
+    device, tag = ops.device, _TAG[xv.dtype]
+    b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
+    if ops.on_host:
+        def flat(name: str) -> Staged | None:
+            v = ops[name]
+            return None if v is None else Staged(f"w4a16.{name}", 1, v.numel, v.numel)
+
+        staged = [Staged("w4a16.x", n, k, k), flat("w"), flat("scales"), flat("zeros"), flat("perm"),
+                  None if bv is None else Staged("w4a16.bias", b_rows, m, m, optional=True)]
+        launch = _launch(device, tag, n, m, k, k, m if b_rows > 1 else 0, log2_g)
+        return HostCall(ops, [launch], staged, out_shape=out_shape, out_dtype=xv.dtype, out_slot="w4a16.y")
+    for name in ("w", "scales", "zeros", "perm"):
+        v = ops[name]
+        _require(v is None or v.is_contiguous, f"the prepared {name} must be contiguous")
+    x_stride = operands.row_stride("w4a16_linear", xv)
+    _require(xv.strides[-1] == 1, "x must be contiguous along K")
+    _require((n == 1 or x_stride >= k) and x_stride % 8 == 0,
+             f"x's row stride must be a multiple of 8 elements (16 bytes) and >= K; got {x_stride}")
+    launch = _launch(device, tag, n, m, k, x_stride, operands.bias_row_stride("w4a16_linear", bv, m), log2_g)
+    return DeviceCall(ops, [launch], out_shape=out_shape, out_dtype=xv.dtype, aligned=("x", "w"),
+                      align_message="x and the prepared qweight must start at 16-byte aligned addresses")
+
+
+def _check(ops: Operands, p: w4a16.Prepared) -> tuple[int, int, int, int]:
+    """Shapes and dtypes of x and the prepared weight; returns N, M, K, log2(group size)."""
+    xv, wv, sv, zv, pv, bv = (ops[name] for name in NAMES[:-1])
+    assert xv is not None and wv is not None and sv is not None
+    if xv.dtype not in _TAG:
+        raise InputTypeError(f"w4a16_linear: x has dtype {xv.dtype}; supported: float16, bfloat16")
+    if p.experts is not None:
+        raise InputValueError(f"w4a16_linear: the prepared weight is a stack of {p.experts} experts; a dense "
+                              "layer is one [M, K] weight")
+    m, k = (int(d) for d in p.shape)
+    g = int(p.group_size)
+    if len(xv.shape) < 1 or xv.shape[-1] != k:
+        raise InputValueError(f"w4a16_linear: x must be [..., K] with K={k} (the weight is [M={m}, K={k}]); "
+                              f"got shape {xv.shape}")
+    n = int(np.prod(xv.shape[:-1], dtype=np.int64))
+    if k % CHUNK or g < CHUNK or g & (g - 1):
+        raise InputValueError(f"w4a16_linear: the kernels need K a multiple of 32 and a group size that is a "
+                              f"power of two >= 32; got K={k}, group size {g} (per-channel scales: K a power of two)")
+    if n > MAX_N:
+        raise InputValueError(f"w4a16_linear: N={n} tokens; supported: N = 1..{MAX_N} for now")
+    if wv.dtype not in (np.dtype(np.uint32), np.dtype(np.int32)) or wv.shape != (m, k // 8):
+        raise InputValueError(f"w4a16_linear: the prepared qweight must be uint32 [M, K/8] = [{m}, {k // 8}]; "
+                              f"got {wv.dtype} {wv.shape}")
+    if sv.dtype != xv.dtype or sv.shape != (m, k // g):
+        raise InputValueError(f"w4a16_linear: the prepared scales must be {xv.dtype} (x's dtype: prepare(..., "
+                              f"dtype=...)) of shape [M, K/G] = [{m}, {k // g}]; got {sv.dtype} {sv.shape}")
+    if p.symmetric != (zv is None):
+        raise InputValueError("w4a16_linear: a symmetric prepared weight has no zeros, an asymmetric one needs them")
+    if zv is not None and (zv.dtype != np.dtype(np.uint8) or zv.shape != (m, k // g)):
+        raise InputValueError(f"w4a16_linear: the prepared zeros must be uint8 [M, K/G] = [{m}, {k // g}]; "
+                              f"got {zv.dtype} {zv.shape}")
+    if pv is not None and (pv.dtype != np.dtype(np.int32) or pv.shape != (k,)):
+        raise InputValueError(f"w4a16_linear: the prepared perm must be int32 [K] = [{k}]; got {pv.dtype} {pv.shape}")
+    if bv is not None and (bv.dtype != xv.dtype or bv.shape not in ((m,), (1, m), (n, m))):
+        raise InputValueError(f"w4a16_linear: bias must be {xv.dtype} [M], [1, M] or [N, M] with N={n}, M={m}; "
+                              f"got {bv.dtype} {bv.shape}")
+    if m * k // 8 >= 2**32:
+        raise InputValueError(f"w4a16_linear: M*K/8 must be below 2**32; got {m * k // 8}")
+    return n, m, k, g.bit_length() - 1
+
+
+def _launch(device: Device, tag: str, n: int, m: int, k: int, x_stride: int, b_stride: int, log2_g: int) -> Launch:
+    plan = _plan(device, tag, n, m, k)
+    return Launch(device.launcher(plan), 7, (m, k, x_stride, b_stride, plan.info["k_chunk"], log2_g))
+
+
+def _plan(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
+    key = (device, tag, n, m, k, device.properties.cu_count)
+    return _plans.get(key, lambda: sg.lane_split_plan(device, FAMILY, f"{FAMILY}_{tag}_n{n}", n, m, k, chunk=CHUNK,
+                                                      op="w4a16_linear", sums=tag == "bf16"))
+
+
+def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int) -> dict[str, Any]:
+    """The configuration a call of this shape gets on ``device`` (tests and benchmarks)."""
+    if not 1 <= n <= MAX_N or k % CHUNK:
+        raise InputValueError(f"w4a16_linear: the kernels serve N = 1..{MAX_N} and K a multiple of {CHUNK}; "
+                              f"got N={n}, K={k}")
+    return dict(_plan(device, _TAG[np.dtype(x_dtype)], n, m, k).info)
+
+
+def _require(ok: bool, what: str) -> None:
+    operands.require("w4a16_linear", ok, what)
+
+
+def w4a16_linear_reference(x: Any, qweight: Any, scales: Any, qzeros: Any = None, g_idx: Any = None, *, fmt: str,
+                           group_size: int, bias: Any = None) -> np.ndarray:
+    """The exact semantics in float64 from the checkpoint tensors (not the prepared layout):
+    ``x @ w4a16.dequantize_checkpoint(...).T + bias`` before any rounding (shape ``[..., M]``)."""
+    w = w4a16.dequantize_checkpoint(qweight, scales, qzeros, g_idx, fmt=fmt, group_size=group_size)
+    xa = np.asarray(x)
+    y = xa.reshape(-1, w.shape[1]).astype(np.float64) @ w.T
+    if bias is not None:
+        y = y + np.asarray(bias).astype(np.float64).reshape(-1, w.shape[0])
+    return y.reshape(*xa.shape[:-1], w.shape[0])

@@ -1,0 +1,365 @@
+// AWQ / GPTQ int4 (w4a16) fused dequant + GEMM for decode: y[n, m] = sum_k x[n, k'] * s[m, g(k)] *
+// (q[m, k] - z[m, g(k)]) (+ bias) for N = 1..8 tokens, fp16/bf16 x, scales and y, fp32 accumulation
+// on every arch, one rounding to the output type. k' = perm[k] (act-order) or k; g(k) = k >> log2_g.
+//
+// Weight format (frontend/w4a16.py, Prepared): qweight uint32 [M, K/8], word (m, j) holds columns
+// 8j..8j+7 of row m in ExLlama-shuffle order, nibble i = k 8j + ORDER[i], ORDER = (0,2,4,6,1,3,5,7):
+//   bits 0..15  = k0 k2 k4 k6 (nibbles 0..3),  bits 16..31 = k1 k3 k5 k7 (nibbles 4..7)
+// so nibble i (low half) and nibble i + 4 (high half) are the adjacent-K pair (k_{2i}, k_{2i+1}):
+// one mask over both halves yields a packed pair in x's column order.
+//
+// Arguments:
+//   x        [N, x_stride] fp16/bf16 (T); without perm 16-byte aligned, x_stride a multiple of 8
+//   w        qweight (row m at word m * K / 8); 16-byte aligned
+//   scales   T [M, K/G]: scales[m * (K >> log2_g) + g]
+//   zeros    null (symmetric, z = 8) or uint8 [M, K/G] true zero points 0..16
+//   perm     null, or int32 [K]: column k multiplies x[n, perm[k]] (applied while staging x)
+//   bias     null, or bias[n * bias_stride + m] in T (stride 0: one [M] row), added in fp32
+//   y        [N, M] contiguous, T
+//   K        a multiple of 32 and of G
+//   kc       K columns staged in LDS per pass: a multiple of 32; >= K (staged once) or a
+//            multiple of 32 * wave size (streamed; a chunk's lane does not depend on the pass)
+//   log2_g   log2(G), G a power of two in 32..K dividing K
+//
+// Launch: w4a16_<f16|bf16>_n<N>_y<YTILE>, block (256, 1, 1), any grid (persistent: about one or
+// two workgroups per CU), dynamic LDS
+//   f16:  N * kc * 2 bytes                      (x as it is)
+//   bf16: N * kc * 2 + N * (kc / 32) * 4 bytes  (x, then each token's fp32 sum of every staged
+//                                                32-column chunk; = N * kc * 17 / 8)
+// (the bf16 size is also fine for f16). No static LDS.
+//
+// Work split as kernels/matmul_4bit.hip: a wave owns YTILE consecutive rows x all tokens; lane l
+// takes the 32-column chunks (16 weight bytes, 4 words) c with c % wave == l in increasing c; a
+// chunk's products are summed in fp32 (v_dot2), scaled by its group's scale once (a chunk never
+// straddles a group: G >= 32) and added to the accumulator; a fixed xor butterfly
+// (hs::reduce_scatter) reduces across lanes, one lane writes each output. Results are bitwise
+// the same for any grid, YTILE, kc or CU count. Barriers sit in loops with workgroup-uniform trip
+// counts; waves without a tile only stage.
+//
+// Dequant (quant_specs.md 2.3, 2.4):
+//   fp16: 1024.0 = 0x6400 has ulp 1, so OR-ing a nibble into mantissa bits 0..3 gives exactly
+//     1024 + q, into bits 4..7 exactly 1024 + 16 q. Per word w:
+//       (w & 0x000F000F) | 0x64006400 = (1024 + k0, 1024 + k1)        (nibbles 0, 4)
+//       (w & 0x00F000F0) | 0x64006400 = (1024 + 16 k2, 1024 + 16 k3)  (nibbles 1, 5)
+//     and the same after w >> 8 for (k4, k5), (k6, k7). Finished with packed fp16 ops to exact
+//     (q - z) (integers in -16..15): lo + (-(1024 + z)) [0xE400 | z], hi * 1/16 + (-(64 + z))
+//     [0xD400 + 16 z] (one v_pk_fma: hi / 16 = 64 + q exactly, so the fma's one rounding is of an
+//     exact small integer). Symmetric: z = 8 (-1032 = 0xE408, -72 = 0xD480). Then v_dot2 with the
+//     x dword holding the same two columns.
+//   bf16: 128.0 = 0x4300 has ulp 1 (7 mantissa bits); the 16x trick would leave the binade, so
+//     (w >> 4i & 0x000F000F) | 0x43004300 = (128 + k_{2i}, 128 + k_{2i+1}) for i = 0..3 (three
+//     shifts). dot2 of x with (128 + q) in fp32, then the chunk sum gets the activation-sum
+//     correction once: t - (128 + z) * sum_x (one fma), sum_x = the token's fp32 sum over the
+//     chunk's 32 x values, computed once per staged pass into LDS (one LDS read per token and
+//     chunk instead of 16 dot2 per token, chunk and row).
+//   gfx942 bf16 (no bf16 dot): the pairs would only be widened again, so the nibbles go straight
+//     to fp32 q with v_cvt_f32_ubyte0..3 of w & 0x0F0F0F0F and (w >> 4) & 0x0F0F0F0F, x is
+//     widened exactly, v_pk_fma_f32 accumulates even / odd columns, and the correction is
+//     t - z * sum_x (same LDS sums).
+//   The 0x64006400 / 0x43004300 constant sits in a VGPR on gfx9 so each mask-and-OR is one
+//   v_and_or_b32 (gfx9 VOP3 takes no literal); gfx11/12 use the literal.
+//
+// Exactness / accumulation: every product x * (q - z) (fp16) or x * (128 + q) (bf16) is exact in
+// fp32; a chunk's 32 products are summed in fp32 by v_dot2 (gfx942 bf16: two interleaved fp32
+// fma chains of 16, then added); then acc = fma(chunk, scale, acc) per chunk, the butterfly adds the lanes,
+// the bias is added in fp32 and the result rounded once. bf16 adds the correction's rounding and
+// cancellation: the chunk sum t is ~143 |x| in magnitude (gfx942: ~15 |x|), so its rounding
+// errors are relative to 143 * sum |x|, not to sum |x (q - z)|: per chunk about
+// (16 * 143 + 10 * 144) * 2^-24 * |s| * sum |x| at most. sum_x: eight values per thread in order, then a fixed
+// quad tree (exact bf16 inputs, fp32 sums). Nothing is ever summed in half precision.
+//
+// Bounds: rows past M are clamped to M - 1 for loading and never written; every row < M is
+// written by exactly one lane. K a multiple of 32, so there are no partial chunks. Weight and
+// scale indices are 32-bit (loads from the base pointer + a 32-bit offset): M * K / 8 < 2^32.
+#include "hipskinny/common.h"
+#include "hipskinny/reduce.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWaves = kThreads / hs::kWave;
+constexpr int kChunk = 32;   // weights per lane chunk (16 bytes)
+typedef float f32x2 __attribute__((ext_vector_type(2)));
+
+template <typename T> constexpr bool kBf16 = false;
+template <> constexpr bool kBf16<hs::bf16> = true;
+
+// x[:, k0 : k0 + len] for the NP token rows into LDS, 8 columns (one 16-byte slot) per thread and
+// step: as they are without perm, else gathered x[n, perm[k]] element by element. bf16 also
+// stores each 32-column chunk's fp32 sum: a chunk is the 4 slots of one lane quad (len and the
+// slot count per row are multiples of 4 and every thread's step covers whole quads), summed by a
+// fixed tree: 8 values in order per lane, then quad xor 1, xor 2.
+template <typename T, int NP>
+__device__ void stage(hs::u32x4* xs, float* xsum, const uint16_t* __restrict__ x, const int32_t* __restrict__ perm,
+                      int64_t x_stride, int k0, int len, int kc) {
+  const int slots = len >> 3;
+#pragma unroll 1  // rolled: keeps N row addresses out of the main loop's registers
+  for (int n = 0; n < NP; ++n) {
+    const uint16_t* xr = x + n * x_stride;
+    for (int c = threadIdx.x; c < slots; c += kThreads) {
+      const int k = k0 + 8 * c;
+      hs::u32x4 v;
+      if (perm == nullptr) {
+        v = hs::load16(xr + k);
+      } else {
+        const hs::u32x4 p0 = hs::load16(perm + k), p1 = hs::load16(perm + k + 4);
+        const uint32_t e[8] = {xr[(int)p0[0]], xr[(int)p0[1]], xr[(int)p0[2]], xr[(int)p0[3]],
+                               xr[(int)p1[0]], xr[(int)p1[1]], xr[(int)p1[2]], xr[(int)p1[3]]};
+        v = hs::u32x4{e[0] | e[1] << 16, e[2] | e[3] << 16, e[4] | e[5] << 16, e[6] | e[7] << 16};
+      }
+      xs[n * (kc >> 3) + c] = v;
+      if constexpr (kBf16<T>) {
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          s += hs::to_float<T>((uint16_t)v[i]);
+          s += hs::to_float<T>((uint16_t)(v[i] >> 16));
+        }
+        s += hs::xor_lane<1>(s);
+        s += hs::xor_lane<2>(s);
+        if ((c & 3) == 0) xsum[n * (kc >> 5) + (c >> 2)] = s;
+      }
+    }
+  }
+}
+
+// fp16: the four adjacent-K pairs of one shuffled word as exact packed (q - z):
+// zlo = -(1024 + z), zhi = -(64 + z) in both halves.
+// magic: 0x64006400, held in a VGPR on gfx9 (see Magic).
+__device__ inline void dequant_f16(uint32_t w, uint32_t magic, hs::half2v zlo, hs::half2v zhi, uint32_t (&p)[4]) {
+  const hs::half2v r16 = {(_Float16)0.0625f, (_Float16)0.0625f};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t wh = w >> (8 * h);
+    const hs::half2v lo = __builtin_bit_cast(hs::half2v, (wh & 0x000F000Fu) | magic);
+    const hs::half2v hi = __builtin_bit_cast(hs::half2v, (wh & 0x00F000F0u) | magic);
+    p[2 * h] = __builtin_bit_cast(uint32_t, lo + zlo);
+    p[2 * h + 1] = __builtin_bit_cast(uint32_t, __builtin_elementwise_fma(hi, r16, zhi));
+  }
+}
+
+// bf16: the four adjacent-K pairs of one shuffled word as packed (128 + q).
+__device__ inline void dequant_bf16(uint32_t w, uint32_t magic, uint32_t (&p)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) p[i] = ((w >> (4 * i)) & 0x000F000Fu) | magic;
+}
+
+// The exponent constant for the mask-and-OR. gfx9's VOP3 takes no literal and reads at most one
+// SGPR, so v_and_or_b32 needs the constant in a VGPR (else the compiler splits it into v_and +
+// v_or with literals: 13 instead of 9 VALU per fp16 word); gfx11/12 take the literal directly.
+__device__ inline uint32_t magic_const(uint32_t v) {
+#if HS_GFX9
+  asm volatile("" : "+v"(v));
+#endif
+  return v;
+}
+
+template <typename T, int NP, int YTILE>
+__device__ void w4a16(const uint16_t* __restrict__ x, const uint32_t* __restrict__ w,
+                      const uint16_t* __restrict__ scales, const uint8_t* __restrict__ zeros,
+                      const int32_t* __restrict__ perm, const uint16_t* __restrict__ bias,
+                      uint16_t* __restrict__ y, int M, int K, int64_t x_stride, int64_t bias_stride, int kc,
+                      int log2_g) {
+  static_assert(NP * YTILE <= hs::kWave, "one output per lane at the write");
+  constexpr int P = hs::pow2_at_least(NP * YTILE);
+  extern __shared__ hs::u32x4 xs[];
+  float* xsum = reinterpret_cast<float*>(xs + NP * (kc >> 3));   // bf16 only
+
+  const int lane = threadIdx.x % hs::kWave;
+  const int wave = threadIdx.x / hs::kWave;
+  const int tiles = (M + YTILE - 1) / YTILE;
+  const bool staged_once = kc >= K;
+  const int row_groups = K >> log2_g;
+  const int row_q = kc >> 3;    // 16-byte LDS slots per staged token row
+  const int row_s = kc >> 5;    // chunk sums per staged token row
+  const uint32_t magic = magic_const(kBf16<T> ? 0x43004300u : 0x64006400u);
+
+  if (staged_once) {
+    stage<T, NP>(xs, xsum, x, perm, x_stride, 0, K, kc);
+    __syncthreads();
+  }
+
+  for (int first = blockIdx.x * kWaves; first < tiles; first += gridDim.x * kWaves) {
+    const int tile = first + wave;
+    const bool active = tile < tiles;
+    const int m0 = tile * YTILE;
+    // 32-bit element offsets from the (uniform) base pointers: the loads take the
+    // scalar-base + 32-bit-offset form, no 64-bit address arithmetic per chunk.
+    uint32_t wrow[YTILE], grow[YTILE];
+#pragma unroll
+    for (int r = 0; r < YTILE; ++r) {
+      const uint32_t m = min(m0 + r, M - 1);
+      wrow[r] = m * (uint32_t)(K >> 3);
+      grow[r] = m * (uint32_t)row_groups;
+    }
+
+    float acc[NP][YTILE];
+#pragma unroll
+    for (int n = 0; n < NP; ++n)
+#pragma unroll
+      for (int r = 0; r < YTILE; ++r) acc[n][r] = 0.0f;
+
+    for (int k0 = 0; k0 < K; k0 += kc) {
+      const int len = min(kc, K - k0);
+      if (!staged_once) {
+        __syncthreads();   // every wave is done reading the previous pass
+        stage<T, NP>(xs, xsum, x, perm, x_stride, k0, len, kc);
+        __syncthreads();
+      }
+      if (!active) continue;
+      const int full = len / kChunk;
+      for (int c = lane; c < full; c += hs::kWave) {
+        const int k = k0 + kChunk * c;
+        const uint32_t g = (uint32_t)k >> log2_g;
+        hs::u32x4 wv[YTILE];
+        float sc[YTILE];
+        uint32_t z[YTILE];
+#pragma unroll
+        for (int r = 0; r < YTILE; ++r) {
+          wv[r] = hs::load16_stream(w + (wrow[r] + ((uint32_t)k >> 3)));
+          sc[r] = hs::to_float<T>(scales[grow[r] + g]);
+          z[r] = zeros != nullptr ? (uint32_t)zeros[grow[r] + g] : 8u;
+        }
+        float t[NP][YTILE];
+#pragma unroll
+        for (int n = 0; n < NP; ++n)
+#pragma unroll
+          for (int r = 0; r < YTILE; ++r) t[n][r] = 0.0f;
+
+        if constexpr (!kBf16<T>) {
+          hs::half2v zlo[YTILE], zhi[YTILE];
+#pragma unroll
+          for (int r = 0; r < YTILE; ++r) {
+            // -(1024 + z) = 0xE400 | z, -(64 + z) = 0xD400 + 16 z (ulp 1/16 at 64), both halves
+            zlo[r] = __builtin_bit_cast(hs::half2v, (0xE400u | z[r]) * 0x00010001u);
+            zhi[r] = __builtin_bit_cast(hs::half2v, (0xD400u + 16u * z[r]) * 0x00010001u);
+          }
+#pragma unroll
+          for (int d = 0; d < 4; ++d) {
+            uint32_t q[YTILE][4];
+#pragma unroll
+            for (int r = 0; r < YTILE; ++r) dequant_f16(wv[r][d], magic, zlo[r], zhi[r], q[r]);
+#pragma unroll
+            for (int n = 0; n < NP; ++n) {
+              const hs::u32x4 xv = xs[n * row_q + 4 * c + d];
+#pragma unroll
+              for (int r = 0; r < YTILE; ++r)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) t[n][r] = hs::dot2<T>(q[r][i], xv[i], t[n][r]);
+            }
+          }
+#pragma unroll
+          for (int n = 0; n < NP; ++n)
+#pragma unroll
+            for (int r = 0; r < YTILE; ++r) acc[n][r] = __builtin_fmaf(t[n][r], sc[r], acc[n][r]);
+        } else {
+#if defined(__gfx942__)
+          // No bf16 dot on gfx942, so no use for bf16 (128 + q) pairs: the nibbles go straight to
+          // fp32 q (v_cvt_f32_ubyte of the masked bytes: w & 0x0F0F0F0F holds k0 k4 k1 k5 in bytes
+          // 0..3, (w >> 4) & 0x0F0F0F0F holds k2 k6 k3 k7), x is widened exactly (a bf16 is the
+          // top half of an fp32), and v_pk_fma_f32 accumulates even and odd columns side by side;
+          // the correction is then z * sum_x. 11 + 4 VALU per word and row instead of 7 + 16.
+          f32x2 t2[NP][YTILE];
+#pragma unroll
+          for (int n = 0; n < NP; ++n)
+#pragma unroll
+            for (int r = 0; r < YTILE; ++r) t2[n][r] = f32x2{0.0f, 0.0f};
+#pragma unroll
+          for (int d = 0; d < 4; ++d) {
+            f32x2 q[YTILE][4];
+#pragma unroll
+            for (int r = 0; r < YTILE; ++r) {
+              uint32_t lo = wv[r][d] & 0x0F0F0F0Fu, hi = (wv[r][d] >> 4) & 0x0F0F0F0Fu;
+              // Opaque: the compiler would otherwise narrow each byte extract to a 4-bit one and
+              // lose the single v_cvt_f32_ubyteN.
+              asm("" : "+v"(lo), "+v"(hi));
+              q[r][0] = f32x2{(float)(lo & 0xffu), (float)((lo >> 16) & 0xffu)};          // k0 k1
+              q[r][1] = f32x2{(float)(hi & 0xffu), (float)((hi >> 16) & 0xffu)};          // k2 k3
+              q[r][2] = f32x2{(float)((lo >> 8) & 0xffu), (float)(lo >> 24)};            // k4 k5
+              q[r][3] = f32x2{(float)((hi >> 8) & 0xffu), (float)(hi >> 24)};            // k6 k7
+            }
+#pragma unroll
+            for (int n = 0; n < NP; ++n) {
+              const hs::u32x4 xv = xs[n * row_q + 4 * c + d];
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                const f32x2 xf = {__builtin_bit_cast(float, xv[i] << 16), __builtin_bit_cast(float, xv[i] & 0xffff0000u)};
+#pragma unroll
+                for (int r = 0; r < YTILE; ++r) t2[n][r] = __builtin_elementwise_fma(xf, q[r][i], t2[n][r]);
+              }
+            }
+          }
+#pragma unroll
+          for (int n = 0; n < NP; ++n) {
+            const float sx = xsum[n * row_s + c];
+#pragma unroll
+            for (int r = 0; r < YTILE; ++r) {
+              // sum x (q - z) = sum x q - z sum x, one rounding
+              const float chunk = __builtin_fmaf(-(float)z[r], sx, t2[n][r].x + t2[n][r].y);
+              acc[n][r] = __builtin_fmaf(chunk, sc[r], acc[n][r]);
+            }
+          }
+#else
+#pragma unroll
+          for (int d = 0; d < 4; ++d) {
+            uint32_t q[YTILE][4];
+#pragma unroll
+            for (int r = 0; r < YTILE; ++r) dequant_bf16(wv[r][d], magic, q[r]);
+#pragma unroll
+            for (int n = 0; n < NP; ++n) {
+              const hs::u32x4 xv = xs[n * row_q + 4 * c + d];
+#pragma unroll
+              for (int r = 0; r < YTILE; ++r)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) t[n][r] = hs::dot2<T>(q[r][i], xv[i], t[n][r]);
+            }
+          }
+#pragma unroll
+          for (int n = 0; n < NP; ++n) {
+            const float sx = xsum[n * row_s + c];
+#pragma unroll
+            for (int r = 0; r < YTILE; ++r) {
+              // sum x (q - z) = sum x (128 + q) - (128 + z) sum x, one rounding
+              const float chunk = __builtin_fmaf(-(float)(128u + z[r]), sx, t[n][r]);
+              acc[n][r] = __builtin_fmaf(chunk, sc[r], acc[n][r]);
+            }
+          }
+#endif
+        }
+      }
+    }
+
+    if (active) {
+      float v[P];
+#pragma unroll
+      for (int j = 0; j < P; ++j) v[j] = j < NP * YTILE ? acc[j / YTILE][j % YTILE] : 0.0f;
+      const float sum = hs::reduce_scatter<hs::kWave / 2, P>(v, lane);
+      constexpr int kLanes = hs::kWave / P;
+      const int j = lane / kLanes, n = j / YTILE, row = m0 + j % YTILE;
+      if (lane % kLanes == 0 && j < NP * YTILE && row < M) {
+        float out = sum;
+        if (bias != nullptr) out += hs::to_float<T>(bias[n * bias_stride + row]);
+        y[(int64_t)n * M + row] = hs::from_float<T>(out);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+
+#define HS_W4A16(T, TAG, NP, YT)                                                                          \
+  extern "C" __global__ void __launch_bounds__(kThreads) w4a16_##TAG##_n##NP##_y##YT(       \
+      const uint16_t* __restrict__ x, const uint32_t* __restrict__ w, const uint16_t* __restrict__ scales, \
+      const uint8_t* __restrict__ zeros, const int32_t* __restrict__ perm, const uint16_t* __restrict__ bias, \
+      uint16_t* __restrict__ y, int M, int K, int64_t x_stride, int64_t bias_stride, int kc, int log2_g) {   \
+    w4a16<T, NP, YT>(x, w, scales, zeros, perm, bias, y, M, K, x_stride, bias_stride, kc, log2_g);         \
+  }
+#define HS_W4A16_Y3(T, TAG, NP) HS_W4A16(T, TAG, NP, 1) HS_W4A16(T, TAG, NP, 2) HS_W4A16(T, TAG, NP, 4)
+#define HS_W4A16_Y2(T, TAG, NP) HS_W4A16(T, TAG, NP, 1) HS_W4A16(T, TAG, NP, 2)
+#define HS_W4A16_ALL(T, TAG)                                                                          \
+  HS_W4A16_Y3(T, TAG, 1) HS_W4A16_Y3(T, TAG, 2) HS_W4A16_Y3(T, TAG, 3) HS_W4A16_Y3(T, TAG, 4)       \
+  HS_W4A16_Y2(T, TAG, 5) HS_W4A16_Y2(T, TAG, 6) HS_W4A16_Y2(T, TAG, 7) HS_W4A16_Y2(T, TAG, 8)
+
+HS_W4A16_ALL(hs::f16, f16)
+HS_W4A16_ALL(hs::bf16, bf16)
