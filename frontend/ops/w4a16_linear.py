@@ -165,3 +165,28 @@ def w4a16_linear_reference(x: Any, qweight: Any, scales: Any, qzeros: Any = None
     if bias is not None:
         y = y + np.asarray(bias).astype(np.float64).reshape(-1, w.shape[0])
     return y.reshape(*xa.shape[:-1], w.shape[0])
+
+
+# The performance report measures symmetric GPTQ-style weights with group size 128 (the common
+# checkpoint; per-group scales in x's dtype) against fp16 skinny_gemm.
+REPORT_BASELINE = "skinny_gemm"
+
+
+def report_operands(x: np.ndarray, w: np.ndarray) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """x and the report's 16-bit weights rounded to symmetric int4 (per 128 columns: scale = max |w|
+    / 7, codes round(w / scale) + 8 clipped to 0..15), prepared."""
+    m, k = w.shape
+    g = 128 if k % 128 == 0 else 32
+    if k % 32:
+        raise InputValueError(f"w4a16_linear: the report measures K a multiple of 32; got K={k}")
+    wg = w.astype(np.float32).reshape(m, k // g, g)
+    scale = np.maximum(np.abs(wg).max(axis=2) / 7, 2.0**-14).astype(x.dtype)
+    codes = np.clip(np.rint(wg / scale.astype(np.float32)[..., None]) + 8, 0, 15).astype(np.int64).reshape(m, k)
+    ckpt = w4a16.pack_checkpoint(codes, None, scale.astype(np.float16), fmt="gptq", group_size=g)
+    return (x, w4a16.prepare(**ckpt, fmt="gptq", group_size=g, dtype=x.dtype)), {}
+
+
+def report_min_bytes(n: int, m: int, k: int, itemsize: int) -> tuple[float, float]:
+    """(least bytes a call moves, weight bytes): the packed codes, one 16-bit scale per 128 columns,
+    x and y."""
+    return m * k / 2 + itemsize * (m * -(-k // 128) + n * k + n * m), m * k / 2
