@@ -245,11 +245,11 @@ def _emulate(op: str, arch: str, cus: int, dtype: Any, n: int, rows: int, k: int
     x = rng.standard_normal((n, k)).astype(dtype)
     w = rng.standard_normal((rows, k)).astype(dtype)
     args, kwargs = call_args(op, x, w, arch)
-    before = len(dev.launches)
+    dev.launches.clear()                  # a bounded history: this call's launches only
     with hipskinny.on_device(dev):
         op_function(op)(*args, **kwargs)
         info = plan_info(op, dev, dtype, n, rows, k)
-    launches = list(dev.launches)[before:]
+    launches = list(dev.launches)
     assert launches
     if len(launches) == 1:
         return Sample(cus, rows, launches[0], info)
