@@ -248,6 +248,35 @@ def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int) -> dict[str,
 # where the crossover is decided (benchmarks/shapes.py).
 REPORT_BASELINE = "skinny_gemm"
 REPORT_VARIANTS = ("dequantize",)
+# Under the family's table in benchmarks/RESULTS.md: the issue's targets against the numbers
+# above it (large layers: M*K >= 16M weights).
+REPORT_NOTES = """
+**Crossover.** The route (`matmul_4bit:dequantize`: dequantize kernel + `skinny_gemm`, both
+launches counted, predicted as one -- a lower bound of its time) is predicted 1.3-5.9x slower
+than the fused kernels at N = 16 and 64 on every arch and shape (large layers: 3.5-5.9x at N =
+16, 1.5-3.7x at N = 64): it writes and reads back 16-bit weights. So the fused kernels serve N =
+1..64 on every arch, the route only above (and K not a multiple of the blocksize).
+
+**Targets (large layers) and where they stand.** Predicted time <= 0.3 x fp16 `skinny_gemm`
+("Against the baseline op"): met on gfx11/gfx12 at N = 1 and 4 (medians 0.28-0.29); **missed** on
+CDNA: gfx942 0.34 (N = 1) and 0.42 (N = 4), gfx950 0.35 and 0.66 (VALU-bound at N = 4); at N = 16
+and 64 (the split-K kernel, no target set) 0.37-0.52. Traffic ratio <= 1.05 at N <= 4 (codes,
+absmax bytes and the codebooks count in the minimum): **missed**, medians 1.12-1.15 on gfx11/gfx12
+and 1.36-1.50 on gfx942/gfx950: every workgroup stages x (N x K x 2 bytes, two workgroups per CU
+at N = 1) and the model charges those re-reads, L2 hits on hardware, at DRAM price; against
+half-byte weights that share is four times fp16's. VALU per weight byte below the balance point:
+met on gfx11/gfx12 at N <= 4 (0.21 / 0.41 against 0.50-0.91); gfx942 N = 1 at the balance (median
+0.108, max 0.128 against 0.120); **missed** on gfx950 at N = 1 (0.105 against 0.077) and on CDNA at
+N = 4 (0.22 against 0.120 / 0.077). Main loop at N = 1 (gfx942 listing, YTILE 4): 311 VALU per 4
+rows x 16 weight bytes = 78 per row: 4 to turn a dword's nibbles into codebook offsets, 8
+extractions, 4 packed fp32 FMAs per dword, x widened once for the 4 rows, the scale per chunk --
+a codebook lookup per weight (LDS) costs an extraction each, which is what keeps CDNA above its
+balance; the next step is a byte-pair table (one lookup per byte giving both codes for a packed
+FMA) or the matrix units' fp8 path. The split-K kernel (N = 9..64) widens each weight in
+registers: about 100 (fp16) / 150 (bf16) VALU per 16 weight bytes per row on gfx942, 85 on gfx950,
+180 / 230 on gfx11 (the half exchange for WMMA), shared by all N tokens (0.11-0.13 VALU/B on CDNA
+at N = 16 and 64).
+"""
 
 
 def _report_k(k: int) -> None:

@@ -170,6 +170,25 @@ def w4a16_linear_reference(x: Any, qweight: Any, scales: Any, qzeros: Any = None
 # The performance report measures symmetric GPTQ-style weights with group size 128 (the common
 # checkpoint; per-group scales in x's dtype) against fp16 skinny_gemm.
 REPORT_BASELINE = "skinny_gemm"
+# Under the family's table in benchmarks/RESULTS.md: the issue's targets against the numbers
+# above it (large layers: M*K >= 16M weights).
+REPORT_NOTES = """
+**Targets (large layers) and where they stand.** Predicted time against fp16 `skinny_gemm`
+("Against the baseline op"): median 0.29 at N = 1 on gfx11/gfx12 and 0.31 on gfx942/gfx950 (the
+floor is 0.25 plus the scales), 0.30 at N = 4 on gfx11/gfx12, 0.38-0.41 on gfx942/gfx950. Traffic
+ratio <= 1.05 at N <= 4: **missed**, medians 1.11-1.13 at N = 1 on gfx11/gfx12 and 1.23-1.30 on
+gfx942/gfx950 (1.17-1.82 at N = 4): every workgroup stages x (N x K x 2 bytes) and the model
+charges those re-reads, which are L2 hits on hardware, at DRAM price; against 4-bit weights that
+is four times the share it is for fp16. VALU per weight byte against the balance point: met on
+gfx11/gfx12 at every N (0.13 at N = 1, 0.23-0.25 at N = 4 against 0.50-0.91); CDNA: met at N = 1
+(gfx942 0.076 < 0.120, gfx950 0.074 < 0.077), **missed** at N = 4 (0.14 against 0.120 and 0.077):
+the magic-number dequant is shared by the N tokens but each token adds 16 dot2 per 16 weight
+bytes, and CDNA's balance leaves about 2 wave-instructions per 16 bytes per lane. Main loop,
+VALU per 16 weight bytes per row (from the listings, N = 1): fp16 68 (YTILE 1) / 64 (YTILE 4) on
+gfx942, 71 / 64 on gfx1100; bf16 109 / 81 on gfx942 (nibbles converted to fp32 directly:
+gfx942 has no bf16 dot), 63 / 60 on gfx1100. The fp16 floor of the recipe is 53 (16 mask-and-OR,
+4 shifts, 16 packed finishing ops, 16 dot2, one scale).
+"""
 
 
 def report_operands(x: np.ndarray, w: np.ndarray) -> tuple[tuple[Any, ...], dict[str, Any]]:
