@@ -68,7 +68,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -77,6 +76,9 @@ import ml_dtypes
 import numpy as np
 
 from .errors import InputTypeError, InputValueError
+from .tensors import describe as _describe
+from .tensors import is_torch as _is_torch
+from .tensors import torch_module as _torch
 
 __all__ = [
     "BLOCKSIZES",
@@ -176,20 +178,6 @@ _CHUNK = 1 << 20    # elements per slice (a multiple of every blocksize): bounde
 
 # ----------------------------------------------------------------------------------------------
 # kinds: numpy or torch, without importing torch
-
-
-def _torch() -> Any:
-    return sys.modules.get("torch")
-
-
-def _is_torch(x: Any) -> bool:
-    tensor = getattr(_torch(), "Tensor", None)
-    return tensor is not None and isinstance(x, tensor)
-
-
-def _describe(x: Any) -> str:
-    dt = getattr(x, "dtype", None)
-    return f"{type(x).__module__}.{type(x).__name__}" + (f" of dtype {dt}" if dt is not None else "")
 
 
 def _host(x: Any) -> np.ndarray:

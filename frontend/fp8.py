@@ -41,13 +41,15 @@ fp32 multiply gives for float32 scales). NaN or 0 scales propagate (NaN, or 0/Na
 from __future__ import annotations
 
 import math
-import sys
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
 from .errors import InputTypeError, InputValueError
+from .tensors import describe as _describe
+from .tensors import is_torch as _is_torch
+from .tensors import torch_module as _torch
 
 __all__ = [
     "FLAVORS",
@@ -101,25 +103,11 @@ _TABLE = {f: _decode_table(f) for f in FLAVORS}
 # kinds: numpy or torch, without importing torch
 
 
-def _torch() -> Any:
-    return sys.modules.get("torch")
-
-
-def _is_torch(x: Any) -> bool:
-    tensor = getattr(_torch(), "Tensor", None)
-    return tensor is not None and isinstance(x, tensor)
-
-
 def _torch_dtype(torch: Any, flavor: str) -> Any:
     dt = getattr(torch, _TORCH_DTYPE_NAME[flavor], None)
     if dt is None:
         raise InputTypeError(f"this torch ({torch.__version__}) has no torch.{_TORCH_DTYPE_NAME[flavor]}")
     return dt
-
-
-def _describe(x: Any) -> str:
-    dt = getattr(x, "dtype", None)
-    return f"{type(x).__module__}.{type(x).__name__}" + (f" of dtype {dt}" if dt is not None else "")
 
 
 def _check_flavor(flavor: Any, what: str = "flavor") -> str:

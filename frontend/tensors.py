@@ -581,3 +581,23 @@ def to_kind(arr: np.ndarray, like: TensorView) -> object:
     if not like.on_host:
         t = t.to(like.obj.device)
     return t
+
+
+# ----------------------------------------------------------------------------------------------
+# kinds, for the format modules (fp8, bnb, w4a16) that take numpy or torch without importing torch
+
+
+def torch_module() -> Any:
+    """torch if someone has imported it, else None."""
+    return sys.modules.get("torch")
+
+
+def is_torch(x: Any) -> bool:
+    tensor = getattr(torch_module(), "Tensor", None)
+    return tensor is not None and isinstance(x, tensor)
+
+
+def describe(x: Any) -> str:
+    """``x``'s type (and dtype) for error messages."""
+    dt = getattr(x, "dtype", None)
+    return f"{type(x).__module__}.{type(x).__name__}" + (f" of dtype {dt}" if dt is not None else "")

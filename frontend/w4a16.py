@@ -44,7 +44,6 @@ so a kernel reads one scale (and zero) per G columns, exactly as without act-ord
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +51,9 @@ import ml_dtypes
 import numpy as np
 
 from .errors import InputTypeError, InputValueError
+from .tensors import describe as _describe
+from .tensors import is_torch as _is_torch
+from .tensors import torch_module as _torch
 
 __all__ = [
     "FORMATS",
@@ -105,20 +107,6 @@ class Prepared:
 
 # ----------------------------------------------------------------------------------------------
 # inputs: numpy or torch CPU tensors, without importing torch
-
-
-def _torch() -> Any:
-    return sys.modules.get("torch")
-
-
-def _is_torch(x: Any) -> bool:
-    tensor = getattr(_torch(), "Tensor", None)
-    return tensor is not None and isinstance(x, tensor)
-
-
-def _describe(x: Any) -> str:
-    dt = getattr(x, "dtype", None)
-    return f"{type(x).__module__}.{type(x).__name__}" + (f" of dtype {dt}" if dt is not None else "")
 
 
 def _host(x: Any, name: str) -> np.ndarray:
