@@ -251,6 +251,11 @@ REPORT_VARIANTS = ("dequantize",)
 # Under the family's table in benchmarks/RESULTS.md: the issue's targets against the numbers
 # above it (large layers: M*K >= 16M weights).
 REPORT_NOTES = """
+Rows: NF4 with nested absmax at blocksize 64 (bitsandbytes' defaults). FP4 and plain absmax run
+the same kernels: the codebook is data in LDS (the same instructions for either table); plain
+absmax skips the nested decode but reads 4 bytes per block instead of 1 (12% more than the codes
+at blocksize 64, counted in its minimum too).
+
 **Crossover.** The route (`matmul_4bit:dequantize`: dequantize kernel + `skinny_gemm`, both
 launches counted, predicted as one -- a lower bound of its time) is predicted 1.3-5.9x slower
 than the fused kernels at N = 16 and 64 on every arch and shape (large layers: 3.5-5.9x at N =
