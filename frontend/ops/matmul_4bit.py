@@ -404,27 +404,21 @@ def _x_stride(xv: Any, k: int) -> int:
 
 class _TorchRoute:
     """N above skinny_gemm's range on torch ROCm tensors: the dequantize kernel into a tensor of
-    x's dtype (allocated per call, as the ``F.linear`` after it does), then ``F.linear``."""
+    x's dtype (allocated per call, as the ``F.linear`` after it does), then skinny_gemm's own
+    ``F.linear`` fallback."""
 
     def __init__(self, ops: Operands, launch: Launch, m: int, k: int, pitch: int, per_token_bias: bool) -> None:
-        self.launch, self.m, self.k, self.pitch, self.per_token_bias = launch, m, k, pitch, per_token_bias
+        self.launch, self.k = launch, k
         self.stream = operands.stream_of(ops.first, ops.first.device_id)
         self.empty = operands.torch_empty(ops.first, (m, pitch), ops.first.dtype)
+        self.linear = sg._TorchFallback(per_token_bias)
 
     def __call__(self, objs: Any, addresses: Any) -> Any:
-        import torch.nn.functional as F  # noqa: N812
-
         x, *state, bias, out = objs
         w16 = self.empty()
         ptrs = [0 if o is None else o.data_ptr() for o in (x, *state)] + [w16.data_ptr()]
         self.launch.launcher(self.launch.args(ptrs), self.launch.tail, self.stream())
-        y = F.linear(x, w16[:, :self.k])
-        if bias is not None:   # [M], [1, M] or [N, M]
-            y = y + bias.reshape(y.shape if self.per_token_bias else (y.shape[-1],))
-        if out is None:
-            return y
-        out.copy_(y)
-        return out
+        return self.linear((x, w16[:, :self.k], bias, out), None)
 
 
 def _require(ok: bool, what: str) -> None:
