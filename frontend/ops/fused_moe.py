@@ -1,0 +1,331 @@
+"""Fused mixture-of-experts decode (SwiGLU experts): `hipskinny.moe.fused_moe`.
+
+``out[t] = sum_j topk_weights[t, j] * (w2[e] @ act(t, e))``, ``e = topk_ids[t, j]``, with
+``act(t, e) = silu(w13[e][:I] @ x[t]) * (w13[e][I:] @ x[t])`` in vLLM's rounding order: the gate
+and up sums rounded to x's dtype T, silu in fp32 (``g / (1 + exp(-g))``) rounded to T, the product
+of the two T values rounded once (bit for bit what vLLM's ``silu_and_mul`` does to T inputs).
+Every sum is fp32; ``topk_weights`` (fp32) scale each expert's fp32 result, the top-k results are
+added in fp32 in slot order and rounded once to T. Bitwise reproducible across calls,
+schedules and CU counts.
+
+Weights: ``w13`` ``[E, 2I, H]`` (gate rows, then up rows) and ``w2`` ``[E, H, I]``, each either an
+int4 expert stack prepared by `hipskinny.w4a16.prepare` (AWQ, GPTQ v1/v2, symmetric or not,
+act-order; group size a power of two >= 32) or a plain array of x's dtype. x ``[N, H]`` fp16 or
+bf16; ``topk_ids`` int32 ``[N, k]``, ``topk_weights`` float32 ``[N, k]`` (as
+`hipskinny.moe.topk_softmax` returns them); ``N * k <= 1024``, ``k <= 16``, ``E <= 512``, H and I
+multiples of 32. An id outside ``[0, E)`` is skipped (its slot contributes nothing) and counted:
+`invalid_slots` reads the count of the last call on a device and stream (that read synchronizes).
+
+Three launches, nothing allocated per call (scratch from the pool, counters self-cleaning):
+``moe_route`` sorts the slots by expert on the device (no host sync; units of up to NP slots of
+one expert), ``moe_gemm1_*`` computes act for every routed slot, ``moe_gemm2_*`` the weighted
+down projection, and the workgroup finishing a row block's last unit sums the block
+(kernels/moe.hip). An expert no slot routes to is never read. NP, the token rows a unit carries,
+is chosen from host-known shapes only (N, k, E): the smallest of 1, 2, 4, 8 at or above the
+expected slots per routed expert under uniform routing, so that an expert's weights are read once
+per NP of its slots; the same shapes always choose the same launches (graph capture).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from .. import operands, registry, w4a16
+from ..devices.base import Device
+from ..errors import InputTypeError, InputValueError
+from ..launch import LaunchPlan, PlanCache, make_plan
+from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
+
+FAMILY = "moe"
+NAMES = ("x", "w13", "w13_scales", "w13_zeros", "w13_perm", "w2", "w2_scales", "w2_zeros", "w2_perm",
+         "topk_weights", "topk_ids", "out")
+THREADS = 256
+MAX_SLOTS = 1024          # N * k (the route kernel's LDS)
+MAX_EXPERTS = 512
+MAX_TOPK = 16
+COUNTERS = 1024           # GEMM2 row blocks at most (the counter words before the route)
+META_WORDS = 4
+GROUPS = (1, 2, 4, 8)     # token rows per unit (NP)
+GEMM1_PAIRS = {1: 2, 2: 2, 4: 1, 8: 1}   # gate/up row pairs per wave tile, by NP (kernels/moe.hip)
+GEMM2_ROWS = {1: 4, 2: 2, 4: 2, 8: 1}    # rows per wave tile, by NP
+GROUPS_PER_CU = 2
+ACTIVATIONS = ("silu",)
+_F16, _BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
+_TAG = {_F16: "f16", _BF16: "bf16"}
+# Scratch slots: counters + route (int32), act (T [P, I]), the weighted fp32 slot results [P, H].
+META_SLOT, ACT_SLOT, PART_SLOT = "moe.meta", "moe.act", "moe.part"
+_plans = PlanCache()
+_calls = operands.CallCache()
+_P_META, _P_ACT, _P_PART = len(NAMES), len(NAMES) + 1, len(NAMES) + 2   # pointer positions (after out)
+
+
+def fused_moe(x: Any, w13: Any, w2: Any, topk_weights: Any, topk_ids: Any, *, activation: str = "silu",
+              out: Any = None) -> Any:
+    """The routed experts' SwiGLU MLPs, weighted and summed per token (module docstring). Returns
+    ``[N, H]`` in x's dtype and container kind, or writes ``out`` (contiguous) and returns it."""
+    if activation not in ACTIVATIONS:
+        raise InputValueError(f"fused_moe: activation {activation!r}; supported: {', '.join(ACTIVATIONS)}")
+    p13, p2 = _parts(w13, "w13"), _parts(w2, "w2")
+    objs = (x, *p13[0], *p2[0], topk_weights, topk_ids, out)
+    key, addresses = operands.signature(NAMES, objs, (p13[1], p2[1], activation))
+    call = _calls.get(key)
+    if call is None:
+        call = _calls.add(key, _bind(operands.gather("fused_moe", NAMES, objs), p13[1], p2[1]))
+    return call(objs, addresses)
+
+
+def _parts(w: Any, name: str) -> tuple[tuple[Any, Any, Any, Any], tuple | None]:
+    """A weight's four operands (array or qweight, scales, zeros, perm) and its prepared options."""
+    if isinstance(w, w4a16.Prepared):
+        return (w.qweight, w.scales, w.zeros, w.perm), (w.experts, w.shape, w.group_size, w.symmetric)
+    if w is None:
+        raise InputTypeError(f"fused_moe: {name} is required (an [E, rows, K] array or a w4a16.Prepared stack)")
+    return (w, None, None, None), None
+
+
+def _bind(ops: Operands, p13: tuple | None, p2: tuple | None) -> Any:
+    xv = ops["x"]
+    assert xv is not None
+    n, h, i, e, k, g13, g2 = _check(ops, p13, p2)
+    operands.check_out(ops, (n, h), xv.dtype)
+    tag = _TAG[xv.dtype]
+    if n == 0 or h == 0:
+        empty = (n, h)
+        return DeviceCall(ops, [], out_shape=empty, out_dtype=xv.dtype) if not ops.on_host else \
+            HostCall(ops, [], [None] * (len(NAMES) - 1), out_shape=empty, out_dtype=xv.dtype, out_slot="moe.y")
+    device = ops.device
+    slots = n * k
+    plans = _plan(device, tag, p13 is not None, p2 is not None, n, h, i, e, k)
+    route, gemm1, gemm2 = plans
+    np_ = route.info["group"]
+    x_stride = h if ops.on_host else operands.row_stride("fused_moe", xv)
+    launches = [
+        Launch(device.launcher(route), 0, (slots, e, np_), select=(10, _P_META)),
+        Launch(device.launcher(gemm1), 0,
+               (i, h, x_stride, g13, k, gemm1.info["blocks"], gemm1.info["block_rows"], slots),
+               select=(0, 1, 2, 3, 4, _P_META, _P_ACT)),
+        Launch(device.launcher(gemm2), 0,
+               (h, i, k, n, gemm2.info["blocks"], gemm2.info["block_rows"], g2, slots),
+               select=(_P_ACT, 5, 6, 7, 8, _P_META, 9, _P_PART, 11)),
+    ]
+    scratch = ((META_SLOT, 4 * (COUNTERS + META_WORDS + 4 * slots)), (ACT_SLOT, 2 * slots * i),
+               (PART_SLOT, 4 * slots * h))
+    if ops.on_host:
+        staged = [None if ops[name] is None else Staged(f"moe.{name}", 1, ops[name].numel, ops[name].numel)
+                  for name in NAMES[:-1]]
+        return HostCall(ops, launches, staged, out_shape=(n, h), out_dtype=xv.dtype, out_slot="moe.y",
+                        scratch_slots=scratch)
+    _require(xv.strides[-1] == 1 and (n == 1 or x_stride >= h) and x_stride % 8 == 0,
+             f"x must be contiguous along H with rows a multiple of 8 elements (16 bytes) apart; got strides "
+             f"{xv.strides}")
+    for name in NAMES[1:-1]:
+        v = ops[name]
+        _require(v is None or v.is_contiguous, f"{name} must be contiguous")
+    return DeviceCall(ops, launches, out_shape=(n, h), out_dtype=xv.dtype, aligned=("x", "w13"),
+                      align_message="x and the expert weights must start at 16-byte aligned addresses",
+                      scratch_slots=scratch)
+
+
+def _check(ops: Operands, p13: tuple | None, p2: tuple | None) -> tuple[int, int, int, int, int, int, int]:
+    """Shapes and dtypes; returns N, H, I, E, k and log2 of the two group sizes (0 for 16-bit)."""
+    xv, wv, tv = ops["x"], ops["topk_weights"], ops["topk_ids"]
+    assert xv is not None and wv is not None and tv is not None
+    if xv.dtype not in _TAG:
+        raise InputTypeError(f"fused_moe: x has dtype {xv.dtype}; supported: float16, bfloat16")
+    if len(xv.shape) != 2:
+        raise InputValueError(f"fused_moe: x must be [N, H]; got shape {xv.shape}")
+    n, h = (int(d) for d in xv.shape)
+    e13, rows13, k13, g13 = _weight(ops, "w13", p13, xv.dtype)
+    e2, rows2, k2, g2 = _weight(ops, "w2", p2, xv.dtype)
+    if e13 != e2:
+        raise InputValueError(f"fused_moe: w13 has {e13} experts and w2 {e2}; they must match")
+    if rows13 % 2 or k13 != h:
+        raise InputValueError(f"fused_moe: w13 must be [E, 2I, H] with H={h} (x's last dim); got [{e13}, {rows13}, "
+                              f"{k13}]")
+    i = rows13 // 2
+    if rows2 != h or k2 != i:
+        raise InputValueError(f"fused_moe: w2 must be [E, H, I] = [{e13}, {h}, {i}] (I from w13's 2I rows); got "
+                              f"[{e2}, {rows2}, {k2}]")
+    if not 1 <= e13 <= MAX_EXPERTS:
+        raise InputValueError(f"fused_moe: {e13} experts; supported: 1..{MAX_EXPERTS}")
+    if h % 32 or i % 32:
+        raise InputValueError(f"fused_moe: H={h} and I={i} must be multiples of 32")
+    if tv.dtype != np.dtype(np.int32):
+        raise InputTypeError(f"fused_moe: topk_ids has dtype {tv.dtype}; it must be int32 [N, k]")
+    if len(tv.shape) != 2 or tv.shape[0] != n:
+        raise InputValueError(f"fused_moe: topk_ids must be [N, k] with N={n} (x's rows); got shape {tv.shape}")
+    k = int(tv.shape[1])
+    if wv.dtype != np.dtype(np.float32):
+        raise InputTypeError(f"fused_moe: topk_weights has dtype {wv.dtype}; it must be float32 [N, k]")
+    if wv.shape != tv.shape:
+        raise InputValueError(f"fused_moe: topk_weights must have topk_ids' shape {tv.shape}; got {wv.shape}")
+    if not 1 <= k <= MAX_TOPK or n * k > MAX_SLOTS:
+        raise InputValueError(f"fused_moe: k={k} choices for N={n} tokens; supported: k = 1..{MAX_TOPK} and "
+                              f"N * k <= {MAX_SLOTS}")
+    return n, h, i, e13, k, g13, g2
+
+
+def _weight(ops: Operands, name: str, prepared: tuple | None, dtype: np.dtype) -> tuple[int, int, int, int]:
+    """A weight's E, rows, K and log2(group size) (0 for 16-bit weights)."""
+    wv = ops[name]
+    assert wv is not None
+    if prepared is None:
+        if wv.dtype != dtype:
+            raise InputTypeError(f"fused_moe: {name} has dtype {wv.dtype}; 16-bit experts must have x's dtype "
+                                 f"{dtype} (or pass a w4a16.Prepared stack)")
+        if len(wv.shape) != 3:
+            raise InputValueError(f"fused_moe: {name} must be [E, rows, K]; got shape {wv.shape}")
+        e, rows, k = (int(d) for d in wv.shape)
+        return e, rows, k, 0
+    experts, (rows, k), g, symmetric = prepared
+    if experts is None:
+        raise InputValueError(f"fused_moe: {name} is a prepared dense weight; prepare the expert stack "
+                              "([E, ...] tensors) instead")
+    e = int(experts)
+    sv, zv, pv = ops[f"{name}_scales"], ops[f"{name}_zeros"], ops[f"{name}_perm"]
+    assert sv is not None
+    if g < 32 or g & (g - 1) or k % g:
+        raise InputValueError(f"fused_moe: {name} has group size {g} over K={k}; the kernels need a power of two "
+                              ">= 32 dividing K (per-channel scales: K a power of two)")
+    if wv.dtype not in (np.dtype(np.uint32), np.dtype(np.int32)) or wv.shape != (e, rows, k // 8):
+        raise InputValueError(f"fused_moe: {name}'s prepared qweight must be uint32 [E, M, K/8] = [{e}, {rows}, "
+                              f"{k // 8}]; got {wv.dtype} {wv.shape}")
+    if sv.dtype != dtype or sv.shape != (e, rows, k // g):
+        raise InputValueError(f"fused_moe: {name}'s prepared scales must be {dtype} (x's dtype: prepare(..., "
+                              f"dtype=...)) [E, M, K/G] = [{e}, {rows}, {k // g}]; got {sv.dtype} {sv.shape}")
+    if symmetric != (zv is None) or (zv is not None and (zv.dtype != np.dtype(np.uint8) or zv.shape != sv.shape)):
+        raise InputValueError(f"fused_moe: {name}'s prepared zeros must be uint8 {sv.shape} when asymmetric and "
+                              "absent when symmetric")
+    if pv is not None and (pv.dtype != np.dtype(np.int32) or pv.shape != (e, k)):
+        raise InputValueError(f"fused_moe: {name}'s prepared perm must be int32 [E, K] = [{e}, {k}]; got "
+                              f"{pv.dtype} {pv.shape}")
+    if e * rows * (k // 8) >= 2**32:
+        raise InputValueError(f"fused_moe: {name} holds {e * rows * k // 8} words; the kernels index below 2**32")
+    return e, rows, k, g.bit_length() - 1
+
+
+def token_group(n: int, k: int, e: int) -> int:
+    """NP: the smallest built group at or above the expected slots per routed expert when N * k
+    slots pick among E experts uniformly (host-known shapes only)."""
+    slots = n * k
+    distinct = e * -math.expm1(slots * math.log1p(-1.0 / e)) if e > 1 else 1.0
+    want = slots / max(distinct, 1.0)
+    return next((g for g in GROUPS if g >= want - 1e-9), GROUPS[-1])
+
+
+def _plan(device: Device, tag: str, w4_13: bool, w4_2: bool, n: int, h: int, i: int, e: int, k: int
+          ) -> tuple[LaunchPlan, LaunchPlan, LaunchPlan]:
+    key = (device, tag, w4_13, w4_2, n, h, i, e, k, device.properties.cu_count)
+    got = _plans.get(key, lambda: _build_plans(device, tag, w4_13, w4_2, n, h, i, e, k))
+    return got  # type: ignore[return-value]
+
+
+def _build_plans(device: Device, tag: str, w4_13: bool, w4_2: bool, n: int, h: int, i: int, e: int, k: int
+                 ) -> tuple[LaunchPlan, LaunchPlan, LaunchPlan]:
+    arch, module = device.arch, registry.load(device, FAMILY)
+    slots = n * k
+    bf16 = tag == "bf16"
+
+    def lds(np_: int, kdim: int) -> int:
+        return np_ * kdim * 2 + (np_ * kdim // 8 if bf16 else 0)
+
+    np_ = token_group(n, k, e)
+    while np_ > 1 and max(lds(np_, h), lds(np_, i)) > arch.lds_per_workgroup:
+        np_ //= 2
+    if lds(1, h) > arch.lds_per_workgroup:
+        raise InputValueError(f"fused_moe: H={h} does not fit the {arch.name} LDS ({arch.lds_per_workgroup} bytes) "
+                              "as one staged row")
+    distinct = max(1, round(e * -math.expm1(slots * math.log1p(-1.0 / e)))) if e > 1 else 1
+    grid = device.properties.cu_count * GROUPS_PER_CU
+
+    def gemm(name: str, rows: int, per_wave: int, kdim: int, max_blocks: int) -> LaunchPlan:
+        step = per_wave * (THREADS // arch.wave_size)
+        blocks = max(1, min(_ceil(grid, distinct), _ceil(rows, step), max_blocks))
+        block_rows = _ceil(_ceil(rows, blocks), step) * step
+        blocks = _ceil(rows, block_rows)
+        fn, meta = module.kernel(name)
+        size = lds(np_, kdim)
+        return make_plan(fn, meta, (max(1, min(grid, slots * blocks)), 1, 1), (THREADS, 1, 1), shared_mem=size,
+                         info={"kernel": name, "blocks": blocks, "block_rows": block_rows, "group": np_,
+                               "lds_bytes": size, "grid": min(grid, slots * blocks)})
+
+    g1 = gemm(f"moe_gemm1_{tag}_{'w4' if w4_13 else 'w16'}_n{np_}", i, GEMM1_PAIRS[np_], h, 1 << 30)
+    g2 = gemm(f"moe_gemm2_{tag}_{'w4' if w4_2 else 'w16'}_n{np_}", h, GEMM2_ROWS[np_], i, COUNTERS)
+    fn, meta = module.kernel("moe_route")
+    route = make_plan(fn, meta, (1, 1, 1), (THREADS, 1, 1), info={"kernel": "moe_route", "group": np_})
+    return route, g1, g2
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def plan_info(device: Device, x_dtype: Any, n: int, h: int, i: int, e: int, k: int, *, int4: bool = True
+              ) -> list[dict[str, Any]]:
+    """The three launches' configurations for a call of this shape on ``device`` (tests, benchmarks)."""
+    return [dict(p.info, grid=p.grid[0]) for p in _plan(device, _TAG[np.dtype(x_dtype)], int4, int4, n, h, i, e, k)]
+
+
+def invalid_slots(device: Device | None = None, stream: int = 0) -> int:
+    """How many (token, choice) slots of the last `fused_moe` call on ``device``/``stream`` had an
+    expert id outside ``[0, E)`` (skipped). Reads device memory: synchronizes the stream."""
+    from .. import scratch
+    from ..devices import current_device
+
+    dev = device or current_device()
+    pool = scratch.pool(dev, stream)
+    if pool.capacity(META_SLOT) == 0:
+        return 0
+    got = np.zeros(COUNTERS + META_WORDS, np.int32)
+    dev.synchronize(stream)
+    dev.copy_to_host(got, pool.buffer(META_SLOT, got.nbytes), got.nbytes)
+    return int(got[COUNTERS + 1])
+
+
+def _require(ok: bool, what: str) -> None:
+    operands.require("fused_moe", ok, what)
+
+
+# ----------------------------------------------------------------------------------------------
+# reference
+
+def _round(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    return a.astype(np.float32).astype(dtype).astype(np.float64) if dtype != np.float64 else a
+
+
+def silu_and_mul_reference(gate: np.ndarray, up: np.ndarray, dtype: Any) -> np.ndarray:
+    """vLLM's silu_and_mul on fp32 sums, in T = ``dtype``: cast, silu in fp32, cast, multiply in T."""
+    t = np.dtype(dtype)
+    g = gate.astype(np.float32).astype(t).astype(np.float32)
+    u = up.astype(np.float32).astype(t).astype(np.float32)
+    with np.errstate(over="ignore"):
+        s = (g / (np.float32(1) + np.exp(-g))).astype(t).astype(np.float32)
+    return (s * u).astype(t)
+
+
+def fused_moe_reference(x: Any, w13: Any, w2: Any, topk_weights: Any, topk_ids: Any) -> np.ndarray:
+    """float64 ``[N, H]`` before out's rounding, from dense weights ``w13 [E, 2I, H]``, ``w2 [E, H, I]``
+    (16-bit arrays, or float64 from `w4a16.dequantize_checkpoint`): GEMM1 in float64, rounded as the
+    kernels round (`silu_and_mul_reference` in x's dtype), GEMM2 and the weighted sum in float64;
+    ids outside ``[0, E)`` contribute nothing."""
+    xa = np.asarray(x)
+    t = xa.dtype
+    w13a, w2a = np.asarray(w13, np.float64), np.asarray(w2, np.float64)
+    ids, tw = np.asarray(topk_ids), np.asarray(topk_weights, np.float64)
+    e, rows, _ = w13a.shape
+    i = rows // 2
+    out = np.zeros((xa.shape[0], w2a.shape[1]), np.float64)
+    for tok in range(xa.shape[0]):
+        xt = xa[tok].astype(np.float64)
+        for j in range(ids.shape[1]):
+            ex = int(ids[tok, j])
+            if not 0 <= ex < e:
+                continue
+            g13 = w13a[ex] @ xt
+            act = silu_and_mul_reference(g13[:i], g13[i:], t).astype(np.float64)
+            out[tok] += tw[tok, j] * (w2a[ex] @ act)
+    return out
