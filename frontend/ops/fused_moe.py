@@ -21,9 +21,9 @@ Three launches, nothing allocated per call (scratch from the pool, counters self
 one expert), ``moe_gemm1_*`` computes act for every routed slot, ``moe_gemm2_*`` the weighted
 down projection, and the workgroup finishing a row block's last unit sums the block
 (kernels/moe.hip). An expert no slot routes to is never read. NP, the token rows a unit carries,
-is chosen from host-known shapes only (N, k, E): the smallest of 1, 2, 4, 8 at or above the
-expected slots per routed expert under uniform routing, so that an expert's weights are read once
-per NP of its slots; the same shapes always choose the same launches (graph capture).
+is chosen from host-known shapes only (N, k, E): of 1, 2, 4, 8 the nearest to the expected slots
+per routed expert under uniform routing (`token_group`); an expert's weights are read once per NP
+of its slots. The same shapes always choose the same launches (graph capture).
 """
 
 from __future__ import annotations
@@ -208,13 +208,18 @@ def _weight(ops: Operands, name: str, prepared: tuple | None, dtype: np.dtype) -
     return e, rows, k, g.bit_length() - 1
 
 
+def expected_experts(n: int, k: int, e: int) -> float:
+    """Distinct experts N tokens route to when each picks k different ones uniformly:
+    E (1 - (1 - k/E)^N)."""
+    return float(k) if n == 1 else e * -math.expm1(n * math.log1p(-min(k, e - 1e-9) / e))
+
+
 def token_group(n: int, k: int, e: int) -> int:
-    """NP: the smallest built group at or above the expected slots per routed expert when N * k
-    slots pick among E experts uniformly (host-known shapes only)."""
-    slots = n * k
-    distinct = e * -math.expm1(slots * math.log1p(-1.0 / e)) if e > 1 else 1.0
-    want = slots / max(distinct, 1.0)
-    return next((g for g in GROUPS if g >= want - 1e-9), GROUPS[-1])
+    """NP: the built group nearest (in ratio) to the expected slots per routed expert under uniform
+    routing (host-known shapes only). An expert with more slots than NP is read once per NP of
+    them; a unit with fewer computes rows it does not write."""
+    want = n * k / max(expected_experts(n, k, e), 1.0)
+    return min(GROUPS, key=lambda g: (abs(math.log2(g / want)), g))
 
 
 def _plan(device: Device, tag: str, w4_13: bool, w4_2: bool, n: int, h: int, i: int, e: int, k: int
@@ -239,7 +244,7 @@ def _build_plans(device: Device, tag: str, w4_13: bool, w4_2: bool, n: int, h: i
     if lds(1, h) > arch.lds_per_workgroup:
         raise InputValueError(f"fused_moe: H={h} does not fit the {arch.name} LDS ({arch.lds_per_workgroup} bytes) "
                               "as one staged row")
-    distinct = max(1, round(e * -math.expm1(slots * math.log1p(-1.0 / e)))) if e > 1 else 1
+    distinct = max(1, round(expected_experts(n, k, e)))
     grid = device.properties.cu_count * GROUPS_PER_CU
 
     def gemm(name: str, rows: int, per_wave: int, kdim: int, max_blocks: int) -> LaunchPlan:
