@@ -223,6 +223,10 @@ def test_bad_input_messages():
             f(np.zeros((2, 40), F16), 17)
         with pytest.raises(InputValueError, match=r"k=9; supported: k = 1..min\(16, E\) = 1..8"):
             f(np.zeros((2, 8), F16), 9)
+        with pytest.raises(InputTypeError, match="router_logits is None; expected an"):
+            f(None, 2)
+        with pytest.raises(InputTypeError, match="router_logits: expected a numpy array"):
+            f([[1.0, 2.0]], 1)
         with pytest.raises(InputTypeError, match="k must be an int; got float"):
             f(x, 2.0)
         with pytest.raises(InputTypeError, match="k must be an int; got bool"):

@@ -61,6 +61,8 @@ def topk_softmax(router_logits: Any, k: int, renormalize: bool = False, *, out: 
     key, addresses = operands.signature(NAMES, objs, (k, renormalize))
     call = _calls.get(key)
     if call is None:
+        if router_logits is None:
+            raise InputTypeError("topk_softmax: router_logits is None; expected an [N, E] array")
         call = _calls.add(key, _bind(operands.gather("topk_softmax", NAMES, objs, outputs=2), k, renormalize))
     return call(objs, addresses)
 
