@@ -34,6 +34,16 @@ from .shapes import CHECK_SHAPES, SHAPES, Shape, n_values
 from .static import KernelStatic, family_static, inst_class, kernel_sort_key
 
 DTYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
+# Code-object families outside this report's model, which is that of a GEMM-shaped op: a weight
+# matrix [M, K] streamed against N tokens, sampled by scaling M with the CU count, judged per
+# weight byte. Their spills and scratch are checked by the build, their results by their tests;
+# the report names them with the reason instead of measuring them.
+OUTSIDE_MODEL = {
+    "topk_softmax": "MoE routing (`hipskinny.moe.topk_softmax`): router logits [N, E], E <= 512, to top-k "
+                    "weights and ids; no weight matrix, and its only parallel dimension is N, which the report "
+                    "never scales. A call moves N x E logits and N x k x 8 result bytes (a few KB at decode): "
+                    "launch-bound on every arch.",
+}
 LINEARITY_TOL = 0.02        # per-row counts at c and 2c CUs may differ by this much (partial groups)
 LINEARITY_SHAPE = (2048, 1 << 25)   # checked on the first shape with M >= 2048 and M*K <= 32M (mid-sized, cheap)
 HERE = Path(__file__).resolve().parent
@@ -165,7 +175,7 @@ def run(archs: list[str], op_names: list[str] | None, shapes: tuple[Shape, ...],
         min_rows: int, overhead_seconds: float, log: Any = sys.stderr) -> dict[str, Any]:
     dtype = DTYPES[dtype_name]
     itemsize = np.dtype(dtype).itemsize
-    pairs = {key: e for key, e in families_by_arch().items() if key[1] in archs}
+    pairs = {key: e for key, e in families_by_arch().items() if key[1] in archs and key[0] not in OUTSIDE_MODEL}
     families = sorted({f for f, _ in pairs})
     op_list = op_names or dynamic.ops()
     statics = {(f, a): {k.name: k for k in family_static(a, f)} for f, a in sorted(pairs)}
@@ -217,6 +227,7 @@ def run(archs: list[str], op_names: list[str] | None, shapes: tuple[Shape, ...],
         "dtype": dtype_name, "min_rows": min_rows, "linearity_tol": LINEARITY_TOL,
         "archs": {a: _arch_row(a) for a in archs},
         "rows": rows, "static": static_rows,
+        "outside_model": {f: OUTSIDE_MODEL[f] for f, _ in families_by_arch() if f in OUTSIDE_MODEL},
         "python_overhead": overhead.measure(op_list, overhead_seconds),
         "emulator_rate": {a: {"wave_instructions": v[0], "seconds": v[1], "per_second": v[0] / v[1] if v[1] else 0}
                           for a, v in rate.items()},
@@ -319,6 +330,9 @@ def markdown(rep: dict[str, Any]) -> str:
     for op in sorted({r["op"] for r in rep["rows"]}):
         out += _op_tables(rep, op)
     out += _static_tables(rep)
+    if rep.get("outside_model"):
+        out += ["## Families outside this report", ""]
+        out += [f"- `{f}`: {why}" for f, why in sorted(rep["outside_model"].items())] + [""]
     out += _checks(rep)
     out += _overhead(rep)
     out += ["## Emulator rate", "", "Wave-instructions per second of host time over every emulated launch of this "
@@ -526,7 +540,8 @@ def _merge(new: dict[str, Any], old: dict[str, Any], archs: list[str]) -> dict[s
     ``old``; the invariants re-checked over all rows; which run produced which rows in ``sources``."""
     ops = sorted({r["op"] for r in new["rows"]})
     rows = [r for r in old["rows"] if r["op"] not in ops] + new["rows"]
-    statics = {(f, a): {k.name: k for k in family_static(a, f)} for (f, a) in families_by_arch() if a in archs}
+    statics = {(f, a): {k.name: k for k in family_static(a, f)} for (f, a) in families_by_arch()
+               if a in archs and f not in OUTSIDE_MODEL}
     out = dict(new, rows=rows, python_overhead=old["python_overhead"])
     out["failures"] = invariants(rows, statics, archs)
     kept = []

@@ -13,7 +13,9 @@ re-parsed that the signature already proves.
 GPU-resident operands are used in place (`DeviceCall`); host operands (numpy, torch CPU,
 host DLPack) are staged through the scratch pool of the current device, launched on its
 default stream, copied back and synchronized (`HostCall`). Results come back in the kind of
-container ``x`` came in (or in ``out``).
+container ``x`` came in (or in ``out``). An op with several results (``topk_softmax``: weights
+and ids) names one ``out`` per result, last among its operands (``gather(..., outputs=2)``,
+``more_outs=``); its bound call returns them as a tuple.
 
 A test seam, `present_cpu_torch_as_gpu`, makes torch CPU tensors take the GPU path (pointers
 used in place, torch's stream), so the torch fast path runs on machines without a GPU.
@@ -172,11 +174,13 @@ def present_cpu_torch_as_gpu(ordinal: int | None, stream: Callable[[int], int] |
 class Operands:
     """The operands of one call, viewed once; the device they run on is decided on first use."""
 
-    def __init__(self, op: str, views: dict[str, TensorView | None], out: TensorView | None) -> None:
+    def __init__(self, op: str, views: dict[str, TensorView | None], out: TensorView | None,
+                 more_outs: Sequence[TensorView | None] = ()) -> None:
         self.op = op
         self.views = views                 # inputs by name, None for absent ones
         self.out = out
-        present = [v for v in (*views.values(), out) if v is not None]
+        self.outs = (out, *more_outs)      # every result's out=, the first is ``out``
+        present = [v for v in (*views.values(), *self.outs) if v is not None]
         self.present = present
         self.first = present[0]            # decides the result's container kind and the device
         self.on_host = self.first.on_host
@@ -194,10 +198,11 @@ class Operands:
         return self._device
 
 
-def gather(op: str, names: Sequence[str], objs: Sequence[Any]) -> Operands:
-    """View every operand (the last name is ``out``)."""
+def gather(op: str, names: Sequence[str], objs: Sequence[Any], outputs: int = 1) -> Operands:
+    """View every operand (the last ``outputs`` names are the results' ``out``)."""
     seen = [None if obj is None else _view(obj, name) for name, obj in zip(names, objs, strict=True)]
-    return Operands(op, dict(zip(names[:-1], seen[:-1], strict=True)), seen[-1])
+    return Operands(op, dict(zip(names[:-outputs], seen[:-outputs], strict=True)), seen[-outputs],
+                    seen[len(seen) - outputs + 1:])
 
 
 def _view(obj: Any, name: str) -> TensorView:
@@ -207,13 +212,13 @@ def _view(obj: Any, name: str) -> TensorView:
     return v
 
 
-def check_out(ops: Operands, shape: tuple[int, ...], dtype: Any) -> None:
-    """``out=``: a writable, contiguous array of the result's shape and dtype, on the operands' device
-    (checked first: every operand in one place)."""
+def check_out(ops: Operands, shape: tuple[int, ...], dtype: Any, index: int = 0, name: str = "out") -> None:
+    """``out=`` (result ``index``, called ``name`` in the message): a writable, contiguous array of the
+    result's shape and dtype, on the operands' device (checked first: every operand in one place)."""
     tensors.same_device(ops.present)
-    ov = ops.out
+    ov = ops.outs[index]
     if ov is not None and (ov.shape != shape or ov.dtype != dtype or not ov.is_contiguous or ov.readonly):
-        raise InputValueError(f"{ops.op}: out must be a writable contiguous {dtype} array of shape {shape}; "
+        raise InputValueError(f"{ops.op}: {name} must be a writable contiguous {dtype} array of shape {shape}; "
                               f"got {ov.dtype} {ov.shape}{' (read-only)' if ov.readonly else ''}")
 
 
@@ -288,11 +293,12 @@ def torch_empty(like: TensorView, shape: tuple[int, ...], dtype: Any) -> Callabl
 
 
 class DeviceCall:
-    """A bound call on GPU-resident operands: pointers in place, torch's current stream."""
+    """A bound call on GPU-resident operands: pointers in place, torch's current stream. ``more_outs``:
+    (shape, dtype) of each further result (see `gather`); the call then returns every result."""
 
     def __init__(self, ops: Operands, launches: Sequence[Launch], *, out_shape: tuple[int, ...], out_dtype: Any,
                  aligned: Sequence[str] = (), align_message: str = "", scratch_slots: Sequence[tuple[str, int]] = (),
-                 ) -> None:
+                 more_outs: Sequence[tuple[tuple[int, ...], Any]] = ()) -> None:
         names = list(ops.views)
         self.device = ops.device
         self.launches = tuple(launches)
@@ -308,14 +314,18 @@ class DeviceCall:
         self.aligned = tuple((idx + idx)[:2])
         self.align_message = align_message
         self.op = ops.op
-        self.new_out: Callable[[], Any] | None = None
-        if ops.out is None:
-            first = ops.first
-            if first.kind == "torch":
-                self.new_out = torch_empty(first, out_shape, out_dtype)
-            else:
-                tensors.new_output(first, out_shape, out_dtype)   # raises: no allocator for that kind
-        self.fast = self._compile()
+        self.new_outs: list[Callable[[], Any] | None] = []
+        for ov, (shape, dtype) in zip(ops.outs, ((out_shape, out_dtype), *more_outs), strict=True):
+            new = None
+            if ov is None:
+                first = ops.first
+                if first.kind == "torch":
+                    new = torch_empty(first, shape, dtype)
+                else:
+                    tensors.new_output(first, shape, dtype)   # raises: no allocator for that kind
+            self.new_outs.append(new)
+        self.new_out = self.new_outs[0]
+        self.fast = self._compile() if len(self.new_outs) == 1 else self._compile_results()
 
     def _compile(self) -> Callable[[Sequence[Any], list[int | None] | None], Any]:
         """This call as a plain function with everything it reads bound as locals (attribute loads
@@ -354,6 +364,40 @@ class DeviceCall:
         call.bound = self  # type: ignore[attr-defined]
         return call
 
+    def _compile_results(self) -> Callable[[Sequence[Any], list[int | None] | None], Any]:
+        """`_compile` for an op with several results (the last ``len(new_outs)`` objs): returns them
+        as a tuple, each taken from ``objs`` or allocated."""
+        runs, stream, news, op, message = self.runs, self.stream, tuple(self.new_outs), self.op, self.align_message
+        slots, per_stream, scratch_for = self.scratch_slots, self._scratch, self._scratch_for
+        a0, a1 = self.aligned if self.aligned else (-1, -1)
+        checked, n = bool(self.aligned), len(news)
+
+        def call(objs: Sequence[Any], addresses: list[int | None] | None) -> Any:
+            if addresses is None:
+                ptrs = [0 if o is None else o.data_ptr() for o in objs]
+            else:
+                ptrs = [0 if o is None else a if a is not None else o.data_ptr()
+                        for o, a in zip(objs, addresses, strict=True)]
+            if checked and (ptrs[a0] | ptrs[a1]) & 15:
+                raise InputValueError(f"{op} on a GPU tensor: {message} (host inputs have no layout limits)")
+            outs = list(objs[-n:])
+            first = len(ptrs) - n
+            for j, new in enumerate(news):
+                if new is not None:
+                    outs[j] = new()
+                    ptrs[first + j] = outs[j].data_ptr()
+            if runs:
+                s = stream()
+                if slots:
+                    ptrs += per_stream.get(s) or scratch_for(s)
+                for launcher, count, tail, select in runs:
+                    launcher([ptrs[i] for i in select] if select else ptrs if count == len(ptrs) else ptrs[:count],
+                             tail, s)
+            return tuple(outs)
+
+        call.bound = self  # type: ignore[attr-defined]
+        return call
+
     def _scratch_for(self, stream: int) -> tuple[int, ...]:
         found = self._scratch.get(stream)
         if found is None:
@@ -379,20 +423,22 @@ class Staged:
 
 class HostCall:
     """A bound call on host operands: staged through the device's scratch pool (stream 0), launched,
-    copied back, synchronized; the result in the container kind of the first operand."""
+    copied back, synchronized; the result in the container kind of the first operand. ``more_outs``:
+    (shape, dtype, slot) of each further result (see `gather`); the call then returns every result."""
 
     def __init__(self, ops: Operands, launches: Sequence[Launch], staged: Sequence[Staged | None], *,
                  out_shape: tuple[int, ...], out_dtype: Any, out_slot: str,
-                 scratch_slots: Sequence[tuple[str, int]] = ()) -> None:
+                 scratch_slots: Sequence[tuple[str, int]] = (),
+                 more_outs: Sequence[tuple[tuple[int, ...], Any, str]] = ()) -> None:
         self.op = ops.op
         self.device = ops.device
         self.launches = tuple(launches)
         self.staged = tuple(staged)
         self.names = tuple(ops.views)
         self.numpy = tuple(v is not None and v.kind == "numpy" for v in ops.views.values())
-        self.out_shape, self.out_dtype = out_shape, np.dtype(out_dtype)
-        self.out_bytes = int(np.prod(out_shape, dtype=np.int64)) * self.out_dtype.itemsize
-        self.out_slot = out_slot
+        # (shape, dtype, bytes, slot) of every result
+        self.results = tuple((shape, np.dtype(dt), int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize, slot)
+                             for shape, dt, slot in ((out_shape, out_dtype, out_slot), *more_outs))
         self.scratch_slots = tuple(scratch_slots)
         self.first_kind = ops.first
 
@@ -401,12 +447,14 @@ class HostCall:
 
     def __call__(self, objs: Sequence[Any], addresses: list[int | None] | None) -> Any:
         """``objs``: the inputs, then ``out`` (None: return a new array)."""
-        *objs, out = objs
+        n = len(self.results)
+        objs, outs = objs[:-n], objs[-n:]
         device = self.device
-        ov = None if out is None else tensors.view(out, "out")
+        ovs = [None if out is None else tensors.view(out, "out") for out in outs]
         if not self.launches:
-            return ov.obj if ov is not None else tensors.to_kind(np.empty(self.out_shape, self.out_dtype),
-                                                               self.first_kind)
+            done = [ov.obj if ov is not None else tensors.to_kind(np.empty(shape, dt), self.first_kind)
+                    for ov, (shape, dt, _, _) in zip(ovs, self.results, strict=True)]
+            return done[0] if n == 1 else tuple(done)
         pool = scratch.pool(device, 0)
         with pool.lock, _capture_errors(self.op):   # staged inputs are this call's until it has synchronized
             hosts = [None if how is None or obj is None else _rows(self._host(i, obj), how)
@@ -415,7 +463,7 @@ class HostCall:
             # optional inputs (bias): the order of HIP calls the ops have always made.
             ptrs = [0 if h is None or how.optional else pool.buffer(how.slot, h.nbytes)  # type: ignore[union-attr]
                     for how, h in zip(self.staged, hosts, strict=True)]
-            y_d = pool.buffer(self.out_slot, self.out_bytes)
+            y_ds = [pool.buffer(slot, nbytes) for _, _, nbytes, slot in self.results]
             for how, h, ptr in zip(self.staged, hosts, ptrs, strict=True):
                 if h is not None and not how.optional:   # type: ignore[union-attr]
                     device.copy_to_device(ptr, h, h.nbytes)
@@ -423,14 +471,18 @@ class HostCall:
                 if h is not None and how.optional:       # type: ignore[union-attr]
                     ptrs[i] = pool.buffer(how.slot, h.nbytes)   # type: ignore[union-attr]
                     device.copy_to_device(ptrs[i], h, h.nbytes)
-            ptrs.append(y_d)
+            ptrs.extend(y_ds)
             ptrs.extend(pool.buffer(name, size) for name, size in self.scratch_slots)
             for launch in self.launches:
                 launch.launcher(launch.args(ptrs), launch.tail, 0)
-            y = ov.host_array() if ov is not None else np.empty(self.out_shape, self.out_dtype)
-            device.copy_to_host(y, y_d, self.out_bytes)
+            ys = [ov.host_array() if ov is not None else np.empty(shape, dt)
+                  for ov, (shape, dt, _, _) in zip(ovs, self.results, strict=True)]
+            for y, y_d, (_, _, nbytes, _) in zip(ys, y_ds, self.results, strict=True):
+                device.copy_to_host(y, y_d, nbytes)
             device.synchronize(0)
-        return ov.obj if ov is not None else tensors.to_kind(y, self.first_kind)
+        done = [ov.obj if ov is not None else tensors.to_kind(y, self.first_kind)
+                for ov, y in zip(ovs, ys, strict=True)]
+        return done[0] if n == 1 else tuple(done)
 
 
 # hipErrorStreamCaptureUnsupported, ...Invalidated, ...Implicit: a copy or synchronization met a capture.
