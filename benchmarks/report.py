@@ -43,6 +43,10 @@ OUTSIDE_MODEL = {
                     "weights and ids; no weight matrix, and its only parallel dimension is N, which the report "
                     "never scales. A call moves N x E logits and N x k x 8 result bytes (a few KB at decode): "
                     "launch-bound on every arch.",
+    "moe": "Fused MoE decode (`hipskinny.moe.fused_moe`): its work is the routed experts' weights, which "
+           "depend on the routing, not one [M, K] matrix the report can scale down with the CU count. "
+           "Rows at Qwen3-30B-A3B and DeepSeek-V3 expert shapes (minimum bytes = each distinct routed "
+           "expert's weights once) are still to come (issue 12).",
 }
 LINEARITY_TOL = 0.02        # per-row counts at c and 2c CUs may differ by this much (partial groups)
 LINEARITY_SHAPE = (2048, 1 << 25)   # checked on the first shape with M >= 2048 and M*K <= 32M (mid-sized, cheap)
