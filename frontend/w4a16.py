@@ -44,7 +44,7 @@ so a kernel reads one scale (and zero) per G columns, exactly as without act-ord
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import ml_dtypes
@@ -103,6 +103,14 @@ class Prepared:
     symmetric: bool
     fmt: str
     experts: int | None
+
+    def map(self, fn: Any) -> Prepared:
+        """The same weight with ``fn`` applied to each array (qweight, scales, zeros, perm), e.g. to
+        place it on a GPU: ``p.map(lambda a: torch.from_numpy(a).to("cuda"))`` (bfloat16 scales:
+        convert through their int16 view)."""
+        return replace(self, qweight=fn(self.qweight), scales=fn(self.scales),
+                       zeros=None if self.zeros is None else fn(self.zeros),
+                       perm=None if self.perm is None else fn(self.perm))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import hipskinny
 
 # DLPack (type code, bits) of the dtypes the scenarios put on the device.
 CODES = {"float16": (2, 16), "float32": (2, 32), "float8_e4m3fn": (10, 8), "uint8": (1, 8), "int32": (0, 32),
-         "bfloat16": (4, 16)}
+         "bfloat16": (4, 16), "uint32": (1, 32)}
 
 
 def dev_array(a: np.ndarray, row_stride: int | None = None, offset: int = 0) -> tuple[HandMade, int]:
@@ -33,6 +33,16 @@ def dev_array(a: np.ndarray, row_stride: int | None = None, offset: int = 0) -> 
     code, bits = CODES[a.dtype.name]
     strides = (1,) if a.ndim == 1 else (stride, 1)
     return HandMade(None, base, a.shape, strides, code=code, bits=bits, device=(DL_ROCM, 0)), base
+
+
+def dev_nd(a: np.ndarray) -> tuple[HandMade, int]:
+    """``a`` (any rank) copied contiguously into device memory: (its DLPack producer, its address)."""
+    a = np.ascontiguousarray(a)
+    err, ptr = hip.hipMalloc(max(a.nbytes, 4))
+    ctypes.memmove(int(ptr), a.ctypes.data, a.nbytes)
+    code, bits = CODES[a.dtype.name]
+    strides = tuple(s // a.dtype.itemsize for s in a.strides)
+    return HandMade(None, int(ptr), a.shape, strides, code=code, bits=bits, device=(DL_ROCM, 0)), int(ptr)
 
 
 def read(base: int, shape: tuple[int, int]) -> np.ndarray:

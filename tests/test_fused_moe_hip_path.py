@@ -1,0 +1,144 @@
+"""fused_moe on GPU-resident operands through HipDevice on the fake HIP runtime (launches run on
+the emulator): the prepared int4 stacks, x with padded rows and out in place as DLPack device
+arrays; and a HIP-graph capture with torch tensors (the test seam) replayed after the routing
+changed on the device, which must give the new routing's result: nothing of a call's routing
+is decided on the host."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from test_fused_moe import _experts16, _routing, _stack, assert_moe
+
+TESTS = str(Path(__file__).parent)
+
+DLPACK = """
+import json, sys
+sys.path.insert(0, {tests!r})
+import numpy as np, hipskinny
+from device_arrays import dev_array, dev_nd, outcome, read
+from fakehip.emulated import install
+from test_fused_moe import _stack, _routing
+from hipskinny.ops import fused_moe as op
+
+runtime = install()
+e, k, h, i, n = 8, 2, 128, 64, 3
+_, p13, _ = _stack(e, 2 * i, h, 64, "awq", False, False, np.float16, seed=1)
+_, p2, _ = _stack(e, h, i, 32, "gptq", True, True, np.float16, seed=2)
+d13, d2 = p13.map(lambda a: dev_nd(a)[0]), p2.map(lambda a: dev_nd(a)[0])
+x = np.random.default_rng(3).standard_normal((n, h)).astype(np.float16)
+tw, ids = _routing(n, k, e, seed=4)
+xd = dev_array(x, row_stride=h + 16)[0]
+twd, idd = dev_nd(tw)[0], dev_nd(ids)[0]
+res = {{"y": []}}
+for _ in range(2):
+    od, obase = dev_array(np.zeros((n, h), np.float16))
+    assert hipskinny.moe.fused_moe(xd, d13, d2, twd, idd, out=od) is od
+    res["y"].append(read(obase, (n, h)).view(np.uint16).tolist())
+res["kernels"] = [s.kernel for s in list(runtime.device.launches)[-3:]]
+res["misaligned"] = outcome(lambda: hipskinny.moe.fused_moe(dev_array(x, row_stride=h + 16, offset=8)[0], d13, d2,
+                                                            twd, idd, out=dev_array(np.zeros((n, h), np.float16))[0]))
+res["errors"] = runtime.errors
+print("RES", json.dumps(res))
+"""
+
+
+def test_device_operands_in_place(fakehip_run):
+    run = fakehip_run(DLPACK.format(tests=TESTS), env={"FAKEHIP_ARCH": "gfx1201", "FAKEHIP_CU_COUNT": "3"})
+    res = json.loads(run.stdout.split("RES ", 1)[1])
+    assert res["errors"] == []
+    assert res["kernels"] == ["moe_route", "moe_gemm1_f16_w4_n1", "moe_gemm2_f16_w4_n1"]
+    assert res["y"][0] == res["y"][1]
+    e, k, h, i, n = 8, 2, 128, 64, 3
+    w13, _, _ = _stack(e, 2 * i, h, 64, "awq", False, False, np.float16, seed=1)
+    w2, _, _ = _stack(e, h, i, 32, "gptq", True, True, np.float16, seed=2)
+    x = np.random.default_rng(3).standard_normal((n, h)).astype(np.float16)
+    tw, ids = _routing(n, k, e, seed=4)
+    y = np.array(res["y"][0], np.uint16).view(np.float16)
+    assert_moe(y, x, w13, w2, tw, ids, int4=(True, True))
+    assert "16-byte aligned" in res["misaligned"]
+    assert not run.calls("hipMemcpyAsync", "hipMemcpy")     # GPU operands: nothing staged
+
+
+CAPTURE = """
+import ctypes, json, sys
+sys.path.insert(0, {tests!r})
+import numpy as np, torch, hipskinny
+from hip import hip
+from hipskinny import operands
+from fakehip.emulated import install
+from test_fused_moe import _experts16
+
+def ok(result):
+    result = result if isinstance(result, tuple) else (result,)
+    assert int(result[0]) == 0, result
+    return result[1] if len(result) == 2 else result[1:]
+
+TORCH = {{"float16": torch.float16, "float32": torch.float32, "int32": torch.int32}}
+
+def dev(a):
+    a = np.ascontiguousarray(a)
+    ptr = int(ok(hip.hipMalloc(max(a.nbytes, 4))))
+    ctypes.memmove(ptr, a.ctypes.data, a.nbytes)
+    raw = (ctypes.c_uint8 * max(a.nbytes, 4)).from_address(ptr)
+    return torch.frombuffer(raw, dtype=torch.uint8)[:a.nbytes].view(TORCH[a.dtype.name]).view(a.shape)
+
+def instantiate(graph):
+    try:
+        result = hip.hipGraphInstantiate(graph, 0)
+    except TypeError:
+        result = hip.hipGraphInstantiate(graph, None, 0)
+    assert int(result[0]) == 0, result
+    return result[1]
+
+class Cap:
+    stream = 0
+    current = 0
+
+cap = Cap()
+cap.stream = int(ok(hip.hipStreamCreate()))
+operands.present_cpu_torch_as_gpu(0, lambda ordinal: cap.current, None)
+runtime = install()
+e, k, h, i, n = 8, 2, 64, 32, 4
+w13, w2 = _experts16(e, h, i, np.float16, seed=5)
+x = np.random.default_rng(6).standard_normal((n, h)).astype(np.float16)
+tw = np.random.default_rng(7).uniform(0.1, 1, (n, k)).astype(np.float32)
+ids_a = np.array([[0, 1], [2, 3], [0, 4], [5, 1]], np.int32)
+ids_b = np.array([[7, 6], [6, 6], [-1, 3], [7, 2]], np.int32)
+tx, t13, t2, ttw, tids, tout = dev(x), dev(w13), dev(w2), dev(tw), dev(ids_a), dev(np.zeros((n, h), np.float16))
+cap.current = cap.stream
+hipskinny.moe.fused_moe(tx, t13, t2, ttw, tids, out=tout)            # warm-up on the capture stream
+ok(hip.hipStreamSynchronize(cap.stream))
+eager_a = tout.numpy().copy()
+tout.zero_()
+ok(hip.hipStreamBeginCapture(cap.stream, hip.hipStreamCaptureMode.hipStreamCaptureModeGlobal))
+hipskinny.moe.fused_moe(tx, t13, t2, ttw, tids, out=tout)
+graph = instantiate(ok(hip.hipStreamEndCapture(cap.stream)))
+res = {{"captured_not_run": bool(float(tout.abs().max()) == 0)}}
+ok(hip.hipGraphLaunch(graph, cap.stream))
+ok(hip.hipStreamSynchronize(cap.stream))
+res["replay_a_equal"] = bool((tout.numpy().view(np.uint16) == eager_a.view(np.uint16)).all())
+tids.copy_(torch.from_numpy(ids_b))                                   # new routing, same graph
+ok(hip.hipGraphLaunch(graph, cap.stream))
+ok(hip.hipStreamSynchronize(cap.stream))
+res["y_b"] = tout.numpy().view(np.uint16).tolist()
+cap.current = 0
+res["errors"] = runtime.errors
+print("RES", json.dumps(res))
+"""
+
+
+def test_captured_call_follows_the_routing_on_replay(fakehip_run):
+    run = fakehip_run(CAPTURE.format(tests=TESTS), env={"FAKEHIP_ARCH": "gfx942", "FAKEHIP_CU_COUNT": "2"})
+    res = json.loads(run.stdout.split("RES ", 1)[1])
+    assert res["errors"] == []
+    assert res["captured_not_run"] and res["replay_a_equal"]
+    e, k, h, i, n = 8, 2, 64, 32, 4
+    w13, w2 = _experts16(e, h, i, np.float16, seed=5)
+    x = np.random.default_rng(6).standard_normal((n, h)).astype(np.float16)
+    tw = np.random.default_rng(7).uniform(0.1, 1, (n, k)).astype(np.float32)
+    ids_b = np.array([[7, 6], [6, 6], [-1, 3], [7, 2]], np.int32)
+    y = np.array(res["y_b"], np.uint16).view(np.float16)
+    assert_moe(y, x, w13.astype(np.float64), w2.astype(np.float64), tw, ids_b)
