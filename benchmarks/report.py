@@ -44,9 +44,8 @@ OUTSIDE_MODEL = {
                     "never scales. A call moves N x E logits and N x k x 8 result bytes (a few KB at decode): "
                     "launch-bound on every arch.",
     "moe": "Fused MoE decode (`hipskinny.moe.fused_moe`): its work is the routed experts' weights, which "
-           "depend on the routing, not one [M, K] matrix the report can scale down with the CU count. "
-           "Rows at Qwen3-30B-A3B and DeepSeek-V3 expert shapes (minimum bytes = each distinct routed "
-           "expert's weights once) are still to come (issue 12).",
+           "depend on the routing, not one [M, K] matrix the report can scale down with the CU count; "
+           "`python -m benchmarks.moe` measures whole calls at real expert shapes (its section above).",
 }
 LINEARITY_TOL = 0.02        # per-row counts at c and 2c CUs may differ by this much (partial groups)
 LINEARITY_SHAPE = (2048, 1 << 25)   # checked on the first shape with M >= 2048 and M*K <= 32M (mid-sized, cheap)
@@ -334,6 +333,10 @@ def markdown(rep: dict[str, Any]) -> str:
     for op in sorted({r["op"] for r in rep["rows"]}):
         out += _op_tables(rep, op)
     out += _static_tables(rep)
+    if rep.get("moe"):
+        from . import moe
+
+        out += moe.markdown(rep["moe"])
     if rep.get("outside_model"):
         out += ["## Families outside this report", ""]
         out += [f"- `{f}`: {why}" for f, why in sorted(rep["outside_model"].items())] + [""]

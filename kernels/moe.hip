@@ -34,7 +34,7 @@
 //   moe_route(ids, meta, P, E, group)              static LDS, P <= 1024, E <= 512
 //   moe_gemm1_<T>_<w4|w16>_n<NP>(x, w, scales, zeros, perm, meta, act, I, H, x_stride, log2_g,
 //       topk, blocks, block_pairs, P)
-//   moe_gemm2_<T>_<w4|w16>_n<NP>(act, w, scales, zeros, perm, meta, weights, part, out, H, I, topk,
+//   moe_gemm2_<T>_<w4|w16>_n<NP>_s<S>(act, w, scales, zeros, perm, meta, weights, part, out, H, I, topk,
 //       N, blocks, block_rows, log2_g, P)                                 blocks <= kCounters
 // K (H for GEMM1, I for GEMM2) a multiple of 32; x rows 16-byte aligned; act [P, I], part fp32
 // [P, H], out [N, H] contiguous.
@@ -68,10 +68,11 @@ __device__ inline int slot_of(const int32_t* __restrict__ route, const Unit& un,
 }
 
 // A weight tile's rows of one expert: the loads and the chunk products, int4 or 16-bit.
-template <typename T, bool W4, int NP, int Y>
+// The lane takes chunks li, li + L, ... of each row (li: its index in a group of L lanes).
+template <typename T, bool W4, int NP, int Y, int L = hs::kWave>
 __device__ inline void tile_sums(float (&acc)[NP][Y], const void* __restrict__ w, const uint16_t* __restrict__ scales,
                                  const uint8_t* __restrict__ zeros, const uint32_t (&rows)[Y], int K, int log2_g,
-                                 const hs::u32x4* xs, const float* xsum, int lane) {
+                                 const hs::u32x4* xs, const float* xsum, int li) {
 #pragma unroll
   for (int n = 0; n < NP; ++n)
 #pragma unroll
@@ -89,7 +90,7 @@ __device__ inline void tile_sums(float (&acc)[NP][Y], const void* __restrict__ w
     const uint32_t* wq = static_cast<const uint32_t*>(w);
     const uint32_t magic = hs::int4::magic_const<T>();
     const uint32_t groups = (uint32_t)K >> log2_g;
-    for (int c = lane; c < chunks; c += hs::kWave) {
+    for (int c = li; c < chunks; c += L) {
       const uint32_t g = ((uint32_t)c * kChunk) >> log2_g;
       hs::u32x4 wv[Y];
       float sc[Y];
@@ -104,7 +105,7 @@ __device__ inline void tile_sums(float (&acc)[NP][Y], const void* __restrict__ w
     }
   } else {
     const uint16_t* w16 = static_cast<const uint16_t*>(w);
-    for (int c = lane; c < chunks; c += hs::kWave) {
+    for (int c = li; c < chunks; c += L) {
       hs::u32x4 wv[Y][4];
 #pragma unroll
       for (int r = 0; r < Y; ++r)
@@ -194,7 +195,9 @@ __device__ void gemm1(const uint16_t* __restrict__ x, const void* __restrict__ w
   }
 }
 
-template <typename T, bool W4, int NP, int YT>
+// S row groups per wave (S = 2 when K has at most wave / 2 chunks, e.g. I = 768 on wave64: each
+// half-wave takes its own YT rows, so lanes are not idle for want of chunks).
+template <typename T, bool W4, int NP, int YT, int S>
 __device__ void gemm2(const uint16_t* __restrict__ act, const void* __restrict__ w, const uint16_t* __restrict__ scales,
                       const uint8_t* __restrict__ zeros, const int32_t* __restrict__ perm,
                       int32_t* __restrict__ meta, const float* __restrict__ weights, float* __restrict__ part,
@@ -202,12 +205,14 @@ __device__ void gemm2(const uint16_t* __restrict__ act, const void* __restrict__
                       int log2_g, int P) {
   uint32_t* counters = reinterpret_cast<uint32_t*>(meta);
   const int32_t* route = meta + kCounters;
+  constexpr int L = hs::kWave / S;                 // lanes per row group
   constexpr int Q = hs::pow2_at_least(NP * YT);
-  static_assert(NP * YT <= hs::kWave, "one output per lane at the write");
+  static_assert(NP * YT <= L, "one output per lane at the write");
   extern __shared__ hs::u32x4 xs[];
   __shared__ uint32_t ticket;
   float* xsum = reinterpret_cast<float*>(xs + NP * (I >> 3));   // bf16 only
   const int lane = threadIdx.x % hs::kWave, wave = threadIdx.x / hs::kWave;
+  const int sg = lane / L, li = lane % L;
   const int units = route[0];
 
   if (units == 0) {   // no valid slot: every output is an empty sum
@@ -226,19 +231,20 @@ __device__ void gemm2(const uint16_t* __restrict__ act, const void* __restrict__
     const void* we = W4 ? w : expert_w<W4>(w, un.expert, H, I);
     const uint32_t row0 = W4 ? (uint32_t)(un.expert * H) : 0u;
     const int h0 = b * block_rows, h_end = min(H, h0 + block_rows);
-    for (int m0 = h0 + wave * YT; m0 < h_end; m0 += kWaves * YT) {
+    for (int w0 = h0 + wave * S * YT; w0 < h_end; w0 += kWaves * S * YT) {
+      const int m0 = w0 + sg * YT;
       uint32_t rws[YT];
 #pragma unroll
       for (int r = 0; r < YT; ++r) rws[r] = row0 + (uint32_t)min(m0 + r, H - 1);
       float acc[NP][YT];
-      tile_sums<T, W4, NP, YT>(acc, we, scales, zeros, rws, I, log2_g, xs, xsum, lane);
+      tile_sums<T, W4, NP, YT, L>(acc, we, scales, zeros, rws, I, log2_g, xs, xsum, li);
       float v[Q];
 #pragma unroll
       for (int j = 0; j < Q; ++j) v[j] = j < NP * YT ? acc[j / YT][j % YT] : 0.0f;
-      const float sum = hs::reduce_scatter<hs::kWave / 2, Q>(v, lane);
-      constexpr int kLanes = hs::kWave / Q;
-      const int j = lane / kLanes, n = j / YT, h = m0 + j % YT;
-      if (lane % kLanes == 0 && j < NP * YT && n < un.count && h < h_end) {
+      const float sum = hs::reduce_scatter<L / 2, Q>(v, lane);   // within the row group
+      constexpr int kLanes = L / Q;
+      const int j = li / kLanes, n = j / YT, h = m0 + j % YT;
+      if (li % kLanes == 0 && j < NP * YT && n < un.count && h < h_end) {
         const int p = slot_of(route, un, n);
         part[(int64_t)p * H + h] = weights[p] * sum;
       }
@@ -316,7 +322,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   }
 }
 
-#define HS_MOE(T, TAG, W4, WTAG, NP, YP, YT)                                                                        \
+#define HS_MOE1(T, TAG, W4, WTAG, NP, YP)                                                                        \
   extern "C" __global__ void __launch_bounds__(kThreads) moe_gemm1_##TAG##_##WTAG##_n##NP(                       \
       const uint16_t* __restrict__ x, const void* __restrict__ w, const uint16_t* __restrict__ scales,             \
       const uint8_t* __restrict__ zeros, const int32_t* __restrict__ perm, const int32_t* __restrict__ meta,       \
@@ -324,21 +330,25 @@ extern "C" __global__ void __launch_bounds__(kThreads)
       int block_pairs, int P) {                                                                                    \
     gemm1<T, W4, NP, YP>(x, w, scales, zeros, perm, meta, act, I, H, x_stride, log2_g, topk, blocks, block_pairs, \
                          P);                                                                                       \
-  }                                                                                                                \
-  extern "C" __global__ void __launch_bounds__(kThreads) moe_gemm2_##TAG##_##WTAG##_n##NP(                       \
+  }
+
+#define HS_MOE2(T, TAG, W4, WTAG, NP, YT, S)                                                                    \
+  extern "C" __global__ void __launch_bounds__(kThreads) moe_gemm2_##TAG##_##WTAG##_n##NP##_s##S(                       \
       const uint16_t* __restrict__ act, const void* __restrict__ w, const uint16_t* __restrict__ scales,           \
       const uint8_t* __restrict__ zeros, const int32_t* __restrict__ perm, int32_t* __restrict__ meta,             \
       const float* __restrict__ weights, float* __restrict__ part, uint16_t* __restrict__ out, int H, int I,       \
       int topk, int N, int blocks, int block_rows, int log2_g, int P) {                                            \
-    gemm2<T, W4, NP, YT>(act, w, scales, zeros, perm, meta, weights, part, out, H, I, topk, N, blocks, block_rows, \
+    gemm2<T, W4, NP, YT, S>(act, w, scales, zeros, perm, meta, weights, part, out, H, I, topk, N, blocks, block_rows, \
                          log2_g, P);                                                                               \
   }
 
-// Token groups NP = 1, 2, 4, 8; YP (GEMM1 row pairs per wave) and YT (GEMM2 rows per wave) keep
-// NP x rows within one output per lane.
-#define HS_MOE_ALL(T, TAG, W4, WTAG)                                                               \
-  HS_MOE(T, TAG, W4, WTAG, 1, 2, 4) HS_MOE(T, TAG, W4, WTAG, 2, 2, 2) HS_MOE(T, TAG, W4, WTAG, 4, 1, 2) \
-  HS_MOE(T, TAG, W4, WTAG, 8, 1, 1)
+// Token groups NP = 1, 2, 4, 8; YP (GEMM1 row pairs per wave) and YT (GEMM2 rows per row group)
+// keep NP x rows within one output per lane; GEMM2 with S = 1 or 2 row groups per wave.
+#define HS_MOE_NP(T, TAG, W4, WTAG, NP, YP, YT) \
+  HS_MOE1(T, TAG, W4, WTAG, NP, YP) HS_MOE2(T, TAG, W4, WTAG, NP, YT, 1) HS_MOE2(T, TAG, W4, WTAG, NP, YT, 2)
+#define HS_MOE_ALL(T, TAG, W4, WTAG)                                                                  \
+  HS_MOE_NP(T, TAG, W4, WTAG, 1, 2, 4) HS_MOE_NP(T, TAG, W4, WTAG, 2, 2, 2) HS_MOE_NP(T, TAG, W4, WTAG, 4, 1, 2) \
+  HS_MOE_NP(T, TAG, W4, WTAG, 8, 1, 1)
 
 HS_MOE_ALL(hs::f16, f16, true, w4)
 HS_MOE_ALL(hs::bf16, bf16, true, w4)

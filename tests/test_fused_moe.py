@@ -283,7 +283,9 @@ def test_out_and_plan_shapes():
     got = _run("gfx1100", x, w13, w2, tw, ids, out=out)
     assert got is out and not np.isnan(out.astype(np.float32)).any()
     info = op.plan_info(_dev("gfx1100"), dt, 1, 2048, 768, 128, 8)
-    assert [p["kernel"] for p in info] == ["moe_route", "moe_gemm1_f16_w4_n1", "moe_gemm2_f16_w4_n1"]
+    assert [p["kernel"] for p in info] == ["moe_route", "moe_gemm1_f16_w4_n1", "moe_gemm2_f16_w4_n1_s1"]
+    info = op.plan_info(_dev("gfx942"), dt, 1, 2048, 768, 128, 8)
+    assert info[2]["kernel"] == "moe_gemm2_f16_w4_n1_s2"      # 24 chunks of I: two row groups per wave64
     assert op.token_group(64, 8, 128) == 4 and op.token_group(1, 8, 128) == 1 and op.token_group(16, 8, 128) == 2
 
 
@@ -337,3 +339,16 @@ def test_bad_prepared_input():
                                                        fmt="gptq", group_size=32), fmt="gptq", group_size=32)
         with pytest.raises(InputValueError, match="prepared dense weight"):
             hipskinny.moe.fused_moe(x, dense1, w2, tw, ids)
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1100"])
+def test_gemm2_whole_wave_per_row_group(arch):
+    """I with more chunks than half a wave (33 x 32 columns): GEMM2 with one row group per wave
+    (the other tests' I take two)."""
+    dt, e, k, h, i, n = F16, 4, 2, 64, 1056, 2
+    w13, w2 = _experts16(e, h, i, dt, seed=21)
+    x = np.random.default_rng(22).standard_normal((n, h)).astype(dt)
+    tw, ids = _routing(n, k, e, seed=23)
+    assert op.plan_info(_dev(arch), dt, n, h, i, e, k)[2]["kernel"].endswith("_s1")
+    y = _run(arch, x, w13, w2, tw, ids)
+    assert_moe(y, x, w13.astype(np.float64), w2.astype(np.float64), tw, ids)

@@ -51,8 +51,10 @@ COUNTERS = 1024           # GEMM2 row blocks at most (the counter words before t
 META_WORDS = 4
 GROUPS = (1, 2, 4, 8)     # token rows per unit (NP)
 GEMM1_PAIRS = {1: 2, 2: 2, 4: 1, 8: 1}   # gate/up row pairs per wave tile, by NP (kernels/moe.hip)
-GEMM2_ROWS = {1: 4, 2: 2, 4: 2, 8: 1}    # rows per wave tile, by NP
-GROUPS_PER_CU = 2
+GEMM2_ROWS = {1: 4, 2: 2, 4: 2, 8: 1}    # rows per row group of a wave tile, by NP
+# One workgroup per CU, as upstream's kernels: each stages its unit's x once per item, and fewer,
+# larger items stage less.
+GROUPS_PER_CU = 1
 ACTIVATIONS = ("silu",)
 _F16, _BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
 _TAG = {_F16: "f16", _BF16: "bf16"}
@@ -259,7 +261,9 @@ def _build_plans(device: Device, tag: str, w4_13: bool, w4_2: bool, n: int, h: i
                                "lds_bytes": size, "grid": min(grid, slots * blocks)})
 
     g1 = gemm(f"moe_gemm1_{tag}_{'w4' if w4_13 else 'w16'}_n{np_}", i, GEMM1_PAIRS[np_], h, 1 << 30)
-    g2 = gemm(f"moe_gemm2_{tag}_{'w4' if w4_2 else 'w16'}_n{np_}", h, GEMM2_ROWS[np_], i, COUNTERS)
+    # Two row groups per wave when I has at most wave / 2 chunks of 32 (I = 768 on wave64).
+    s = 2 if i // 32 <= arch.wave_size // 2 else 1
+    g2 = gemm(f"moe_gemm2_{tag}_{'w4' if w4_2 else 'w16'}_n{np_}_s{s}", h, GEMM2_ROWS[np_] * s, i, COUNTERS)
     fn, meta = module.kernel("moe_route")
     route = make_plan(fn, meta, (1, 1, 1), (THREADS, 1, 1), info={"kernel": "moe_route", "group": np_})
     return route, g1, g2

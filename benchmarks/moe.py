@@ -1,0 +1,160 @@
+"""The fused MoE rows of the performance report: `hipskinny.moe.fused_moe` at real expert shapes.
+
+    python -m benchmarks.moe                      # all archs; adds the "moe" section to RESULTS.json/md
+
+A MoE call's work is the routed experts' weights, which depend on the routing, not one [M, K]
+matrix that benchmarks.report can scale down with the CU count; so each row here emulates the
+whole call on the flagship's CU count (every launch of it: routing, GEMM1, GEMM2) with int4
+GPTQ-style symmetric group-128 experts, fp16, and a fixed seeded uniform routing (each token
+picks k different experts). Minimum bytes: each distinct routed expert's packed weights and
+scales once, x, out, topk_weights and topk_ids. Times come from benchmarks/model.py's roofline
+over the summed counts (a model; nothing is timed on a GPU). DeepSeek-V3's stack (256 experts
+of 7168 x 2048) is too large to hold on the emulator, so its rows use a stack of only the
+routed experts (ids renumbered; at N = 1 the plan depends on E only through N * k, so it is
+the real launch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import hipskinny
+from hipskinny import registry, w4a16
+from hipskinny.arch import ARCHS
+from hipskinny.ops import fused_moe as op
+
+from . import dynamic
+from .model import predict
+
+HERE = Path(__file__).resolve().parent
+GROUP = 128
+# (name, E, k, H, I, N values, compact): compact = hold only the routed experts (see above).
+MODELS = (("Qwen3-30B-A3B", 128, 8, 2048, 768, (1, 4), False),
+          ("DeepSeek-V3", 256, 8, 7168, 2048, (1,), True))
+# Upstream's measured gfx1151 numbers at N = 1 (quant_specs.md, ROCm/vllm #908), Qwen3-30B-A3B.
+UPSTREAM_GFX1151_US = {"gemm1": (66, 76), "gemm2": (40, 47)}
+
+
+def _stack(rng: np.random.Generator, e: int, m: int, k: int) -> w4a16.Prepared:
+    codes = rng.integers(0, 16, (e, m, k), dtype=np.int8)
+    scales = rng.uniform(0.002, 0.02, (e, m, k // GROUP)).astype(np.float16)
+    ckpt = w4a16.pack_checkpoint(codes, None, scales, fmt="gptq", group_size=GROUP)
+    return w4a16.prepare(**ckpt, fmt="gptq", group_size=GROUP, dtype=np.float16)
+
+
+def routing(n: int, k: int, e: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.stack([rng.choice(e, k, replace=False) for _ in range(n)]).astype(np.int32)
+
+
+def min_bytes(distinct: int, n: int, k: int, h: int, i: int) -> tuple[float, float]:
+    """(least bytes a call moves, weight bytes): each routed expert's codes and fp16 scales once,
+    x and out (fp16), topk_weights (fp32) and topk_ids (int32)."""
+    weights = distinct * (2 * i * h + h * i) / 2
+    scales = distinct * 2 * (2 * i * (h // GROUP) + h * (i // GROUP))
+    return weights + scales + 2 * n * h * 2 + n * k * 8, weights
+
+
+def measure(arch: str, name: str, e: int, k: int, h: int, i: int, n: int, compact: bool) -> dict[str, Any]:
+    ids = routing(n, k, e)
+    distinct = sorted(set(ids.ravel().tolist()))
+    stack_e = len(distinct) if compact else e
+    if compact:
+        ids = np.searchsorted(np.array(distinct), ids).astype(np.int32)
+    rng = np.random.default_rng(1)
+    w13, w2 = _stack(rng, stack_e, 2 * i, h), _stack(rng, stack_e, h, i)
+    x = rng.standard_normal((n, h)).astype(np.float16)
+    tw = rng.uniform(0.05, 1, (n, k)).astype(np.float32)
+    info = ARCHS[arch]
+    dev = dynamic.device(arch, info.default_cu_count)
+    dev.launches.clear()
+    t0 = time.perf_counter()
+    with hipskinny.on_device(dev):
+        hipskinny.moe.fused_moe(x, w13, w2, tw, ids)
+    seconds = time.perf_counter() - t0
+    launches = list(dev.launches)
+    assert [s.kernel.split("_")[1] for s in launches] == ["route", "gemm1", "gemm2"], [s.kernel for s in launches]
+    least, wbytes = min_bytes(len(distinct), n, k, h, i)
+    parts = {}
+    for label, stats in (("gemm1", launches[1]), ("gemm2", launches[2]), ("call", dynamic.combined(launches))):
+        moved = stats.bytes_loaded["global"] + stats.bytes_stored["global"]
+        valu = stats.instructions["valu"] + stats.instructions["trans"]
+        pred = predict(info, info.default_cu_count, bytes_moved=moved, bytes_min=least, valu=valu,
+                       mnemonics=stats.mnemonics, lds_bytes=stats.bytes_loaded["lds"] + stats.bytes_stored["lds"])
+        parts[label] = {"kernel": stats.kernel, "bytes": moved, "valu": valu, "seconds": pred.seconds,
+                        "bound": pred.bound, "roofs": pred.roofs}
+    call = parts["call"]
+    return {"arch": arch, "model": name, "E": e, "k": k, "H": h, "I": i, "N": n, "distinct": len(distinct),
+            "compact": compact, "min_bytes": least, "weight_bytes": wbytes, "ratio": call["bytes"] / least,
+            "valu_per_weight_byte": call["valu"] / wbytes, "balance": info.balance_point(),
+            "floor_s": least / (info.peak_bandwidth_gbs * 1e9), "parts": parts,
+            "plan": op.plan_info(dev, np.float16, n, h, i, stack_e, k), "emulated_s": seconds}
+
+
+def markdown(section: dict[str, Any]) -> list[str]:
+    """The section of RESULTS.md (called by benchmarks.report.markdown when the JSON has one)."""
+    out = ["## fused_moe (`hipskinny.moe.fused_moe`)", "",
+           f"Produced by `{section['command']}` on {section['date']} at commit `{section['commit']}` "
+           f"({section['seconds'] / 60:.1f} min on a 2-core CPU). " + __doc__.split("\n\n", 2)[2].replace("\n", " ")
+           .strip(), "",
+           "| model | arch | N | distinct experts | kernels (NP) | traffic ratio | VALU/weight B (balance) | "
+           "GEMM1 µs | GEMM2 µs | call µs | floor µs | bound |", "|" + "---|" * 12]
+    for r in section["rows"]:
+        p = r["parts"]
+        out.append(f"| {r['model']} | {r['arch']} | {r['N']} | {r['distinct']} | "
+                   f"{p['gemm1']['kernel'].split('_')[-1]} | {r['ratio']:.3f} | "
+                   f"{r['valu_per_weight_byte']:.3f} ({r['balance']:.3f}) | {p['gemm1']['seconds'] * 1e6:.1f} | "
+                   f"{p['gemm2']['seconds'] * 1e6:.1f} | {p['call']['seconds'] * 1e6:.1f} | "
+                   f"{r['floor_s'] * 1e6:.1f} | {p['call']['bound']} |")
+    return out + ["", section.get("notes", "").strip(), ""]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.moe", description=__doc__.split("\n")[0])
+    p.add_argument("--arch", nargs="+", default=None)
+    p.add_argument("--model", nargs="+", default=None, help="model names (default: all)")
+    p.add_argument("--json", default=str(HERE / "RESULTS.json"))
+    p.add_argument("--md", default=str(HERE / "RESULTS.md"))
+    args = p.parse_args(argv)
+    archs = args.arch or list(registry.manifest()["archs"])
+    t0 = time.perf_counter()
+    rows = []
+    for name, e, k, h, i, ns, compact in MODELS:
+        if args.model and name not in args.model:
+            continue
+        for arch in archs:
+            for n in ns:
+                r = measure(arch, name, e, k, h, i, n, compact)
+                print(f"{name} {arch} N={n}: ratio {r['ratio']:.3f}, call {r['parts']['call']['seconds'] * 1e6:.1f} us "
+                      f"({r['emulated_s']:.0f} s)", file=sys.stderr, flush=True)
+                rows.append(r)
+    path = Path(args.json)
+    rep = json.loads(path.read_text())
+    old = rep.get("moe", {})
+    keep = [r for r in old.get("rows", []) if (r["model"], r["arch"]) not in {(x["model"], x["arch"]) for x in rows}]
+    from benchmarks.report import _git  # the report's git helper (commit of the run)
+    rep["moe"] = {"command": "python -m benchmarks.moe " + " ".join(argv if argv is not None else sys.argv[1:]),
+                  "date": datetime.date.today().isoformat(), "commit": _git("rev-parse", "--short", "HEAD"),
+                  "seconds": time.perf_counter() - t0 + old.get("seconds", 0.0) * bool(keep),
+                  "rows": keep + rows, "notes": old.get("notes", "")}
+    rep["moe"]["rows"].sort(key=lambda r: ([m[0] for m in MODELS].index(r["model"]), list(ARCHS).index(r["arch"]),
+                                           r["N"]))
+    path.write_text(json.dumps(rep, indent=1, default=float) + "\n")
+    from benchmarks.report import markdown as report_markdown
+    Path(args.md).write_text(report_markdown(rep))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["MODELS", "main", "markdown", "measure", "min_bytes", "routing"]
