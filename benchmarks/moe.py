@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.moe", description=__doc__.split("\n")[0])
     p.add_argument("--arch", nargs="+", default=None)
     p.add_argument("--model", nargs="+", default=None, help="model names (default: all)")
+    p.add_argument("--n", nargs="+", type=int, default=None, help="token counts (default: each model's)")
     p.add_argument("--json", default=str(HERE / "RESULTS.json"))
     p.add_argument("--md", default=str(HERE / "RESULTS.md"))
     args = p.parse_args(argv)
@@ -132,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         for arch in archs:
             for n in ns:
+                if args.n and n not in args.n:
+                    continue
                 r = measure(arch, name, e, k, h, i, n, compact)
                 print(f"{name} {arch} N={n}: ratio {r['ratio']:.3f}, call {r['parts']['call']['seconds'] * 1e6:.1f} us "
                       f"({r['emulated_s']:.0f} s)", file=sys.stderr, flush=True)
@@ -139,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args.json)
     rep = json.loads(path.read_text())
     old = rep.get("moe", {})
-    keep = [r for r in old.get("rows", []) if (r["model"], r["arch"]) not in {(x["model"], x["arch"]) for x in rows}]
+    done = {(x["model"], x["arch"], x["N"]) for x in rows}
+    keep = [r for r in old.get("rows", []) if (r["model"], r["arch"], r["N"]) not in done]
     from benchmarks.report import _git  # the report's git helper (commit of the run)
     rep["moe"] = {"command": "python -m benchmarks.moe " + " ".join(argv if argv is not None else sys.argv[1:]),
                   "date": datetime.date.today().isoformat(), "commit": _git("rev-parse", "--short", "HEAD"),

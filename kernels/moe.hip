@@ -13,8 +13,10 @@
 // T [E, rows, K]. w13 has rows 2I (gate rows 0..I-1, up rows I..2I-1) over K = H; w2 has rows H
 // over K = I. Experts no slot routes to are never read.
 //
-// Scratch `meta` (int32): GEMM2's row-block counters (kCounters words: always at the start, so a
-// call of another shape never finds route data there), then the route: [0] work units U, [1]
+// Scratch `meta`, one buffer (one pointer: the kernels are short of scalar registers): GEMM2's
+// row-block counters (kCounters words: always at the start, so a call of another shape never finds
+// route data there), the route, act (T [P, I], 16-byte aligned) and part (fp32 [P, H], 16-byte
+// aligned) at offsets from P and I (scratch_of). The route (int32): [0] work units U, [1]
 // slots whose id is outside [0, E) (skipped: they contribute nothing), [2] valid slots, [3] 0;
 // order[P] at 4: the valid slots sorted by (expert, slot); units[2P] at 4 + P: unit u = (expert,
 // start | count << 16), the expert's slots order[start .. start + count), count <= group (NP, the
@@ -32,12 +34,11 @@
 //
 // Arguments (launch block (256, 1, 1), dynamic LDS NP * K * 2 bytes, bf16 + NP * K / 8):
 //   moe_route(ids, meta, P, E, group)              static LDS, P <= 1024, E <= 512
-//   moe_gemm1_<T>_<w4|w16>_n<NP>(x, w, scales, zeros, perm, meta, act, I, H, x_stride, log2_g,
-//       topk, blocks, block_pairs, P)
-//   moe_gemm2_<T>_<w4|w16>_n<NP>_s<S>(act, w, scales, zeros, perm, meta, weights, part, out, H, I, topk,
-//       N, blocks, block_rows, log2_g, P)                                 blocks <= kCounters
-// K (H for GEMM1, I for GEMM2) a multiple of 32; x rows 16-byte aligned; act [P, I], part fp32
-// [P, H], out [N, H] contiguous.
+//   moe_gemm1_<T>_<w4|w16>_n<NP>(x, w, scales, zeros, perm, meta, I, H, x_stride, log2_g, topk,
+//       blocks, block_pairs, P)
+//   moe_gemm2_<T>_<w4|w16>_n<NP>_s<S>(w, scales, zeros, perm, meta, weights, out, H, I, topk, N,
+//       blocks, block_rows, log2_g, P)                                    blocks <= kCounters
+// K (H for GEMM1, I for GEMM2) a multiple of 32; x rows 16-byte aligned; out [N, H] contiguous.
 #include "hipskinny/common.h"
 #include "hipskinny/int4.h"
 #include "hipskinny/reduce.h"
@@ -51,6 +52,14 @@ constexpr int kMaxSlots = 1024;
 constexpr int kMaxExperts = 512;
 constexpr int kMeta = 4;
 constexpr int kCounters = 1024;   // GEMM2 row blocks at most
+
+// Where act and part sit in the scratch buffer (frontend/ops/fused_moe.py sizes it the same way).
+__device__ inline uint16_t* act_of(int32_t* meta, int P) {
+  return reinterpret_cast<uint16_t*>(meta + kCounters + ((kMeta + 4 * P + 3) & ~3));
+}
+__device__ inline float* part_of(int32_t* meta, int P, int I) {
+  return reinterpret_cast<float*>(act_of(meta, P) + ((P * I + 7) & ~7));
+}
 
 struct Unit {
   int expert, start, count;
@@ -68,8 +77,11 @@ __device__ inline int slot_of(const int32_t* __restrict__ route, const Unit& un,
 }
 
 // A weight tile's rows of one expert: the loads and the chunk products, int4 or 16-bit.
-// The lane takes chunks li, li + L, ... of each row (li: its index in a group of L lanes).
-template <typename T, bool W4, int NP, int Y, int L = hs::kWave>
+// The lane takes chunks li, li + L, ... of each row (li: its index in a group of L lanes). QUAD:
+// with G >= 128 a quad's first lane alone loads the group's scale and zero point (see
+// hs::int4::from_quad_leader); GEMM2 does without (its row-block reduction leaves no scalar
+// registers for the extra control flow on gfx9).
+template <typename T, bool W4, int NP, int Y, int L = hs::kWave, bool QUAD = true>
 __device__ inline void tile_sums(float (&acc)[NP][Y], const void* __restrict__ w, const uint16_t* __restrict__ scales,
                                  const uint8_t* __restrict__ zeros, const uint32_t (&rows)[Y], int K, int log2_g,
                                  const hs::u32x4* xs, const float* xsum, int li) {
@@ -90,17 +102,41 @@ __device__ inline void tile_sums(float (&acc)[NP][Y], const void* __restrict__ w
     const uint32_t* wq = static_cast<const uint32_t*>(w);
     const uint32_t magic = hs::int4::magic_const<T>();
     const uint32_t groups = (uint32_t)K >> log2_g;
+    const bool grouped = QUAD && log2_g >= 7;          // a quad's chunks share one group
+    const bool leader = !grouped || (li & 3) == 0;
     for (int c = li; c < chunks; c += L) {
       const uint32_t g = ((uint32_t)c * kChunk) >> log2_g;
       hs::u32x4 wv[Y];
       float sc[Y];
-      uint32_t z[Y];
+      uint32_t z[Y], sraw[Y];
 #pragma unroll
       for (int r = 0; r < Y; ++r) {
         wv[r] = hs::load16_stream(wq + (rv[r] * (uint32_t)(K >> 3) + 4u * c));
-        sc[r] = hs::to_float<T>(scales[rv[r] * groups + g]);
-        z[r] = zeros != nullptr ? (uint32_t)zeros[rv[r] * groups + g] : 8u;
+        sraw[r] = 0u;
+        z[r] = 8u;
       }
+      if constexpr (!QUAD) {
+#pragma unroll
+        for (int r = 0; r < Y; ++r) {
+          sraw[r] = scales[rv[r] * groups + g];
+          if (zeros != nullptr) z[r] = zeros[rv[r] * groups + g];
+        }
+      } else if (leader) {   // see from_quad_leader
+#pragma unroll
+        for (int r = 0; r < Y; ++r) sraw[r] = scales[rv[r] * groups + g];
+        if (zeros != nullptr)
+#pragma unroll
+          for (int r = 0; r < Y; ++r) z[r] = zeros[rv[r] * groups + g];
+      }
+      if (grouped) {
+#pragma unroll
+        for (int r = 0; r < Y; ++r) {
+          sraw[r] = hs::int4::from_quad_leader(sraw[r]);
+          z[r] = hs::int4::from_quad_leader(z[r]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < Y; ++r) sc[r] = hs::to_float<T>((uint16_t)sraw[r]);
       hs::int4::chunk<T, NP, Y>(acc, wv, sc, z, xs, row_q, xsum, row_s, c, magic);
     }
   } else {
@@ -144,9 +180,10 @@ __device__ inline uint16_t silu_mul(float gate, float up) {
 template <typename T, bool W4, int NP, int YP>
 __device__ void gemm1(const uint16_t* __restrict__ x, const void* __restrict__ w, const uint16_t* __restrict__ scales,
                       const uint8_t* __restrict__ zeros, const int32_t* __restrict__ perm,
-                      const int32_t* __restrict__ meta, uint16_t* __restrict__ act, int I, int H, int64_t x_stride,
-                      int log2_g, int topk, int blocks, int block_pairs, int P) {
+                      int32_t* __restrict__ meta, int I, int H, int64_t x_stride, int log2_g, int topk, int blocks,
+                      int block_pairs, int P) {
   const int32_t* route = meta + kCounters;
+  uint16_t* act = act_of(meta, P);
   constexpr int Y = 2 * YP;                        // gate rows, then up rows
   constexpr int Q = hs::pow2_at_least(NP * YP);    // butterfly width (each of gate, up)
   static_assert(NP * YP <= hs::kWave, "one output per lane at the write");
@@ -198,13 +235,14 @@ __device__ void gemm1(const uint16_t* __restrict__ x, const void* __restrict__ w
 // S row groups per wave (S = 2 when K has at most wave / 2 chunks, e.g. I = 768 on wave64: each
 // half-wave takes its own YT rows, so lanes are not idle for want of chunks).
 template <typename T, bool W4, int NP, int YT, int S>
-__device__ void gemm2(const uint16_t* __restrict__ act, const void* __restrict__ w, const uint16_t* __restrict__ scales,
+__device__ void gemm2(const void* __restrict__ w, const uint16_t* __restrict__ scales,
                       const uint8_t* __restrict__ zeros, const int32_t* __restrict__ perm,
-                      int32_t* __restrict__ meta, const float* __restrict__ weights, float* __restrict__ part,
-                      uint16_t* __restrict__ out, int H, int I, int topk, int N, int blocks, int block_rows,
+                      int32_t* __restrict__ meta, const float* __restrict__ weights, uint16_t* __restrict__ out, int H, int I, int topk, int N, int blocks, int block_rows,
                       int log2_g, int P) {
   uint32_t* counters = reinterpret_cast<uint32_t*>(meta);
   const int32_t* route = meta + kCounters;
+  const uint16_t* act = act_of(meta, P);
+  float* part = part_of(meta, P, I);
   constexpr int L = hs::kWave / S;                 // lanes per row group
   constexpr int Q = hs::pow2_at_least(NP * YT);
   static_assert(NP * YT <= L, "one output per lane at the write");
@@ -237,7 +275,7 @@ __device__ void gemm2(const uint16_t* __restrict__ act, const void* __restrict__
 #pragma unroll
       for (int r = 0; r < YT; ++r) rws[r] = row0 + (uint32_t)min(m0 + r, H - 1);
       float acc[NP][YT];
-      tile_sums<T, W4, NP, YT, L>(acc, we, scales, zeros, rws, I, log2_g, xs, xsum, li);
+      tile_sums<T, W4, NP, YT, L, false>(acc, we, scales, zeros, rws, I, log2_g, xs, xsum, li);
       float v[Q];
 #pragma unroll
       for (int j = 0; j < Q; ++j) v[j] = j < NP * YT ? acc[j / YT][j % YT] : 0.0f;
@@ -322,24 +360,22 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   }
 }
 
-#define HS_MOE1(T, TAG, W4, WTAG, NP, YP)                                                                        \
-  extern "C" __global__ void __launch_bounds__(kThreads) moe_gemm1_##TAG##_##WTAG##_n##NP(                       \
-      const uint16_t* __restrict__ x, const void* __restrict__ w, const uint16_t* __restrict__ scales,             \
-      const uint8_t* __restrict__ zeros, const int32_t* __restrict__ perm, const int32_t* __restrict__ meta,       \
-      uint16_t* __restrict__ act, int I, int H, int64_t x_stride, int log2_g, int topk, int blocks,                \
-      int block_pairs, int P) {                                                                                    \
-    gemm1<T, W4, NP, YP>(x, w, scales, zeros, perm, meta, act, I, H, x_stride, log2_g, topk, blocks, block_pairs, \
-                         P);                                                                                       \
+#define HS_MOE1(T, TAG, W4, WTAG, NP, YP)                                                                    \
+  extern "C" __global__ void __launch_bounds__(kThreads) moe_gemm1_##TAG##_##WTAG##_n##NP(                   \
+      const uint16_t* __restrict__ x, const void* __restrict__ w, const uint16_t* __restrict__ scales,         \
+      const uint8_t* __restrict__ zeros, const int32_t* __restrict__ perm, int32_t* __restrict__ meta, int I,  \
+      int H, int64_t x_stride, int log2_g, int topk, int blocks, int block_pairs, int P) {                     \
+    gemm1<T, W4, NP, YP>(x, w, scales, zeros, perm, meta, I, H, x_stride, log2_g, topk, blocks, block_pairs, P); \
   }
 
-#define HS_MOE2(T, TAG, W4, WTAG, NP, YT, S)                                                                    \
-  extern "C" __global__ void __launch_bounds__(kThreads) moe_gemm2_##TAG##_##WTAG##_n##NP##_s##S(                       \
-      const uint16_t* __restrict__ act, const void* __restrict__ w, const uint16_t* __restrict__ scales,           \
-      const uint8_t* __restrict__ zeros, const int32_t* __restrict__ perm, int32_t* __restrict__ meta,             \
-      const float* __restrict__ weights, float* __restrict__ part, uint16_t* __restrict__ out, int H, int I,       \
-      int topk, int N, int blocks, int block_rows, int log2_g, int P) {                                            \
-    gemm2<T, W4, NP, YT, S>(act, w, scales, zeros, perm, meta, weights, part, out, H, I, topk, N, blocks, block_rows, \
-                         log2_g, P);                                                                               \
+#define HS_MOE2(T, TAG, W4, WTAG, NP, YT, S)                                                                 \
+  extern "C" __global__ void __launch_bounds__(kThreads) moe_gemm2_##TAG##_##WTAG##_n##NP##_s##S(            \
+      const void* __restrict__ w, const uint16_t* __restrict__ scales, const uint8_t* __restrict__ zeros,      \
+      const int32_t* __restrict__ perm, int32_t* __restrict__ meta, const float* __restrict__ weights,         \
+      uint16_t* __restrict__ out, int H, int I, int topk, int N, int blocks, int block_rows, int log2_g,       \
+      int P) {                                                                                                  \
+    gemm2<T, W4, NP, YT, S>(w, scales, zeros, perm, meta, weights, out, H, I, topk, N, blocks, block_rows,     \
+                            log2_g, P);                                                                         \
   }
 
 // Token groups NP = 1, 2, 4, 8; YP (GEMM1 row pairs per wave) and YT (GEMM2 rows per row group)

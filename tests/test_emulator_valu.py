@@ -640,6 +640,20 @@ def test_mad_u64_lshl_add_u64_and_64bit_shifts() -> None:
     assert w.v[2][0] == 2 and w.v[3][0] == 0 and w.sget(6, 2) == 0
 
 
+def test_32bit_literal_for_64bit_integer_operand_extends_by_signedness() -> None:
+    """gfx11/12 VOP3 takes a literal: zero-extended for an unsigned 64-bit operand (the form clang
+    emits for (a * b + c) truncated to 32 bits), sign-extended for a signed one."""
+    w = wave("gfx1151")
+    w.v[1][:], w.s[4] = 3, 0x00100010
+    run("v_mad_u64_u32 v[2:3], null, v1, s4, 0xd400d400", w, "gfx1151")
+    p = 3 * 0x00100010 + 0xD400D400
+    assert np.all(w.v[2] == p & 0xFFFFFFFF) and np.all(w.v[3] == p >> 32)
+    w.s[4] = 1
+    run("v_mad_i64_i32 v[2:3], null, v1, s4, 0xd400d400", w, "gfx1151")
+    p = (3 + (0xD400D400 - (1 << 32))) & ((1 << 64) - 1)
+    assert np.all(w.v[2] == p & 0xFFFFFFFF) and np.all(w.v[3] == p >> 32)
+
+
 # ---------------------------------------------------------------------------
 # VOPD, true16, SDWA, gfx9 16-bit rule
 

@@ -58,11 +58,12 @@ GROUPS_PER_CU = 1
 ACTIVATIONS = ("silu",)
 _F16, _BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
 _TAG = {_F16: "f16", _BF16: "bf16"}
-# Scratch slots: counters + route (int32), act (T [P, I]), the weighted fp32 slot results [P, H].
-META_SLOT, ACT_SLOT, PART_SLOT = "moe.meta", "moe.act", "moe.part"
+# One scratch slot (the kernels take one pointer): the counters and the route (int32), act (T [P, I])
+# and the weighted fp32 slot results [P, H], laid out by `scratch_bytes` (kernels/moe.hip).
+META_SLOT = "moe.scratch"
 _plans = PlanCache()
 _calls = operands.CallCache()
-_P_META, _P_ACT, _P_PART = len(NAMES), len(NAMES) + 1, len(NAMES) + 2   # pointer positions (after out)
+_P_META = len(NAMES)       # the scratch slot's pointer position (after out)
 
 
 def fused_moe(x: Any, w13: Any, w2: Any, topk_weights: Any, topk_ids: Any, *, activation: str = "silu",
@@ -109,13 +110,12 @@ def _bind(ops: Operands, p13: tuple | None, p2: tuple | None) -> Any:
         Launch(device.launcher(route), 0, (slots, e, np_), select=(10, _P_META)),
         Launch(device.launcher(gemm1), 0,
                (i, h, x_stride, g13, k, gemm1.info["blocks"], gemm1.info["block_rows"], slots),
-               select=(0, 1, 2, 3, 4, _P_META, _P_ACT)),
+               select=(0, 1, 2, 3, 4, _P_META)),
         Launch(device.launcher(gemm2), 0,
                (h, i, k, n, gemm2.info["blocks"], gemm2.info["block_rows"], g2, slots),
-               select=(_P_ACT, 5, 6, 7, 8, _P_META, 9, _P_PART, 11)),
+               select=(5, 6, 7, 8, _P_META, 9, 11)),
     ]
-    scratch = ((META_SLOT, 4 * (COUNTERS + META_WORDS + 4 * slots)), (ACT_SLOT, 2 * slots * i),
-               (PART_SLOT, 4 * slots * h))
+    scratch = ((META_SLOT, scratch_bytes(slots, h, i)),)
     if ops.on_host:
         staged = [None if ops[name] is None else Staged(f"moe.{name}", 1, ops[name].numel, ops[name].numel)
                   for name in NAMES[:-1]]
@@ -267,6 +267,17 @@ def _build_plans(device: Device, tag: str, w4_13: bool, w4_2: bool, n: int, h: i
     fn, meta = module.kernel("moe_route")
     route = make_plan(fn, meta, (1, 1, 1), (THREADS, 1, 1), info={"kernel": "moe_route", "group": np_})
     return route, g1, g2
+
+
+def scratch_bytes(slots: int, h: int, i: int) -> int:
+    """The scratch a call needs: counters and route words (rounded to 16 bytes), act (2 bytes per
+    slot and column of I, rounded to 16 bytes) and the fp32 slot results [P, H]."""
+    route = 4 * (COUNTERS + _round_up(META_WORDS + 4 * slots, 4))
+    return route + 2 * _round_up(slots * i, 8) + 4 * slots * h
+
+
+def _round_up(a: int, b: int) -> int:
+    return -(-a // b) * b
 
 
 def _ceil(a: int, b: int) -> int:

@@ -317,10 +317,17 @@ def const_array(op: Operand, width: int, n: int, typ: str = "") -> np.ndarray:
     if typ == "bf16" and isinstance(op.value, float):
         raise EmulatorError(f"float inline constant {op.text} for a bf16 operand is not implemented")
     if width == 64 and isinstance(op.value, int) and not -16 <= op.value <= 64:
-        if typ != "f64":
-            raise EmulatorError(f"32-bit literal {op.text} for a 64-bit integer operand is not implemented")
-        # a 32-bit literal for an f64 operand supplies the high word (low word 0)
-        return np.full(n, (op.value & 0xFFFFFFFF) << 32, np.uint64)
+        lit = op.value & 0xFFFFFFFF
+        if typ == "f64":   # a 32-bit literal for an f64 operand supplies the high word (low word 0)
+            return np.full(n, lit << 32, np.uint64)
+        # 64-bit integer operands: the hardware zero-extends the literal for unsigned ones and
+        # sign-extends it for signed ones (LLVM folds a literal into a 64-bit operand only where
+        # the two agree, or by the operand's signedness: llvm/llvm-project#70274 and later)
+        if typ == "i64":
+            return np.full(n, lit - (1 << 32) if lit >> 31 else lit, np.int64).view(np.uint64)
+        if typ in ("u64", "b64"):
+            return np.full(n, lit, np.uint64)
+        raise EmulatorError(f"32-bit literal {op.text} for a 64-bit operand of type {typ or '?'} is not implemented")
     bits = const_bits(op, width)
     dt = np.uint64 if width == 64 else np.uint32
     return np.full(n, bits, dt)

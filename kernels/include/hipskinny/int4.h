@@ -87,6 +87,14 @@ __device__ inline uint32_t magic_const() {
   return v;
 }
 
+// A lane's chunks are c = li + j * L with L a multiple of 4, so with G >= 128 the lanes of a quad
+// hold one scale group's chunks 4t..4t+3: the quad's first lane alone loads the group's scale and
+// zero point and hands them to the others (quad_perm [0,0,0,0]), so a group's bytes are requested
+// once, not once per chunk. (G = 32, 64: every lane loads its own.)
+__device__ inline uint32_t from_quad_leader(uint32_t v) {
+  return (uint32_t)__builtin_amdgcn_update_dpp(0, (int)v, 0x00, 0xf, 0xf, false);
+}
+
 // One 32-column chunk c of a lane for Y weight rows x NP staged token rows: acc[n][r] +=
 // scale[r] * sum over the chunk of x[n, k] * (q[r, k] - z[r]), the chunk summed in fp32 first.
 // wv[r]: the chunk's 4 shuffled words of row r; xs: staged rows row_q 16-byte slots apart; xsum:
