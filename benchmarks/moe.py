@@ -145,7 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     done = {(x["model"], x["arch"], x["N"]) for x in rows}
     keep = [r for r in old.get("rows", []) if (r["model"], r["arch"], r["N"]) not in done]
     from benchmarks.report import _git  # the report's git helper (commit of the run)
-    rep["moe"] = {"command": "python -m benchmarks.moe " + " ".join(argv if argv is not None else sys.argv[1:]),
+    given = list(argv if argv is not None else sys.argv[1:])
+    for flag in ("--json", "--md"):   # where the files went is not part of how the numbers were made
+        if flag in given:
+            at = given.index(flag)
+            del given[at:at + 2]
+    rep["moe"] = {"command": " ".join(["python -m benchmarks.moe", *given]),
                   "date": datetime.date.today().isoformat(), "commit": _git("rev-parse", "--short", "HEAD"),
                   "seconds": time.perf_counter() - t0 + old.get("seconds", 0.0) * bool(keep),
                   "rows": keep + rows, "notes": old.get("notes", "")}
