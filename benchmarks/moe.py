@@ -101,10 +101,11 @@ def measure(arch: str, name: str, e: int, k: int, h: int, i: int, n: int, compac
 
 def markdown(section: dict[str, Any]) -> list[str]:
     """The section of RESULTS.md (called by benchmarks.report.markdown when the JSON has one)."""
+    commands = sorted({r.get("command", section["command"]) for r in section["rows"]})
     out = ["## fused_moe (`hipskinny.moe.fused_moe`)", "",
-           f"Produced by `{section['command']}` on {section['date']} at commit `{section['commit']}` "
-           f"({section['seconds'] / 60:.1f} min on a 2-core CPU). " + __doc__.split("\n\n", 2)[2].replace("\n", " ")
-           .strip(), "",
+           f"Produced by {', '.join(f'`{c}`' for c in commands)} (last run on {section['date']} at commit "
+           f"`{section['commit']}`, {section['seconds'] / 60:.1f} min on a 2-core CPU in all). "
+           + __doc__.split("\n\n", 2)[2].replace("\n", " ").strip(), "",
            "| model | arch | N | distinct experts | kernels (NP) | traffic ratio | VALU/weight B (balance) | "
            "GEMM1 µs | GEMM2 µs | call µs | floor µs | bound |", "|" + "---|" * 12]
     for r in section["rows"]:
@@ -150,7 +151,10 @@ def main(argv: list[str] | None = None) -> int:
         if flag in given:
             at = given.index(flag)
             del given[at:at + 2]
-    rep["moe"] = {"command": " ".join(["python -m benchmarks.moe", *given]),
+    command = " ".join(["python -m benchmarks.moe", *given])
+    for r in rows:
+        r["command"] = command
+    rep["moe"] = {"command": command,
                   "date": datetime.date.today().isoformat(), "commit": _git("rev-parse", "--short", "HEAD"),
                   "seconds": time.perf_counter() - t0 + old.get("seconds", 0.0) * bool(keep),
                   "rows": keep + rows, "notes": old.get("notes", "")}
