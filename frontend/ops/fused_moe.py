@@ -258,7 +258,7 @@ def _build_plans(device: Device, tag: str, w4_13: bool, w4_2: bool, n: int, h: i
         size = lds(np_, kdim)
         return make_plan(fn, meta, (max(1, min(grid, slots * blocks)), 1, 1), (THREADS, 1, 1), shared_mem=size,
                          info={"kernel": name, "blocks": blocks, "block_rows": block_rows, "group": np_,
-                               "lds_bytes": size, "grid": min(grid, slots * blocks)})
+                               "lds_bytes": size})
 
     g1 = gemm(f"moe_gemm1_{tag}_{'w4' if w4_13 else 'w16'}_n{np_}", i, GEMM1_PAIRS[np_], h, 1 << 30)
     # Two row groups per wave when I has at most wave / 2 chunks of 32 (I = 768 on wave64).
@@ -312,10 +312,6 @@ def _require(ok: bool, what: str) -> None:
 
 # ----------------------------------------------------------------------------------------------
 # reference
-
-def _round(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    return a.astype(np.float32).astype(dtype).astype(np.float64) if dtype != np.float64 else a
-
 
 def silu_and_mul_reference(gate: np.ndarray, up: np.ndarray, dtype: Any) -> np.ndarray:
     """vLLM's silu_and_mul on fp32 sums, in T = ``dtype``: cast, silu in fp32, cast, multiply in T."""
