@@ -28,6 +28,9 @@
 //                                                32-column chunk; = N * kc * 17 / 8)
 // (the bf16 size is also fine for f16). No static LDS.
 //
+// w4a16_dequantize_<f16|bf16> (the op's route for N > 8 and for shapes the fused kernels do not
+// take; arguments and rules at its definition): block (256, 1, 1), any grid, no LDS.
+//
 // Work split as kernels/matmul_4bit.hip: a wave owns YTILE consecutive rows x all tokens; lane l
 // takes the 32-column chunks (16 weight bytes, 4 words) c with c % wave == l in increasing c; a
 // chunk's products are summed in fp32 (v_dot2), scaled by its group's scale once (a chunk never
@@ -345,6 +348,58 @@ __device__ void w4a16(const uint16_t* __restrict__ x, const uint32_t* __restrict
   }
 }
 
+// The dequantize kernel of the route (N > 8, and K or group sizes the fused kernels do not take):
+// W [M, K] as T into out [M, K] in the CHECKPOINT's column order, so that skinny_gemm's kernels
+// multiply plain x: out[m, perm[k]] = T(s[m, g] * (q[m, k] - z[m, g])) for prepared column k
+// (perm null: out[m, k]), g = k / G. The product is exact in fp32 (a 5-bit integer times a
+// 16-bit scale's 11 or 8 significant bits) and rounded once to T: the value
+// w4a16.dequantize_checkpoint gives, rounded to T (with the prepared scales).
+//
+// Arguments: w, scales, zeros, perm as the fused kernel's (zeros null: z = 8; perm null: identity);
+// out [M, K] T, 16-byte aligned; K a multiple of 8; G (any, not only powers of two) a multiple of
+// 8 dividing K, so a word's 8 columns share one group. One thread per word (8 columns, one
+// 16-byte store without perm, 8 scattered 2-byte stores with it) in a grid-stride loop over
+// M * K / 8 words, 32-bit word indices (M * K / 8 < 2^32, checked by the op). Each output element is
+// written exactly once: perm is a permutation of 0..K-1.
+template <typename T>
+__device__ void dequantize(const uint32_t* __restrict__ w, const uint16_t* __restrict__ scales,
+                           const uint8_t* __restrict__ zeros, const int32_t* __restrict__ perm,
+                           uint16_t* __restrict__ out, int M, int K, int G) {
+  const uint32_t words = (uint32_t)(K >> 3), groups = (uint32_t)(K / G), total = (uint32_t)M * words;
+  const uint32_t step = gridDim.x * kThreads;
+  // i + step may pass 2^32 when total is near it: the loop ends before adding past total.
+  for (uint32_t i = blockIdx.x * kThreads + threadIdx.x; i < total; i = total - i > step ? i + step : total) {
+    const uint32_t m = i / words, j = i - m * words;
+    const uint32_t q = w[i];
+    const uint32_t gi = m * groups + (8 * j) / (uint32_t)G;
+    const float s = hs::to_float<T>(scales[gi]);
+    const int z = zeros != nullptr ? (int)zeros[gi] : 8;
+    uint32_t v[8];
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      // column 8j + c sits in nibble ORDER^-1[c]: pairs (c, c + 1) in nibbles c / 2 and c / 2 + 4
+      const int nib = (int)((q >> (4 * (c >> 1) + 16 * (c & 1))) & 15u);
+      float p = (float)(nib - z) * s;
+      // Opaque: fp16 would otherwise get v_fma_mixlo_f16(s, q - z, +0), which turns the -0 of
+      // q == z under a negative scale into +0 (the fp32 product rounded once keeps -0).
+      asm("" : "+v"(p));
+      v[c] = hs::from_float<T>(p);
+    }
+    uint16_t* row = out + (uint64_t)m * (uint32_t)K;
+    if (perm == nullptr) {
+      *reinterpret_cast<hs::u32x4*>(row + 8 * j) =
+          hs::u32x4{v[0] | v[1] << 16, v[2] | v[3] << 16, v[4] | v[5] << 16, v[6] | v[7] << 16};
+    } else {
+      const hs::u32x4 p0 = hs::load16(perm + 8 * j), p1 = hs::load16(perm + 8 * j + 4);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        row[p0[c]] = (uint16_t)v[c];
+        row[p1[c]] = (uint16_t)v[c + 4];
+      }
+    }
+  }
+}
+
 }  // namespace
 
 
@@ -363,3 +418,12 @@ __device__ void w4a16(const uint16_t* __restrict__ x, const uint32_t* __restrict
 
 HS_W4A16_ALL(hs::f16, f16)
 HS_W4A16_ALL(hs::bf16, bf16)
+
+#define HS_W4A16_DEQUANTIZE(T, TAG)                                                                          \
+  extern "C" __global__ void __launch_bounds__(kThreads) w4a16_dequantize_##TAG(                             \
+      const uint32_t* __restrict__ w, const uint16_t* __restrict__ scales, const uint8_t* __restrict__ zeros, \
+      const int32_t* __restrict__ perm, uint16_t* __restrict__ out, int M, int K, int G) {                   \
+    dequantize<T>(w, scales, zeros, perm, out, M, K, G);                                                     \
+  }
+HS_W4A16_DEQUANTIZE(hs::f16, f16)
+HS_W4A16_DEQUANTIZE(hs::bf16, bf16)

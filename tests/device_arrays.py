@@ -15,7 +15,8 @@ from hip import hip
 import hipskinny
 
 # DLPack (type code, bits) of the dtypes the scenarios put on the device.
-CODES = {"float16": (2, 16), "float32": (2, 32), "float8_e4m3fn": (10, 8), "uint8": (1, 8)}
+CODES = {"float16": (2, 16), "float32": (2, 32), "float8_e4m3fn": (10, 8), "uint8": (1, 8), "int32": (0, 32),
+         "uint32": (1, 32)}
 
 
 def dev_array(a: np.ndarray, row_stride: int | None = None, offset: int = 0) -> tuple[HandMade, int]:

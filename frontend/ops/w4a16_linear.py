@@ -10,11 +10,31 @@ of `hipskinny.skinny_gemm` with 32-column (16-byte) chunks and its configuration
 `hipskinny.matmul_4bit`'s small-N kernel). Weights become 16-bit by the magic-number trick (fp16:
 exact ``q - z`` pairs from the 0x6400 exponent; bf16: ``128 + q`` pairs from 0x4300, the
 ``(128 + z) * sum x`` correction subtracted per chunk in fp32), dot2 into fp32 per 32-column
-chunk, scaled by the group's scale. An act-order ``perm`` is applied while x is staged in LDS.
-Bitwise reproducible across calls, schedules and CU counts.
+chunk, scaled by the group's scale: the weights are never rounded. An act-order ``perm`` is
+applied while x is staged in LDS. It needs K a multiple of 32 and a group size that is a power
+of two (>= 32).
 
-K must be a multiple of 32 and the group size a power of two (per-channel scales of a K that is
-not one are an error for now); N above 8 is not served yet.
+N = 9..128, and N = 1..8 where the fused kernel does not apply (per-channel scales of a K that
+is not a power of two or not a multiple of 32), take the route: the ``w4a16_dequantize_<f16|bf16>``
+kernel writes W as x's 16-bit dtype, ``T(s * (q - z))`` (the fp32 product is exact and rounded
+once: the value `hipskinny.w4a16.dequantize_checkpoint` gives, rounded to T), into a pooled
+``[M, K]`` buffer (scratch slot ``w4a16.weights``), then `hipskinny.skinny_gemm`'s kernel for N
+(split-K on the matrix units above 8 tokens) multiplies it: one bound call, two launches, nothing
+allocated per call; host and GPU operands alike. Act-order: the dequantize kernel writes prepared
+column ``j`` to column ``perm[j]``, so W is in the checkpoint's column order and skinny_gemm
+multiplies plain x. The route takes any group size that is a multiple of 8 dividing K (32, 64,
+128, or per-channel with K any multiple of 8: the only limits `prepare` leaves). Weights rounded
+once to T, fp32 sums, one output rounding: skinny_gemm's accumulation on 16-bit weights.
+N > 128: torch tensors on a ROCm GPU dequantize the same way into a tensor and take
+``torch.nn.functional.linear``; anything else is an error. ``fused=False`` forces the route,
+``fused=True`` refuses shapes the fused kernel does not take.
+
+Crossover: the fused kernel for N = 1..8, the route above (there is no fused int4 kernel for
+N > 8 yet; the report measures the route at N = 16 and 64 as ``w4a16_linear:dequantize``).
+
+Both paths are bitwise reproducible across calls, schedules and CU counts. GPU tensors need unit
+strides along K, 16-byte aligned x and qweight, x rows a multiple of 16 bytes apart, and the
+prepared arrays contiguous on x's device.
 """
 
 from __future__ import annotations
@@ -24,16 +44,18 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .. import operands, w4a16
+from .. import operands, registry, w4a16
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
-from ..launch import LaunchPlan, PlanCache
+from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
 from . import skinny_gemm as sg
 
 FAMILY = "w4a16"
-MAX_N = 8
+MAX_N = 8                           # fused lane-split kernel
+ROUTE_MAX_N = sg.SPLITK_MAX_N       # dequantize + skinny_gemm (128)
 CHUNK = 32                          # K columns (16 weight bytes) per lane chunk
+ROUTE_SLOT = "w4a16.weights"        # the route's dequantized 16-bit weights [M, K]
 NAMES = ("x", "w", "scales", "zeros", "perm", "bias", "out")
 _F16, _BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
 _TAG = {_F16: "f16", _BF16: "bf16"}
@@ -41,58 +63,143 @@ _plans = PlanCache()
 _calls = operands.CallCache()
 
 
-def w4a16_linear(x: Any, prepared: w4a16.Prepared, bias: Any = None, *, out: Any = None) -> Any:
+def w4a16_linear(x: Any, prepared: w4a16.Prepared, bias: Any = None, *, out: Any = None,
+                 fused: bool | None = None) -> Any:
     """``x @ W.T + bias`` with W a prepared AWQ/GPTQ int4 weight (`hipskinny.w4a16.prepare`; see the
     module docstring). x ``[..., K]`` fp16/bf16; the prepared scales in x's dtype (``prepare(...,
     dtype=...)``); bias ``[M]``, ``[1, M]`` or ``[N, M]`` in x's dtype. numpy, torch or DLPack
-    operands (the prepared arrays too), all on the host or all on one GPU."""
+    operands (the prepared arrays too), all on the host or all on one GPU. ``fused``: None
+    (default) picks by the crossover rule; False takes the dequantize route; True raises an
+    error where the fused kernel does not apply."""
     p = prepared
     if not isinstance(p, w4a16.Prepared):
         raise InputTypeError(f"w4a16_linear: prepared must be a hipskinny.w4a16.Prepared (from w4a16.prepare); "
                              f"got {type(p).__name__}")
     objs = (x, p.qweight, p.scales, p.zeros, p.perm, bias, out)
-    options = (p.shape, p.group_size, p.symmetric, p.experts)
+    options = (p.shape, p.group_size, p.symmetric, p.experts, fused)
     key, addresses = operands.signature(NAMES, objs, options)
     call = _calls.get(key)
     if call is None:
-        call = _calls.add(key, _bind(operands.gather("w4a16_linear", NAMES, objs), p))
+        call = _calls.add(key, _bind(operands.gather("w4a16_linear", NAMES, objs), p, fused))
     return call(objs, addresses)
 
 
-def _bind(ops: Operands, p: w4a16.Prepared) -> Any:
+def fusible(n: int, k: int, group_size: int) -> bool:
+    """Whether the fused kernel takes N tokens at this K and group size (the crossover rule)."""
+    g = group_size
+    return 1 <= n <= MAX_N and k % CHUNK == 0 and g >= CHUNK and g & (g - 1) == 0
+
+
+def _bind(ops: Operands, p: w4a16.Prepared, fused: bool | None) -> Any:
     xv, bv = ops["x"], ops["bias"]
     assert xv is not None
-    n, m, k, log2_g = _check(ops, p)
+    n, m, k, g = _check(ops, p)
     out_shape = (*xv.shape[:-1], m)
     operands.check_out(ops, out_shape, xv.dtype)
     if m == 0 or n == 0:
         return DeviceCall(ops, [], out_shape=out_shape, out_dtype=xv.dtype) if not ops.on_host else \
             HostCall(ops, [], [None] * (len(NAMES) - 1), out_shape=out_shape, out_dtype=xv.dtype, out_slot="w4a16.y")
+    if not ops.on_host:
+        for name in ("w", "scales", "zeros", "perm"):
+            v = ops[name]
+            _require(v is None or v.is_contiguous, f"the prepared {name} must be contiguous")
+    if not fusible(n, k, g):
+        if fused:
+            raise InputValueError(f"w4a16_linear: fused=True, but the fused kernel takes N = 1..{MAX_N} tokens, K a "
+                                  f"multiple of {CHUNK} and a group size that is a power of two >= {CHUNK}; got "
+                                  f"N={n}, K={k}, group size {g}")
+        return _route(ops, n, m, k, g, out_shape)
+    if fused is False:
+        return _route(ops, n, m, k, g, out_shape)
     device, tag = ops.device, _TAG[xv.dtype]
+    log2_g = g.bit_length() - 1
     b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
     if ops.on_host:
-        def flat(name: str) -> Staged | None:
-            v = ops[name]
-            return None if v is None else Staged(f"w4a16.{name}", 1, v.numel, v.numel)
-
-        staged = [Staged("w4a16.x", n, k, k), flat("w"), flat("scales"), flat("zeros"), flat("perm"),
-                  None if bv is None else Staged("w4a16.bias", b_rows, m, m, optional=True)]
         launch = _launch(device, tag, n, m, k, k, m if b_rows > 1 else 0, log2_g)
-        return HostCall(ops, [launch], staged, out_shape=out_shape, out_dtype=xv.dtype, out_slot="w4a16.y")
-    for name in ("w", "scales", "zeros", "perm"):
-        v = ops[name]
-        _require(v is None or v.is_contiguous, f"the prepared {name} must be contiguous")
-    x_stride = operands.row_stride("w4a16_linear", xv)
-    _require(xv.strides[-1] == 1, "x must be contiguous along K")
-    _require((n == 1 or x_stride >= k) and x_stride % 8 == 0,
-             f"x's row stride must be a multiple of 8 elements (16 bytes) and >= K; got {x_stride}")
-    launch = _launch(device, tag, n, m, k, x_stride, operands.bias_row_stride("w4a16_linear", bv, m), log2_g)
+        return HostCall(ops, [launch], _staged(ops, n, m, k), out_shape=out_shape, out_dtype=xv.dtype,
+                        out_slot="w4a16.y")
+    launch = _launch(device, tag, n, m, k, _x_stride(xv, n, k), operands.bias_row_stride("w4a16_linear", bv, m),
+                     log2_g)
     return DeviceCall(ops, [launch], out_shape=out_shape, out_dtype=xv.dtype, aligned=("x", "w"),
                       align_message="x and the prepared qweight must start at 16-byte aligned addresses")
 
 
+def _staged(ops: Operands, n: int, m: int, k: int) -> list[Staged | None]:
+    """How host inputs reach the device: x as ``[N, K]`` rows, the prepared arrays flat."""
+    bv = ops["bias"]
+
+    def flat(name: str) -> Staged | None:
+        v = ops[name]
+        return None if v is None else Staged(f"w4a16.{name}", 1, v.numel, v.numel)
+
+    b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
+    return [Staged("w4a16.x", n, k, k), flat("w"), flat("scales"), flat("zeros"), flat("perm"),
+            None if bv is None else Staged("w4a16.bias", b_rows, m, m, optional=True)]
+
+
+def _x_stride(xv: Any, n: int, k: int) -> int:
+    """x's row stride on a GPU: unit stride along K, rows a multiple of 16 bytes apart."""
+    x_stride = operands.row_stride("w4a16_linear", xv)
+    _require(xv.strides[-1] == 1, "x must be contiguous along K")
+    _require((n == 1 or x_stride >= k) and x_stride % 8 == 0,
+             f"x's row stride must be a multiple of 8 elements (16 bytes) and >= K; got {x_stride}")
+    return x_stride
+
+
+def _route(ops: Operands, n: int, m: int, k: int, g: int, out_shape: tuple[int, ...]) -> Any:
+    """The dequantize kernel writes W as x's 16-bit dtype in the checkpoint's column order
+    (act-order undone by scattering each prepared column to ``perm[j]``) into the pooled slot
+    `ROUTE_SLOT`, then `hipskinny.skinny_gemm`'s kernel for N multiplies plain x by it: one bound
+    call, two launches, nothing allocated per call. N above skinny_gemm's range: torch tensors on
+    a ROCm GPU dequantize the same way into a tensor and take ``torch.nn.functional.linear``."""
+    xv, bv = ops["x"], ops["bias"]
+    assert xv is not None
+    device, tag = ops.device, _TAG[xv.dtype]
+    if n > ROUTE_MAX_N:
+        if sg.on_rocm_torch(ops):
+            return sg.TorchDequantizeRoute(ops, _dequantize_launch(device, tag, m, k, g, 5), m, k, k)
+        raise InputValueError(f"w4a16_linear: N={n} tokens; supported: N = 1..{ROUTE_MAX_N} (torch tensors on a "
+                              "ROCm GPU: any N, through torch.nn.functional.linear above that)")
+    first_slot = len(NAMES)                  # pointers: inputs, out, then the scratch slots
+    dq = _dequantize_launch(device, tag, m, k, g, first_slot)
+    if ops.on_host:
+        b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
+        gemm, gemm_slots = sg._launch(device, tag, n, m, k, False, k, k, m if b_rows > 1 else 0)
+    else:
+        gemm, gemm_slots = sg._launch(device, tag, n, m, k, False, _x_stride(xv, n, k), k,
+                                      operands.bias_row_stride("w4a16_linear", bv, m))
+    # skinny_gemm's pointers (x, w, bias, out, partials, counters) as positions of this call's.
+    where = (0, first_slot, 5, 6, first_slot + 1, first_slot + 2)[:gemm.pointers]
+    launches = [dq, Launch(gemm.launcher, 0, gemm.tail, where)]
+    slots = ((ROUTE_SLOT, 2 * m * k), *gemm_slots)
+    if ops.on_host:
+        return HostCall(ops, launches, _staged(ops, n, m, k), out_shape=out_shape, out_dtype=xv.dtype,
+                        out_slot="w4a16.y", scratch_slots=slots)
+    return DeviceCall(ops, launches, out_shape=out_shape, out_dtype=xv.dtype, aligned=("x", "w"),
+                      align_message="x and the prepared qweight must start at 16-byte aligned addresses",
+                      scratch_slots=slots)
+
+
+def _dequantize_launch(device: Device, tag: str, m: int, k: int, g: int, out_at: int) -> Launch:
+    """The dequantize kernel reading the prepared arrays (positions 1..4 of a call's pointers) and
+    writing ``[M, K]`` 16-bit weights at pointer position ``out_at``."""
+    info = device.arch
+    cu_count = device.properties.cu_count
+    key = ("dequantize", device, tag, m, k, cu_count)
+
+    def build() -> LaunchPlan:
+        name = f"{FAMILY}_dequantize_{tag}"
+        fn, meta = registry.load(device, FAMILY).kernel(name)
+        words = m * k // 8                                # one word (8 weights) per thread and step
+        grid = max(1, min(-(-words // sg.THREADS), cu_count * 2 * info.simds_per_cu))
+        return make_plan(fn, meta, (grid, 1, 1), (sg.THREADS, 1, 1), info={"kernel": name, "grid": grid})
+
+    plan = _plans.get(key, build)
+    return Launch(device.launcher(plan), 0, (m, k, g), (1, 2, 3, 4, out_at))
+
+
 def _check(ops: Operands, p: w4a16.Prepared) -> tuple[int, int, int, int]:
-    """Shapes and dtypes of x and the prepared weight; returns N, M, K, log2(group size)."""
+    """Shapes and dtypes of x and the prepared weight; returns N, M, K, the group size."""
     xv, wv, sv, zv, pv, bv = (ops[name] for name in NAMES[:-1])
     assert xv is not None and wv is not None and sv is not None
     if xv.dtype not in _TAG:
@@ -106,11 +213,9 @@ def _check(ops: Operands, p: w4a16.Prepared) -> tuple[int, int, int, int]:
         raise InputValueError(f"w4a16_linear: x must be [..., K] with K={k} (the weight is [M={m}, K={k}]); "
                               f"got shape {xv.shape}")
     n = int(np.prod(xv.shape[:-1], dtype=np.int64))
-    if k % CHUNK or g < CHUNK or g & (g - 1):
-        raise InputValueError(f"w4a16_linear: the kernels need K a multiple of 32 and a group size that is a "
-                              f"power of two >= 32; got K={k}, group size {g} (per-channel scales: K a power of two)")
-    if n > MAX_N:
-        raise InputValueError(f"w4a16_linear: N={n} tokens; supported: N = 1..{MAX_N} for now")
+    if k % 8 or g % 8 or k % g:
+        raise InputValueError(f"w4a16_linear: K must be a multiple of 8 and of the group size, itself a multiple "
+                              f"of 8 (as w4a16.prepare makes them); got K={k}, group size {g}")
     if wv.dtype not in (np.dtype(np.uint32), np.dtype(np.int32)) or wv.shape != (m, k // 8):
         raise InputValueError(f"w4a16_linear: the prepared qweight must be uint32 [M, K/8] = [{m}, {k // 8}]; "
                               f"got {wv.dtype} {wv.shape}")
@@ -129,7 +234,7 @@ def _check(ops: Operands, p: w4a16.Prepared) -> tuple[int, int, int, int]:
                               f"got {bv.dtype} {bv.shape}")
     if m * k // 8 >= 2**32:
         raise InputValueError(f"w4a16_linear: M*K/8 must be below 2**32; got {m * k // 8}")
-    return n, m, k, g.bit_length() - 1
+    return n, m, k, g
 
 
 def _launch(device: Device, tag: str, n: int, m: int, k: int, x_stride: int, b_stride: int, log2_g: int) -> Launch:
