@@ -75,6 +75,7 @@
 // written by exactly one lane. K a multiple of 32, so there are no partial chunks. Weight and
 // scale indices are 32-bit (loads from the base pointer + a 32-bit offset): M * K / 8 < 2^32.
 #include "hipskinny/common.h"
+#include "hipskinny/int4.h"
 #include "hipskinny/reduce.h"
 
 namespace {
@@ -126,35 +127,10 @@ __device__ void stage(hs::u32x4* xs, float* xsum, const uint16_t* __restrict__ x
   }
 }
 
-// fp16: the four adjacent-K pairs of one shuffled word as exact packed (q - z):
-// zlo = -(1024 + z), zhi = -(64 + z) in both halves.
-// magic: 0x64006400, held in a VGPR on gfx9 (see Magic).
-__device__ inline void dequant_f16(uint32_t w, uint32_t magic, hs::half2v zlo, hs::half2v zhi, uint32_t (&p)[4]) {
-  const hs::half2v r16 = {(_Float16)0.0625f, (_Float16)0.0625f};
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const uint32_t wh = w >> (8 * h);
-    const hs::half2v lo = __builtin_bit_cast(hs::half2v, (wh & 0x000F000Fu) | magic);
-    const hs::half2v hi = __builtin_bit_cast(hs::half2v, (wh & 0x00F000F0u) | magic);
-    p[2 * h] = __builtin_bit_cast(uint32_t, lo + zlo);
-    p[2 * h + 1] = __builtin_bit_cast(uint32_t, __builtin_elementwise_fma(hi, r16, zhi));
-  }
-}
-
 // bf16: the four adjacent-K pairs of one shuffled word as packed (128 + q).
 __device__ inline void dequant_bf16(uint32_t w, uint32_t magic, uint32_t (&p)[4]) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) p[i] = ((w >> (4 * i)) & 0x000F000Fu) | magic;
-}
-
-// The exponent constant for the mask-and-OR. gfx9's VOP3 takes no literal and reads at most one
-// SGPR, so v_and_or_b32 needs the constant in a VGPR (else the compiler splits it into v_and +
-// v_or with literals: 13 instead of 9 VALU per fp16 word); gfx11/12 take the literal directly.
-__device__ inline uint32_t magic_const(uint32_t v) {
-#if HS_GFX9
-  asm volatile("" : "+v"(v));
-#endif
-  return v;
 }
 
 template <typename T, int NP, int YTILE>
@@ -175,7 +151,7 @@ __device__ void w4a16(const uint16_t* __restrict__ x, const uint32_t* __restrict
   const int row_groups = K >> log2_g;
   const int row_q = kc >> 3;    // 16-byte LDS slots per staged token row
   const int row_s = kc >> 5;    // chunk sums per staged token row
-  const uint32_t magic = magic_const(kBf16<T> ? 0x43004300u : 0x64006400u);
+  const uint32_t magic = hs::magic_const(kBf16<T> ? 0x43004300u : 0x64006400u);
 
   if (staged_once) {
     stage<T, NP>(xs, xsum, x, perm, x_stride, 0, K, kc);
@@ -241,7 +217,7 @@ __device__ void w4a16(const uint16_t* __restrict__ x, const uint32_t* __restrict
           for (int d = 0; d < 4; ++d) {
             uint32_t q[YTILE][4];
 #pragma unroll
-            for (int r = 0; r < YTILE; ++r) dequant_f16(wv[r][d], magic, zlo[r], zhi[r], q[r]);
+            for (int r = 0; r < YTILE; ++r) hs::dequant_f16(wv[r][d], magic, zlo[r], zhi[r], q[r]);
 #pragma unroll
             for (int n = 0; n < NP; ++n) {
               const hs::u32x4 xv = xs[n * row_q + 4 * c + d];

@@ -43,10 +43,12 @@ def on_device(p):
     return dataclasses.replace(p, qweight=d(p.qweight), scales=d(p.scales), zeros=d(p.zeros), perm=d(p.perm))
 
 
-# (name, N, M, K, group size, fmt, symmetric, act-order): fused (N <= 8); the route at N > 8 with
-# act-order (split-K, shards), and at N = 3 with per-channel scales of a K that is no power of two.
+# (name, N, M, K, group size, fmt, symmetric, act-order): fused (lane-split, N <= 8; split-K with
+# act-order and shards, N = 24); the route at N = 70 with act-order (split-K, shards), and at N = 3
+# with per-channel scales of a K that is no power of two.
 for name, n, m, k, g, fmt, sym, act in (("fused", 4, 40, 512, 128, "gptq", False, True),
-                                        ("route_n", 20, 40, 1024, 64, "gptq", False, True),
+                                        ("fused_splitk", 24, 40, 1024, 64, "gptq_v2", False, True),
+                                        ("route_n", 70, 40, 2048, 64, "gptq", False, True),
                                         ("route_k", 3, 24, 200, -1, "awq", False, False)):
     ckpt, p = layer(m, k, g, fmt, sym, act)
     pd = on_device(p)
@@ -69,9 +71,10 @@ for name, n, m, k, g, fmt, sym, act in (("fused", 4, 40, 512, 128, "gptq", False
                   "kernels": [s.kernel for s in list(runtime.device.launches)[-2:]]}}
 
 pool = scratch.pool(hip_device(0), 0)
-size = pool.capacity("skinny_gemm.counters")
-counters = np.frombuffer(ctypes.string_at(pool.buffer("skinny_gemm.counters", 4), size), np.uint32) if size else None
-res["counters_zero"] = counters is not None and bool((counters == 0).all())
+for slot in ("w4a16.counters", "skinny_gemm.counters"):
+    size = pool.capacity(slot)
+    counters = np.frombuffer(ctypes.string_at(pool.buffer(slot, 4), size), np.uint32) if size else None
+    res[slot] = counters is not None and bool((counters == 0).all())
 
 ckpt, p = layer(16, 256, 64, "gptq_v2", True, False)
 pd = on_device(p)
@@ -89,15 +92,16 @@ def test_device_operands_in_place(fakehip_run, arch):
     run = fakehip_run(SCENARIO.format(tests=TESTS), env={"FAKEHIP_ARCH": arch, "FAKEHIP_CU_COUNT": "4"})
     res = json.loads(run.stdout.split("RES ", 1)[1])
     assert res["errors"] == []
-    for name, kernels in (("fused", ["w4a16_f16_n4"]),
-                          ("route_n", ["w4a16_dequantize_f16", "skinny_gemm_splitk_f16_t2"]),
+    for name, kernels in (("fused", ["w4a16_f16_n4"]), ("fused_splitk", ["w4a16_splitk_f16_t2"]),
+                          ("route_n", ["w4a16_dequantize_f16", "skinny_gemm_splitk_f16_t8"]),
                           ("route_k", ["w4a16_dequantize_f16", "skinny_gemm_f16_n3"])):
         r = res[name]
         # err: |y - exact| over a bound that holds for both (the emulated tests bound each exactly).
         assert r["err"] <= 1.0, (name, r)
         assert r["repeat_equal"], name
         assert all(got.startswith(want) for got, want in zip(r["kernels"][-len(kernels):], kernels, strict=True)), r
-    assert res["counters_zero"]      # the split-K call left its counters ready for the next
+    # the split-K calls (fused and the route's skinny_gemm) left their counters ready for the next
+    assert res["w4a16.counters"] and res["skinny_gemm.counters"]
     assert res["n_200"].startswith("InputValueError") and "N = 1..128" in res["n_200"]
     assert res["misaligned"].startswith("InputValueError") and "16-byte aligned" in res["misaligned"]
 

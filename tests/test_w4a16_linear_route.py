@@ -1,10 +1,13 @@
-"""hipskinny.w4a16.linear's route for N = 9..128 (and shapes the fused kernel does not take): the
-w4a16_dequantize kernel writes W as x's 16-bit dtype in the checkpoint's column order into a pooled
-slot, then skinny_gemm's kernel for N multiplies plain x by it. On the emulator for every shipped
-arch, against float64 math from the checkpoint tensors (`w4a16_linear_reference`).
+"""hipskinny.w4a16.linear for N = 9..128: the fused split-K kernel (N = 9..64, weights widened to
+x's dtype in registers) and the route (N > 64, ``fused=False``, and shapes no fused kernel takes:
+the w4a16_dequantize kernel writes W as x's 16-bit dtype in the checkpoint's column order into a
+pooled slot, then skinny_gemm's kernel for N multiplies plain x by it). On the emulator for every
+shipped arch, against float64 math from the checkpoint tensors (`w4a16_linear_reference`). Both
+round each weight once to T and sum in fp32, so one bound serves both.
 
 Tolerance (derived from the accumulation model, not tuned). Each weight is rounded once to T
-(the fp32 product s * (q - z) is exact, then one rounding): |w16 - w| <= u_T |w| + eta_T, u_T =
+(the product s * (q - z) is exact in fp32, then one rounding; the fused kernel's fp16 multiply
+of exact operands is the same correctly rounded value): |w16 - w| <= u_T |w| + eta_T, u_T =
 2**-11 (fp16) / 2**-8 (bf16), eta_T half the smallest subnormal (2**-25 / 2**-134). skinny_gemm
 sums the exact products x * w16 in fp32: at most (K + 8) roundings of U = 2**-24 relative to
 S16 = sum_k |x w16| + |bias| (dot2 chains or matrix-unit sums, split-K partials, the bias), so
@@ -78,9 +81,10 @@ KINDS = [("awq", False, False), ("awq", True, False), ("gptq", False, False), ("
          ("gptq", False, True), ("gptq", True, True), ("gptq_v2", False, False), ("gptq_v2", True, False),
          ("gptq_v2", False, True), ("gptq_v2", True, True)]
 NS = (9, 16, 33, 64, 128)
-# (M, K, group size): small matrices; several groups per row at 32 / 64 / 128 and per-channel
-# scales of a K that is not a power of two (G = K = 200).
-MATS = [(24, 256, 32), (40, 512, 128), (16, 200, -1), (48, 384, 64)]
+# (M, K, group size): small matrices; several groups per row at 32 / 64 / 128, and per-channel
+# scales of a K that is not a power of two: K = 200 (no fused kernel: the route at every N) and
+# K = 480 (a multiple of 32: the fused split-K kernel's one group).
+MATS = [(24, 256, 32), (16, 480, -1), (16, 200, -1), (48, 384, 64), (40, 512, 128)]
 
 
 def _case(i: int, dt: np.dtype) -> tuple:
@@ -91,7 +95,9 @@ def _case(i: int, dt: np.dtype) -> tuple:
     return n, m, k, g, fmt, sym, act
 
 
-def _run(arch, dt, i):
+def _run(arch, dt, i, fused=None):
+    """Case i through the route (fused=False) or the default: the fused split-K kernel at N <= 64
+    (N = 128 takes the route either way)."""
     n, m, k, g, fmt, sym, act = _case(i, dt)
     ckpt, prepared = _layer(m, k, g, fmt, sym, act, dt, seed=i)
     assert (prepared.perm is not None) == act and prepared.symmetric == sym
@@ -101,28 +107,34 @@ def _run(arch, dt, i):
     bias = None if bias is None else bias.astype(dt)
     dev = _dev(arch, 2)
     with hipskinny.on_device(dev):
-        y = w4a16.linear(x, prepared, bias)
+        y = w4a16.linear(x, prepared, bias, fused=fused)
         kernels = [launch.kernel for launch in dev.launches][-2:]
     assert y.shape == (n, m) and y.dtype == dt
     tag = op._TAG[dt]
-    assert kernels == [f"w4a16_dequantize_{tag}", f"skinny_gemm_splitk_{tag}_t{token_tiles(n)}"], kernels
+    if fused is False or not op.fusible(n, k, k if g == -1 else g):
+        assert kernels == [f"w4a16_dequantize_{tag}", f"skinny_gemm_splitk_{tag}_t{token_tiles(n)}"], kernels
+    else:
+        assert kernels[-1] == f"w4a16_splitk_{tag}_t{token_tiles(n)}", kernels
     assert_route_bound(y, x, ckpt, fmt, g, bias)
 
 
+@pytest.mark.parametrize("fused", [False, None], ids=["route", "default"])
 @pytest.mark.parametrize("dt", [F16, BF16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("i", range(len(KINDS)))
-def test_full_matrix_one_arch(dt, i):
-    """Every kind x both dtypes on one arch, N cycling through 9, 16, 33, 64, 128."""
-    _run(FULL_ARCH, dt, i)
+def test_full_matrix_one_arch(dt, i, fused):
+    """Every kind x both dtypes on one arch, N cycling through 9, 16, 33, 64, 128: the route, and
+    the default (the fused split-K kernel up to 64 tokens)."""
+    _run(FULL_ARCH, dt, i, fused)
 
 
+@pytest.mark.parametrize("fused", [False, None], ids=["route", "default"])
 @pytest.mark.parametrize("arch", [a for a in SHIPPED_ARCHS if a != FULL_ARCH])
 @pytest.mark.parametrize("dt", [F16, BF16], ids=["f16", "bf16"])
-def test_subset_other_archs(arch, dt):
+def test_subset_other_archs(arch, dt, fused):
     """Three kinds per arch and dtype (different ones per arch), so together they cover them all."""
     a = SHIPPED_ARCHS.index(arch)
     for i in (a, a + 3, a + 6):
-        _run(arch, dt, i)
+        _run(arch, dt, i, fused)
 
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
@@ -146,7 +158,8 @@ def test_small_n_route(arch):
 
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
-def test_bitwise_reproducible_across_calls_cu_counts_and_schedules(arch):
+@pytest.mark.parametrize("fused", [False, None], ids=["route", "fused"])
+def test_bitwise_reproducible_across_calls_cu_counts_and_schedules(arch, fused):
     n, m, k, g = 20, 136, 1024, 128
     _, prepared = _layer(m, k, g, "gptq", False, True, BF16, seed=9)
     x = np.random.default_rng(2).standard_normal((n, k)).astype(BF16)
@@ -154,10 +167,11 @@ def test_bitwise_reproducible_across_calls_cu_counts_and_schedules(arch):
     for cus in (1, 3):
         dev = EmulatedDevice(arch, cus, seed=cus)           # seeded shuffled wave schedule
         with hipskinny.on_device(dev):
-            outs += [w4a16.linear(x, prepared).view(np.uint16) for _ in range(2)]
+            outs += [w4a16.linear(x, prepared, fused=fused).view(np.uint16) for _ in range(2)]
     from hipskinny.ops import skinny_gemm as sg
 
-    assert sg.plan_info(dev, BF16, n, m, k)["shards"] > 1     # shard partials summed in order
+    info = sg.plan_info(dev, BF16, n, m, k) if fused is False else op.plan_info(dev, BF16, n, m, k)
+    assert info["shards"] > 1                                  # shard partials summed in order
     for o in outs[1:]:
         np.testing.assert_array_equal(o, outs[0])
 
@@ -170,7 +184,7 @@ def test_dequantized_weights_are_the_checkpoint_values_rounded_once():
         ckpt, prepared = _layer(16, 256, 64, "gptq", False, True, dt, seed=3)
         x = np.zeros((12, 256), dt)
         with hipskinny.on_device(dev):
-            w4a16.linear(x, prepared)
+            w4a16.linear(x, prepared, fused=False)
         pool = scratch.pool(dev, 0)
         got = np.empty((16, 256), dt)
         dev.copy_to_host(got, pool.buffer(op.ROUTE_SLOT, got.nbytes), got.nbytes)
@@ -183,8 +197,8 @@ def test_route_error_messages():
     with hipskinny.on_device(_dev("gfx1100", 2)):
         with pytest.raises(InputValueError, match=r"N=129 tokens; supported: N = 1..128 \(torch tensors on a ROCm"):
             w4a16.linear(np.zeros((129, 256), F16), p)
-        with pytest.raises(InputValueError, match="fused=True, but the fused kernel takes N = 1..8 tokens"):
-            w4a16.linear(np.zeros((9, 256), F16), p, fused=True)
+        with pytest.raises(InputValueError, match="fused=True, but the fused kernels take N = 1..64 tokens"):
+            w4a16.linear(np.zeros((65, 256), F16), p, fused=True)
         _, p200 = _layer(8, 200, -1, "gptq", True, False, F16, seed=1)
         with pytest.raises(InputValueError, match="got N=2, K=200, group size 200"):
             w4a16.linear(np.zeros((2, 200), F16), p200, fused=True)

@@ -52,7 +52,9 @@ from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
 from . import skinny_gemm as sg
 
 FAMILY = "w4a16"
+SPLITK_FAMILY = "w4a16_splitk"
 MAX_N = 8                           # fused lane-split kernel
+FUSED_MAX_N = 64                    # fused split-K kernel, N = MAX_N + 1 .. FUSED_MAX_N
 ROUTE_MAX_N = sg.SPLITK_MAX_N       # dequantize + skinny_gemm (128)
 CHUNK = 32                          # K columns (16 weight bytes) per lane chunk
 ROUTE_SLOT = "w4a16.weights"        # the route's dequantized 16-bit weights [M, K]
@@ -85,9 +87,13 @@ def w4a16_linear(x: Any, prepared: w4a16.Prepared, bias: Any = None, *, out: Any
 
 
 def fusible(n: int, k: int, group_size: int) -> bool:
-    """Whether the fused kernel takes N tokens at this K and group size (the crossover rule)."""
+    """Whether the fused kernels take N tokens at this K and group size (the crossover rule)."""
     g = group_size
-    return 1 <= n <= MAX_N and k % CHUNK == 0 and g >= CHUNK and g & (g - 1) == 0
+    if k % CHUNK or g % CHUNK:
+        return False
+    if n <= MAX_N:
+        return n >= 1 and g & (g - 1) == 0
+    return n <= FUSED_MAX_N and (g & (g - 1) == 0 or g == k)
 
 
 def _bind(ops: Operands, p: w4a16.Prepared, fused: bool | None) -> Any:
@@ -105,23 +111,23 @@ def _bind(ops: Operands, p: w4a16.Prepared, fused: bool | None) -> Any:
             _require(v is None or v.is_contiguous, f"the prepared {name} must be contiguous")
     if not fusible(n, k, g):
         if fused:
-            raise InputValueError(f"w4a16_linear: fused=True, but the fused kernel takes N = 1..{MAX_N} tokens, K a "
-                                  f"multiple of {CHUNK} and a group size that is a power of two >= {CHUNK}; got "
-                                  f"N={n}, K={k}, group size {g}")
+            raise InputValueError(f"w4a16_linear: fused=True, but the fused kernels take N = 1..{FUSED_MAX_N} tokens, "
+                                  f"K a multiple of {CHUNK} and a group size that is a power of two >= {CHUNK} "
+                                  f"(N > {MAX_N}: or per-channel); got N={n}, K={k}, group size {g}")
         return _route(ops, n, m, k, g, out_shape)
     if fused is False:
         return _route(ops, n, m, k, g, out_shape)
     device, tag = ops.device, _TAG[xv.dtype]
-    log2_g = g.bit_length() - 1
     b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
     if ops.on_host:
-        launch = _launch(device, tag, n, m, k, k, m if b_rows > 1 else 0, log2_g)
+        launch, slots = _launch(device, tag, n, m, k, k, m if b_rows > 1 else 0, g)
         return HostCall(ops, [launch], _staged(ops, n, m, k), out_shape=out_shape, out_dtype=xv.dtype,
-                        out_slot="w4a16.y")
-    launch = _launch(device, tag, n, m, k, _x_stride(xv, n, k), operands.bias_row_stride("w4a16_linear", bv, m),
-                     log2_g)
+                        out_slot="w4a16.y", scratch_slots=slots)
+    launch, slots = _launch(device, tag, n, m, k, _x_stride(xv, n, k),
+                            operands.bias_row_stride("w4a16_linear", bv, m), g)
     return DeviceCall(ops, [launch], out_shape=out_shape, out_dtype=xv.dtype, aligned=("x", "w"),
-                      align_message="x and the prepared qweight must start at 16-byte aligned addresses")
+                      align_message="x and the prepared qweight must start at 16-byte aligned addresses",
+                      scratch_slots=slots)
 
 
 def _staged(ops: Operands, n: int, m: int, k: int) -> list[Staged | None]:
@@ -237,22 +243,62 @@ def _check(ops: Operands, p: w4a16.Prepared) -> tuple[int, int, int, int]:
     return n, m, k, g
 
 
-def _launch(device: Device, tag: str, n: int, m: int, k: int, x_stride: int, b_stride: int, log2_g: int) -> Launch:
+def _launch(device: Device, tag: str, n: int, m: int, k: int, x_stride: int, b_stride: int, g: int
+            ) -> tuple[Launch, tuple[tuple[str, int], ...]]:
+    """The fused launch of a call of this shape and the scratch slots it needs (split-K partials
+    and counters)."""
     plan = _plan(device, tag, n, m, k)
-    return Launch(device.launcher(plan), 7, (m, k, x_stride, b_stride, plan.info["k_chunk"], log2_g))
+    info, launcher = plan.info, device.launcher(plan)
+    pow2 = g & (g - 1) == 0
+    if n <= MAX_N:
+        return Launch(launcher, 7, (m, k, x_stride, b_stride, info["k_chunk"], g.bit_length() - 1)), ()
+    # g(k) = k >> log2_g; per-channel scales of a K that is no power of two: 31 (one group, g = 0).
+    tail = (n, m, k, x_stride, b_stride, info["shard_len"], g.bit_length() - 1 if pow2 else 31, k // g)
+    if info["shards"] == 1:
+        return Launch(launcher, 7, (0, 0) + tail), ()       # no partials, no counters
+    slots = (("w4a16.partials", info["partial_bytes"]), ("w4a16.counters", info["counter_bytes"]))
+    return Launch(launcher, 9, tail), slots
 
 
 def _plan(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
+    if n > MAX_N:
+        return _plan_splitk(device, tag, n, m, k)
     key = (device, tag, n, m, k, device.properties.cu_count)
     return _plans.get(key, lambda: sg.lane_split_plan(device, FAMILY, f"{FAMILY}_{tag}_n{n}", n, m, k, chunk=CHUNK,
                                                       op="w4a16_linear", sums=tag == "bf16"))
 
 
+def _plan_splitk(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
+    """N = 9..64: skinny_gemm_splitk's configuration rules (token tiles, shards from the arch's
+    flagship CU count, persistent grid), the int4 kernel's registers and LDS."""
+    info = device.arch
+    cu_count = device.properties.cu_count
+    key = ("splitk", device, tag, n, m, k, cu_count)
+
+    def build() -> LaunchPlan:
+        nt = sg.token_tiles(n)
+        length = sg.shard_len(info.default_cu_count, nt, m, k)
+        shards = -(-k // length)
+        blocks = -(-m // sg.SPLITK_ROWS)
+        name = f"{SPLITK_FAMILY}_{tag}_t{nt}"
+        fn, meta = registry.load(device, SPLITK_FAMILY).kernel(name)
+        groups = sg.groups_per_cu(info, meta, sg.SPLITK_LDS, sg.MAX_SPLITK_GROUPS_PER_CU)
+        units = blocks * shards
+        grid = max(1, min(units, cu_count * groups))
+        return make_plan(fn, meta, (grid, 1, 1), (sg.THREADS, 1, 1), shared_mem=sg.SPLITK_LDS,
+                         info={"kernel": name, "token_tiles": nt, "shard_len": length, "shards": shards,
+                               "units": units, "groups_per_cu": groups, "grid": grid, "lds_bytes": sg.SPLITK_LDS,
+                               "partial_bytes": 0 if shards == 1 else 4 * sg.SPLITK_ROWS * 16 * nt * units,
+                               "counter_bytes": 4 * blocks if shards > 1 else 0})
+
+    return _plans.get(key, build)
+
+
 def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int) -> dict[str, Any]:
-    """The configuration a call of this shape gets on ``device`` (tests and benchmarks)."""
-    if not 1 <= n <= MAX_N or k % CHUNK:
-        raise InputValueError(f"w4a16_linear: the kernels serve N = 1..{MAX_N} and K a multiple of {CHUNK}; "
-                              f"got N={n}, K={k}")
+    """The configuration a fused call of this shape gets on ``device`` (tests and benchmarks)."""
+    if not 1 <= n <= FUSED_MAX_N or k % CHUNK:
+        raise InputValueError(f"w4a16_linear: the fused kernels serve N = 1..{FUSED_MAX_N} and K a multiple of "
+                              f"{CHUNK}; got N={n}, K={k}")
     return dict(_plan(device, _TAG[np.dtype(x_dtype)], n, m, k).info)
 
 
@@ -273,8 +319,11 @@ def w4a16_linear_reference(x: Any, qweight: Any, scales: Any, qzeros: Any = None
 
 
 # The performance report measures symmetric GPTQ-style weights with group size 128 (the common
-# checkpoint; per-group scales in x's dtype) against fp16 skinny_gemm.
+# checkpoint; per-group scales in x's dtype) against fp16 skinny_gemm; the variant "dequantize" is
+# the route (dequantize kernel + skinny_gemm, both launches counted) at the N where the crossover
+# is decided (benchmarks/shapes.py).
 REPORT_BASELINE = "skinny_gemm"
+REPORT_VARIANTS = ("dequantize",)
 # Under the family's table in benchmarks/RESULTS.md: the issue's targets against the numbers
 # above it (large layers: M*K >= 16M weights).
 REPORT_NOTES = """
@@ -296,21 +345,34 @@ gfx942 has no bf16 dot), 63 / 60 on gfx1100. The fp16 floor of the recipe is 53 
 """
 
 
-def report_operands(x: np.ndarray, w: np.ndarray) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def report_operands(x: np.ndarray, w: np.ndarray, *, variant: str | None = None,
+                    arch: str | None = None) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """x and the report's 16-bit weights rounded to symmetric int4 (per 128 columns: scale = max |w|
-    / 7, codes round(w / scale) + 8 clipped to 0..15), prepared."""
+    / 7, codes round(w / scale) + 8 clipped to 0..15), prepared; the variant with ``fused=False``."""
     m, k = w.shape
     g = 128 if k % 128 == 0 else 32
-    if k % 32:
-        raise InputValueError(f"w4a16_linear: the report measures K a multiple of 32; got K={k}")
+    _report_k(k)
     wg = w.astype(np.float32).reshape(m, k // g, g)
     scale = np.maximum(np.abs(wg).max(axis=2) / 7, 2.0**-14).astype(x.dtype)
     codes = np.clip(np.rint(wg / scale.astype(np.float32)[..., None]) + 8, 0, 15).astype(np.int64).reshape(m, k)
     ckpt = w4a16.pack_checkpoint(codes, None, scale.astype(np.float16), fmt="gptq", group_size=g)
-    return (x, w4a16.prepare(**ckpt, fmt="gptq", group_size=g, dtype=x.dtype)), {}
+    return (x, w4a16.prepare(**ckpt, fmt="gptq", group_size=g, dtype=x.dtype)), \
+        ({"fused": False} if variant == "dequantize" else {})
 
 
-def report_min_bytes(n: int, m: int, k: int, itemsize: int) -> tuple[float, float]:
+def report_min_bytes(n: int, m: int, k: int, itemsize: int, *, variant: str | None = None) -> tuple[float, float]:
     """(least bytes a call moves, weight bytes): the packed codes, one 16-bit scale per 128 columns,
-    x and y."""
+    x and y -- for the route too (its floor is the same problem's; the 16-bit weights it writes
+    and reads back are its overhead)."""
     return m * k / 2 + itemsize * (m * -(-k // 128) + n * k + n * m), m * k / 2
+
+
+def report_plan_info(device: Device, dtype: Any, n: int, m: int, k: int, *, variant: str) -> dict[str, Any]:
+    """The route's plan: skinny_gemm's on the ``[M, K]`` 16-bit weights (its kernel names the row)."""
+    _report_k(k)
+    return sg.plan_info(device, dtype, n, m, k)
+
+
+def _report_k(k: int) -> None:
+    if k % 32:
+        raise InputValueError(f"w4a16_linear: the report measures K a multiple of 32; got K={k}")
