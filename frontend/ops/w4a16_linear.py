@@ -14,23 +14,37 @@ chunk, scaled by the group's scale: the weights are never rounded. An act-order 
 applied while x is staged in LDS. It needs K a multiple of 32 and a group size that is a power
 of two (>= 32).
 
-N = 9..128, and N = 1..8 where the fused kernel does not apply (per-channel scales of a K that
-is not a power of two or not a multiple of 32), take the route: the ``w4a16_dequantize_<f16|bf16>``
-kernel writes W as x's 16-bit dtype, ``T(s * (q - z))`` (the fp32 product is exact and rounded
-once: the value `hipskinny.w4a16.dequantize_checkpoint` gives, rounded to T), into a pooled
-``[M, K]`` buffer (scratch slot ``w4a16.weights``), then `hipskinny.skinny_gemm`'s kernel for N
-(split-K on the matrix units above 8 tokens) multiplies it: one bound call, two launches, nothing
-allocated per call; host and GPU operands alike. Act-order: the dequantize kernel writes prepared
-column ``j`` to column ``perm[j]``, so W is in the checkpoint's column order and skinny_gemm
-multiplies plain x. The route takes any group size that is a multiple of 8 dividing K (32, 64,
-128, or per-channel with K any multiple of 8: the only limits `prepare` leaves). Weights rounded
-once to T, fp32 sums, one output rounding: skinny_gemm's accumulation on 16-bit weights.
-N > 128: torch tensors on a ROCm GPU dequantize the same way into a tensor and take
-``torch.nn.functional.linear``; anything else is an error. ``fused=False`` forces the route,
-``fused=True`` refuses shapes the fused kernel does not take.
+N = 9..64, kernel ``w4a16_splitk_<f16|bf16>_t<NT>`` (kernels/w4a16_splitk.hip): the matrix units,
+with `skinny_gemm`'s split-K rules (token tiles, shards from the arch's flagship CU count,
+persistent grid, shard partials and self-cleaning counters from the scratch pool, summed in shard
+order). Each weight is widened in registers to x's dtype as ``T(s * (q - z))``, the exact product
+rounded once (fp16: exact ``q - z`` pairs by the magic-number trick, one packed fp16 multiply;
+bf16: fp32 ``(q - z) * s``, then RNE). The skeleton is `hipskinny.matmul_4bit`'s split-K kernel's
+(kernels/include/hipskinny/splitk4.h), with the act-order gather while x is staged. It needs K a
+multiple of 32 and a group size that is a power of two, or per-channel scales (any such K).
 
-Crossover: the fused kernel for N = 1..8, the route above (there is no fused int4 kernel for
-N > 8 yet; the report measures the route at N = 16 and 64 as ``w4a16_linear:dequantize``).
+The route: N = 65..128, and every N where no fused kernel applies (K not a multiple of 32;
+per-channel scales of a K that is not a power of two at N <= 8): the ``w4a16_dequantize_<f16|bf16>``
+kernel writes W as x's 16-bit dtype, ``T(s * (q - z))`` (the same values as the split-K kernel's:
+what `hipskinny.w4a16.dequantize_checkpoint` gives, rounded to T), into a pooled ``[M, K]`` buffer
+(scratch slot ``w4a16.weights``), then `hipskinny.skinny_gemm`'s kernel for N (split-K on the
+matrix units above 8 tokens) multiplies it: one bound call, two launches, nothing allocated per
+call; host and GPU operands alike. Act-order: the dequantize kernel writes prepared column ``j``
+to column ``perm[j]``, so W is in the checkpoint's column order and skinny_gemm multiplies plain
+x. The route takes any group size that is a multiple of 8 dividing K (32, 64, 128, or per-channel
+with K any multiple of 8: the only limits `prepare` leaves). Weights rounded once to T, fp32 sums,
+one output rounding: skinny_gemm's accumulation on 16-bit weights. N > 128: torch tensors on a
+ROCm GPU dequantize the same way into a tensor and take ``torch.nn.functional.linear``; anything
+else is an error. ``fused=False`` forces the route, ``fused=True`` refuses shapes no fused kernel
+takes.
+
+Crossover (``fused=None``): the fused kernels for N = 1..64 on every arch, the route above (and
+where no fused kernel applies). From the report's rows at N = 16 and 64 (`w4a16_linear` against
+its variant `w4a16_linear:dequantize`, all 9 shapes x 5 archs, f16): the route moves 2.4-6.1x the
+fused split-K kernel's bytes at N = 16 and 1.9-3.6x at N = 64 (large layers: medians 5.4-6.0x and
+2.8-3.5x), and both are memory-bound there (except the fused kernel on gfx1100 at N = 64 on three
+shapes, matrix-bound, and the route on gfx950 at N = 64, VALU-bound): it writes and reads back the
+16-bit weights (4.5 bytes per weight against 0.5).
 
 Both paths are bitwise reproducible across calls, schedules and CU counts. GPU tensors need unit
 strides along K, 16-byte aligned x and qweight, x rows a multiple of 16 bytes apart, and the
@@ -327,6 +341,14 @@ REPORT_VARIANTS = ("dequantize",)
 # Under the family's table in benchmarks/RESULTS.md: the issue's targets against the numbers
 # above it (large layers: M*K >= 16M weights).
 REPORT_NOTES = """
+**Crossover.** The route (`w4a16_linear:dequantize`: dequantize kernel + `skinny_gemm`, both
+launches counted) moves 2.4-6.1x the bytes of the fused split-K kernel at N = 16 and 1.9-3.6x at
+N = 64 on every arch and shape (large layers: medians 5.4-6.0x and 2.8-3.5x), both memory-bound
+nearly everywhere: it writes and reads back 16-bit weights. So the fused kernels serve N = 1..64
+on every arch, the route only above (and where no fused kernel applies). The fused split-K
+kernel's traffic ratio: 1.11-2.99 at N = 16, 1.12-3.37 at N = 64 (x re-staged per shard and the
+shard partials, charged at DRAM price).
+
 **Targets (large layers) and where they stand.** Predicted time against fp16 `skinny_gemm`
 ("Against the baseline op"): median 0.29 at N = 1 on gfx11/gfx12 and 0.31 on gfx942/gfx950 (the
 floor is 0.25 plus the scales), 0.30 at N = 4 on gfx11/gfx12, 0.38-0.41 on gfx942/gfx950. Traffic
