@@ -37,8 +37,10 @@ SHAPES: tuple[Shape, ...] = (
 )
 
 DEFAULT_N: tuple[int, ...] = (1, 4, 16, 64)
-# matmul_4bit's route ("dequantize") where the crossover against the fused kernels is decided.
-N_BY_FAMILY: dict[str, tuple[int, ...]] = {"gemv": (1,), "matmul_4bit:dequantize": (16, 64), "w4a16_linear": (1, 4, 8)}
+# matmul_4bit's and w4a16_linear's routes ("dequantize") where the crossover against the fused
+# kernels is decided.
+N_BY_FAMILY: dict[str, tuple[int, ...]] = {"gemv": (1,), "matmul_4bit:dequantize": (16, 64),
+                                           "w4a16_linear": (1, 4, 8, 16, 64), "w4a16_linear:dequantize": (16, 64)}
 
 # --check: small shapes that emulate in seconds: odd M and K with fewer rows than wave slots,
 # and a taller one (whole 128-row blocks, like every real shape) for the linearity check.

@@ -477,9 +477,9 @@ def pack_checkpoint(codes: Any, zeros: Any, scales: Any, *, fmt: str, group_size
             "g_idx": None if g_idx is None else np.asarray(_host(g_idx, "g_idx"), np.int32)}
 
 
-def linear(x: Any, prepared: Prepared, bias: Any = None, *, out: Any = None) -> Any:
+def linear(x: Any, prepared: Prepared, bias: Any = None, *, out: Any = None, fused: bool | None = None) -> Any:
     """``x @ W.T + bias`` for decode with W a prepared int4 weight, on the GPU (or the emulator):
     see `hipskinny.ops.w4a16_linear`."""
     from .ops.w4a16_linear import w4a16_linear
 
-    return w4a16_linear(x, prepared, bias, out=out)
+    return w4a16_linear(x, prepared, bias, out=out, fused=fused)

@@ -28,6 +28,9 @@
 //                                                32-column chunk; = N * kc * 17 / 8)
 // (the bf16 size is also fine for f16). No static LDS.
 //
+// w4a16_dequantize_<f16|bf16> (the op's route for N > 8 and for shapes the fused kernels do not
+// take; arguments and rules at its definition): block (256, 1, 1), any grid, no LDS.
+//
 // Work split as kernels/matmul_4bit.hip: a wave owns YTILE consecutive rows x all tokens; lane l
 // takes the 32-column chunks (16 weight bytes, 4 words) c with c % wave == l in increasing c; a
 // chunk's products are summed in fp32 (v_dot2), scaled by its group's scale once (a chunk never
@@ -72,87 +75,14 @@
 // written by exactly one lane. K a multiple of 32, so there are no partial chunks. Weight and
 // scale indices are 32-bit (loads from the base pointer + a 32-bit offset): M * K / 8 < 2^32.
 #include "hipskinny/common.h"
+#include "hipskinny/int4.h"
 #include "hipskinny/reduce.h"
 
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWaves = kThreads / hs::kWave;
-constexpr int kChunk = 32;   // weights per lane chunk (16 bytes)
-typedef float f32x2 __attribute__((ext_vector_type(2)));
-
-template <typename T> constexpr bool kBf16 = false;
-template <> constexpr bool kBf16<hs::bf16> = true;
-
-// x[:, k0 : k0 + len] for the NP token rows into LDS, 8 columns (one 16-byte slot) per thread and
-// step: as they are without perm, else gathered x[n, perm[k]] element by element. bf16 also
-// stores each 32-column chunk's fp32 sum: a chunk is the 4 slots of one lane quad (len and the
-// slot count per row are multiples of 4 and every thread's step covers whole quads), summed by a
-// fixed tree: 8 values in order per lane, then quad xor 1, xor 2.
-template <typename T, int NP>
-__device__ void stage(hs::u32x4* xs, float* xsum, const uint16_t* __restrict__ x, const int32_t* __restrict__ perm,
-                      int64_t x_stride, int k0, int len, int kc) {
-  const int slots = len >> 3;
-#pragma unroll 1  // rolled: keeps N row addresses out of the main loop's registers
-  for (int n = 0; n < NP; ++n) {
-    const uint16_t* xr = x + n * x_stride;
-    for (int c = threadIdx.x; c < slots; c += kThreads) {
-      const int k = k0 + 8 * c;
-      hs::u32x4 v;
-      if (perm == nullptr) {
-        v = hs::load16(xr + k);
-      } else {
-        const hs::u32x4 p0 = hs::load16(perm + k), p1 = hs::load16(perm + k + 4);
-        const uint32_t e[8] = {xr[(int)p0[0]], xr[(int)p0[1]], xr[(int)p0[2]], xr[(int)p0[3]],
-                               xr[(int)p1[0]], xr[(int)p1[1]], xr[(int)p1[2]], xr[(int)p1[3]]};
-        v = hs::u32x4{e[0] | e[1] << 16, e[2] | e[3] << 16, e[4] | e[5] << 16, e[6] | e[7] << 16};
-      }
-      xs[n * (kc >> 3) + c] = v;
-      if constexpr (kBf16<T>) {
-        float s = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          s += hs::to_float<T>((uint16_t)v[i]);
-          s += hs::to_float<T>((uint16_t)(v[i] >> 16));
-        }
-        s += hs::xor_lane<1>(s);
-        s += hs::xor_lane<2>(s);
-        if ((c & 3) == 0) xsum[n * (kc >> 5) + (c >> 2)] = s;
-      }
-    }
-  }
-}
-
-// fp16: the four adjacent-K pairs of one shuffled word as exact packed (q - z):
-// zlo = -(1024 + z), zhi = -(64 + z) in both halves.
-// magic: 0x64006400, held in a VGPR on gfx9 (see Magic).
-__device__ inline void dequant_f16(uint32_t w, uint32_t magic, hs::half2v zlo, hs::half2v zhi, uint32_t (&p)[4]) {
-  const hs::half2v r16 = {(_Float16)0.0625f, (_Float16)0.0625f};
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const uint32_t wh = w >> (8 * h);
-    const hs::half2v lo = __builtin_bit_cast(hs::half2v, (wh & 0x000F000Fu) | magic);
-    const hs::half2v hi = __builtin_bit_cast(hs::half2v, (wh & 0x00F000F0u) | magic);
-    p[2 * h] = __builtin_bit_cast(uint32_t, lo + zlo);
-    p[2 * h + 1] = __builtin_bit_cast(uint32_t, __builtin_elementwise_fma(hi, r16, zhi));
-  }
-}
-
-// bf16: the four adjacent-K pairs of one shuffled word as packed (128 + q).
-__device__ inline void dequant_bf16(uint32_t w, uint32_t magic, uint32_t (&p)[4]) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i) p[i] = ((w >> (4 * i)) & 0x000F000Fu) | magic;
-}
-
-// The exponent constant for the mask-and-OR. gfx9's VOP3 takes no literal and reads at most one
-// SGPR, so v_and_or_b32 needs the constant in a VGPR (else the compiler splits it into v_and +
-// v_or with literals: 13 instead of 9 VALU per fp16 word); gfx11/12 take the literal directly.
-__device__ inline uint32_t magic_const(uint32_t v) {
-#if HS_GFX9
-  asm volatile("" : "+v"(v));
-#endif
-  return v;
-}
+constexpr int kChunk = hs::int4::kChunk;
 
 template <typename T, int NP, int YTILE>
 __device__ void w4a16(const uint16_t* __restrict__ x, const uint32_t* __restrict__ w,
@@ -172,10 +102,11 @@ __device__ void w4a16(const uint16_t* __restrict__ x, const uint32_t* __restrict
   const int row_groups = K >> log2_g;
   const int row_q = kc >> 3;    // 16-byte LDS slots per staged token row
   const int row_s = kc >> 5;    // chunk sums per staged token row
-  const uint32_t magic = magic_const(kBf16<T> ? 0x43004300u : 0x64006400u);
+  const uint32_t magic = hs::int4::magic_const<T>();
+  const auto x_row = [&](int n) { return x + n * x_stride; };
 
   if (staged_once) {
-    stage<T, NP>(xs, xsum, x, perm, x_stride, 0, K, kc);
+    hs::int4::stage<T, NP, kThreads>(xs, xsum, x_row, perm, 0, K, kc);
     __syncthreads();
   }
 
@@ -203,7 +134,7 @@ __device__ void w4a16(const uint16_t* __restrict__ x, const uint32_t* __restrict
       const int len = min(kc, K - k0);
       if (!staged_once) {
         __syncthreads();   // every wave is done reading the previous pass
-        stage<T, NP>(xs, xsum, x, perm, x_stride, k0, len, kc);
+        hs::int4::stage<T, NP, kThreads>(xs, xsum, x_row, perm, k0, len, kc);
         __syncthreads();
       }
       if (!active) continue;
@@ -220,112 +151,7 @@ __device__ void w4a16(const uint16_t* __restrict__ x, const uint32_t* __restrict
           sc[r] = hs::to_float<T>(scales[grow[r] + g]);
           z[r] = zeros != nullptr ? (uint32_t)zeros[grow[r] + g] : 8u;
         }
-        float t[NP][YTILE];
-#pragma unroll
-        for (int n = 0; n < NP; ++n)
-#pragma unroll
-          for (int r = 0; r < YTILE; ++r) t[n][r] = 0.0f;
-
-        if constexpr (!kBf16<T>) {
-          hs::half2v zlo[YTILE], zhi[YTILE];
-#pragma unroll
-          for (int r = 0; r < YTILE; ++r) {
-            // -(1024 + z) = 0xE400 | z, -(64 + z) = 0xD400 + 16 z (ulp 1/16 at 64), both halves
-            zlo[r] = __builtin_bit_cast(hs::half2v, (0xE400u | z[r]) * 0x00010001u);
-            zhi[r] = __builtin_bit_cast(hs::half2v, (0xD400u + 16u * z[r]) * 0x00010001u);
-          }
-#pragma unroll
-          for (int d = 0; d < 4; ++d) {
-            uint32_t q[YTILE][4];
-#pragma unroll
-            for (int r = 0; r < YTILE; ++r) dequant_f16(wv[r][d], magic, zlo[r], zhi[r], q[r]);
-#pragma unroll
-            for (int n = 0; n < NP; ++n) {
-              const hs::u32x4 xv = xs[n * row_q + 4 * c + d];
-#pragma unroll
-              for (int r = 0; r < YTILE; ++r)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) t[n][r] = hs::dot2<T>(q[r][i], xv[i], t[n][r]);
-            }
-          }
-#pragma unroll
-          for (int n = 0; n < NP; ++n)
-#pragma unroll
-            for (int r = 0; r < YTILE; ++r) acc[n][r] = __builtin_fmaf(t[n][r], sc[r], acc[n][r]);
-        } else {
-#if defined(__gfx942__)
-          // No bf16 dot on gfx942, so no use for bf16 (128 + q) pairs: the nibbles go straight to
-          // fp32 q (v_cvt_f32_ubyte of the masked bytes: w & 0x0F0F0F0F holds k0 k4 k1 k5 in bytes
-          // 0..3, (w >> 4) & 0x0F0F0F0F holds k2 k6 k3 k7), x is widened exactly (a bf16 is the
-          // top half of an fp32), and v_pk_fma_f32 accumulates even and odd columns side by side;
-          // the correction is then z * sum_x. 11 + 4 VALU per word and row instead of 7 + 16.
-          f32x2 t2[NP][YTILE];
-#pragma unroll
-          for (int n = 0; n < NP; ++n)
-#pragma unroll
-            for (int r = 0; r < YTILE; ++r) t2[n][r] = f32x2{0.0f, 0.0f};
-#pragma unroll
-          for (int d = 0; d < 4; ++d) {
-            f32x2 q[YTILE][4];
-#pragma unroll
-            for (int r = 0; r < YTILE; ++r) {
-              uint32_t lo = wv[r][d] & 0x0F0F0F0Fu, hi = (wv[r][d] >> 4) & 0x0F0F0F0Fu;
-              // Opaque: the compiler would otherwise narrow each byte extract to a 4-bit one and
-              // lose the single v_cvt_f32_ubyteN.
-              asm("" : "+v"(lo), "+v"(hi));
-              q[r][0] = f32x2{(float)(lo & 0xffu), (float)((lo >> 16) & 0xffu)};          // k0 k1
-              q[r][1] = f32x2{(float)(hi & 0xffu), (float)((hi >> 16) & 0xffu)};          // k2 k3
-              q[r][2] = f32x2{(float)((lo >> 8) & 0xffu), (float)(lo >> 24)};            // k4 k5
-              q[r][3] = f32x2{(float)((hi >> 8) & 0xffu), (float)(hi >> 24)};            // k6 k7
-            }
-#pragma unroll
-            for (int n = 0; n < NP; ++n) {
-              const hs::u32x4 xv = xs[n * row_q + 4 * c + d];
-#pragma unroll
-              for (int i = 0; i < 4; ++i) {
-                const f32x2 xf = {__builtin_bit_cast(float, xv[i] << 16), __builtin_bit_cast(float, xv[i] & 0xffff0000u)};
-#pragma unroll
-                for (int r = 0; r < YTILE; ++r) t2[n][r] = __builtin_elementwise_fma(xf, q[r][i], t2[n][r]);
-              }
-            }
-          }
-#pragma unroll
-          for (int n = 0; n < NP; ++n) {
-            const float sx = xsum[n * row_s + c];
-#pragma unroll
-            for (int r = 0; r < YTILE; ++r) {
-              // sum x (q - z) = sum x q - z sum x, one rounding
-              const float chunk = __builtin_fmaf(-(float)z[r], sx, t2[n][r].x + t2[n][r].y);
-              acc[n][r] = __builtin_fmaf(chunk, sc[r], acc[n][r]);
-            }
-          }
-#else
-#pragma unroll
-          for (int d = 0; d < 4; ++d) {
-            uint32_t q[YTILE][4];
-#pragma unroll
-            for (int r = 0; r < YTILE; ++r) dequant_bf16(wv[r][d], magic, q[r]);
-#pragma unroll
-            for (int n = 0; n < NP; ++n) {
-              const hs::u32x4 xv = xs[n * row_q + 4 * c + d];
-#pragma unroll
-              for (int r = 0; r < YTILE; ++r)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) t[n][r] = hs::dot2<T>(q[r][i], xv[i], t[n][r]);
-            }
-          }
-#pragma unroll
-          for (int n = 0; n < NP; ++n) {
-            const float sx = xsum[n * row_s + c];
-#pragma unroll
-            for (int r = 0; r < YTILE; ++r) {
-              // sum x (q - z) = sum x (128 + q) - (128 + z) sum x, one rounding
-              const float chunk = __builtin_fmaf(-(float)(128u + z[r]), sx, t[n][r]);
-              acc[n][r] = __builtin_fmaf(chunk, sc[r], acc[n][r]);
-            }
-          }
-#endif
-        }
+        hs::int4::chunk<T, NP, YTILE>(acc, wv, sc, z, xs, row_q, xsum, row_s, c, magic);
       }
     }
 
@@ -340,6 +166,58 @@ __device__ void w4a16(const uint16_t* __restrict__ x, const uint32_t* __restrict
         float out = sum;
         if (bias != nullptr) out += hs::to_float<T>(bias[n * bias_stride + row]);
         y[(int64_t)n * M + row] = hs::from_float<T>(out);
+      }
+    }
+  }
+}
+
+// The dequantize kernel of the route (N > 8, and K or group sizes the fused kernels do not take):
+// W [M, K] as T into out [M, K] in the CHECKPOINT's column order, so that skinny_gemm's kernels
+// multiply plain x: out[m, perm[k]] = T(s[m, g] * (q[m, k] - z[m, g])) for prepared column k
+// (perm null: out[m, k]), g = k / G. The product is exact in fp32 (a 5-bit integer times a
+// 16-bit scale's 11 or 8 significant bits) and rounded once to T: the value
+// w4a16.dequantize_checkpoint gives, rounded to T (with the prepared scales).
+//
+// Arguments: w, scales, zeros, perm as the fused kernel's (zeros null: z = 8; perm null: identity);
+// out [M, K] T, 16-byte aligned; K a multiple of 8; G (any, not only powers of two) a multiple of
+// 8 dividing K, so a word's 8 columns share one group. One thread per word (8 columns, one
+// 16-byte store without perm, 8 scattered 2-byte stores with it) in a grid-stride loop over
+// M * K / 8 words, 32-bit word indices (M * K / 8 < 2^32, checked by the op). Each output element is
+// written exactly once: perm is a permutation of 0..K-1.
+template <typename T>
+__device__ void dequantize(const uint32_t* __restrict__ w, const uint16_t* __restrict__ scales,
+                           const uint8_t* __restrict__ zeros, const int32_t* __restrict__ perm,
+                           uint16_t* __restrict__ out, int M, int K, int G) {
+  const uint32_t words = (uint32_t)(K >> 3), groups = (uint32_t)(K / G), total = (uint32_t)M * words;
+  const uint32_t step = gridDim.x * kThreads;
+  // i + step may pass 2^32 when total is near it: the loop ends before adding past total.
+  for (uint32_t i = blockIdx.x * kThreads + threadIdx.x; i < total; i = total - i > step ? i + step : total) {
+    const uint32_t m = i / words, j = i - m * words;
+    const uint32_t q = w[i];
+    const uint32_t gi = m * groups + (8 * j) / (uint32_t)G;
+    const float s = hs::to_float<T>(scales[gi]);
+    const int z = zeros != nullptr ? (int)zeros[gi] : 8;
+    uint32_t v[8];
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      // column 8j + c sits in nibble ORDER^-1[c]: pairs (c, c + 1) in nibbles c / 2 and c / 2 + 4
+      const int nib = (int)((q >> (4 * (c >> 1) + 16 * (c & 1))) & 15u);
+      float p = (float)(nib - z) * s;
+      // Opaque: fp16 would otherwise get v_fma_mixlo_f16(s, q - z, +0), which turns the -0 of
+      // q == z under a negative scale into +0 (the fp32 product rounded once keeps -0).
+      asm("" : "+v"(p));
+      v[c] = hs::from_float<T>(p);
+    }
+    uint16_t* row = out + (uint64_t)m * (uint32_t)K;
+    if (perm == nullptr) {
+      *reinterpret_cast<hs::u32x4*>(row + 8 * j) =
+          hs::u32x4{v[0] | v[1] << 16, v[2] | v[3] << 16, v[4] | v[5] << 16, v[6] | v[7] << 16};
+    } else {
+      const hs::u32x4 p0 = hs::load16(perm + 8 * j), p1 = hs::load16(perm + 8 * j + 4);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        row[p0[c]] = (uint16_t)v[c];
+        row[p1[c]] = (uint16_t)v[c + 4];
       }
     }
   }
@@ -363,3 +241,12 @@ __device__ void w4a16(const uint16_t* __restrict__ x, const uint32_t* __restrict
 
 HS_W4A16_ALL(hs::f16, f16)
 HS_W4A16_ALL(hs::bf16, bf16)
+
+#define HS_W4A16_DEQUANTIZE(T, TAG)                                                                          \
+  extern "C" __global__ void __launch_bounds__(kThreads) w4a16_dequantize_##TAG(                             \
+      const uint32_t* __restrict__ w, const uint16_t* __restrict__ scales, const uint8_t* __restrict__ zeros, \
+      const int32_t* __restrict__ perm, uint16_t* __restrict__ out, int M, int K, int G) {                   \
+    dequantize<T>(w, scales, zeros, perm, out, M, K, G);                                                     \
+  }
+HS_W4A16_DEQUANTIZE(hs::f16, f16)
+HS_W4A16_DEQUANTIZE(hs::bf16, bf16)

@@ -1,5 +1,6 @@
 """hipskinny.w4a16.linear on the emulator for every shipped arch, against exact math from the
-checkpoint tensors (not the prepared layout).
+checkpoint tensors (not the prepared layout). The fused kernel (N = 1..8); the route (N > 8, and
+shapes the fused kernel does not take) in test_w4a16_linear_route.py.
 
 Tolerance (derived, not tuned), c = (K/32 + 40) * 2**-24. A lane sums a 32-column chunk with 16
 dot2 (fp32) of exact 16-bit values (x, and q - z exact in fp16), scales it once into its
@@ -122,15 +123,10 @@ def test_bad_input_messages():
             w4a16.linear(x.astype(BF16), p)
         with pytest.raises(InputValueError, match=r"x must be \[..., K\] with K=256"):
             w4a16.linear(np.zeros((2, 128), F16), p)
-        with pytest.raises(InputValueError, match="N=9 tokens; supported: N = 1..8"):
-            w4a16.linear(np.zeros((9, 256), F16), p)
         with pytest.raises(InputValueError, match="bias must be float16"):
             w4a16.linear(x, p, np.zeros(16, np.float32))
         with pytest.raises(InputTypeError, match="prepared must be a hipskinny.w4a16.Prepared"):
             w4a16.linear(x, {"qweight": p.qweight})
-        _, p40 = _layer(8, 40, -1, "gptq", True, False, F16, seed=1)
-        with pytest.raises(InputValueError, match="K a multiple of 32 and a group size that is a power of two"):
-            w4a16.linear(np.zeros((1, 40), F16), p40)
         ck, _ = _layer(8, 64, 32, "gptq", True, False, F16, seed=2)
         stack = w4a16.prepare(*(np.stack([ck[n]] * 2) for n in ("qweight", "scales")), fmt="gptq", group_size=32)
         with pytest.raises(InputValueError, match="a stack of 2 experts"):

@@ -49,7 +49,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .. import bnb, operands, registry, tensors
+from .. import bnb, operands, registry
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
@@ -325,9 +325,9 @@ def _route(ops: Operands, st: bnb.QuantState, n: int, m: int, k: int, log2_bs: i
     device, tag = ops.device, _TAG[xv.dtype]
     pitch = -(-k // 8) * 8
     if n > ROUTE_MAX_N:
-        if xv.kind == "torch" and not ops.on_host and xv.device_type == tensors.DL_ROCM:
-            return _TorchRoute(ops, _dequantize_launch(device, tag, m, k, pitch, log2_bs, flags, 7), m, k, pitch,
-                               bv is not None and len(bv.shape) == 2 and bv.shape[0] > 1)
+        if sg.on_rocm_torch(ops):
+            return sg.TorchDequantizeRoute(ops, _dequantize_launch(device, tag, m, k, pitch, log2_bs, flags, 7),
+                                           m, k, pitch)
         raise InputValueError(f"matmul_4bit: N={n} tokens; supported: N = 1..{ROUTE_MAX_N} (torch tensors on a "
                               "ROCm GPU: any N, through torch.nn.functional.linear above that)")
     first_slot = len(NAMES)                  # pointers: inputs, out, then the scratch slots
@@ -400,25 +400,6 @@ def _x_stride(xv: Any, k: int) -> int:
     _require((n == 1 or x_stride >= k) and x_stride % unit == 0,
              f"x's row stride must be a multiple of 16 bytes ({unit} elements) and >= K; got {x_stride}")
     return x_stride
-
-
-class _TorchRoute:
-    """N above skinny_gemm's range on torch ROCm tensors: the dequantize kernel into a tensor of
-    x's dtype (allocated per call, as the ``F.linear`` after it does), then skinny_gemm's own
-    ``F.linear`` fallback."""
-
-    def __init__(self, ops: Operands, launch: Launch, m: int, k: int, pitch: int, per_token_bias: bool) -> None:
-        self.launch, self.k = launch, k
-        self.stream = operands.stream_of(ops.first, ops.first.device_id)
-        self.empty = operands.torch_empty(ops.first, (m, pitch), ops.first.dtype)
-        self.linear = sg._TorchFallback(per_token_bias)
-
-    def __call__(self, objs: Any, addresses: Any) -> Any:
-        x, *state, bias, out = objs
-        w16 = self.empty()
-        ptrs = [0 if o is None else o.data_ptr() for o in (x, *state)] + [w16.data_ptr()]
-        self.launch.launcher(self.launch.args(ptrs), self.launch.tail, self.stream())
-        return self.linear((x, w16[:, :self.k], bias, out), None)
 
 
 def _require(ok: bool, what: str) -> None:

@@ -270,10 +270,38 @@ class _TorchFallback:
         return out
 
 
+class TorchDequantizeRoute:
+    """N above the kernels' range for ops that dequantize to 16-bit weights first (matmul_4bit,
+    w4a16_linear) on torch ROCm tensors: their dequantize kernel into a tensor of x's dtype
+    (allocated per call, as the ``F.linear`` after it does), then this module's ``F.linear``
+    fallback. ``launch`` reads the op's weight operands (the call's positions between x and
+    bias) and writes ``[M, pitch]`` weights at the position after them; the op's operands are
+    ``x, *weight operands, bias, out``."""
+
+    def __init__(self, ops: Operands, launch: Launch, m: int, k: int, pitch: int) -> None:
+        bv = ops["bias"]
+        self.launch, self.k = launch, k
+        self.stream = operands.stream_of(ops.first, ops.first.device_id)
+        self.empty = operands.torch_empty(ops.first, (m, pitch), ops.first.dtype)
+        self.linear = _TorchFallback(bv is not None and len(bv.shape) == 2 and bv.shape[0] > 1)
+
+    def __call__(self, objs: Any, addresses: Any) -> Any:
+        x, *weights, bias, out = objs
+        w16 = self.empty()
+        ptrs = [0 if o is None else o.data_ptr() for o in (x, *weights)] + [w16.data_ptr()]
+        self.launch.launcher(self.launch.args(ptrs), self.launch.tail, self.stream())
+        return self.linear((x, w16[:, :self.k], bias, out), None)
+
+
+def on_rocm_torch(ops: Operands) -> bool:
+    """Whether the call's operands are torch tensors on a ROCm GPU (where the torch routes apply)."""
+    xv = ops["x"]
+    return xv is not None and xv.kind == "torch" and not ops.on_host and xv.device_type == tensors.DL_ROCM
+
+
 def _unsupported(ops: Operands, why: str) -> Any:
-    xv, bv = ops["x"], ops["bias"]
-    assert xv is not None
-    if xv.kind == "torch" and not xv.on_host and xv.device_type == tensors.DL_ROCM:
+    bv = ops["bias"]
+    if on_rocm_torch(ops):
         log.debug("skinny_gemm: %s is outside the kernels' range; using torch.nn.functional.linear", why)
         return _TorchFallback(bv is not None and len(bv.shape) == 2 and bv.shape[0] > 1)
     raise InputValueError(f"skinny_gemm: {why}; supported: N = 1..{SPLITK_MAX_N} tokens, any K for host "

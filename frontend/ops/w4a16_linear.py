@@ -10,11 +10,45 @@ of `hipskinny.skinny_gemm` with 32-column (16-byte) chunks and its configuration
 `hipskinny.matmul_4bit`'s small-N kernel). Weights become 16-bit by the magic-number trick (fp16:
 exact ``q - z`` pairs from the 0x6400 exponent; bf16: ``128 + q`` pairs from 0x4300, the
 ``(128 + z) * sum x`` correction subtracted per chunk in fp32), dot2 into fp32 per 32-column
-chunk, scaled by the group's scale. An act-order ``perm`` is applied while x is staged in LDS.
-Bitwise reproducible across calls, schedules and CU counts.
+chunk, scaled by the group's scale: the weights are never rounded. An act-order ``perm`` is
+applied while x is staged in LDS. It needs K a multiple of 32 and a group size that is a power
+of two (>= 32).
 
-K must be a multiple of 32 and the group size a power of two (per-channel scales of a K that is
-not one are an error for now); N above 8 is not served yet.
+N = 9..64, kernel ``w4a16_splitk_<f16|bf16>_t<NT>`` (kernels/w4a16_splitk.hip): the matrix units,
+with `skinny_gemm`'s split-K rules (token tiles, shards from the arch's flagship CU count,
+persistent grid, shard partials and self-cleaning counters from the scratch pool, summed in shard
+order). Each weight is widened in registers to x's dtype as ``T(s * (q - z))``, the exact product
+rounded once (fp16: exact ``q - z`` pairs by the magic-number trick, one packed fp16 multiply;
+bf16: fp32 ``(q - z) * s``, then RNE). The skeleton is `hipskinny.matmul_4bit`'s split-K kernel's
+(kernels/include/hipskinny/splitk4.h), with the act-order gather while x is staged. It needs K a
+multiple of 32 and a group size that is a power of two, or per-channel scales (any such K).
+
+The route: N = 65..128, and every N where no fused kernel applies (K not a multiple of 32;
+per-channel scales of a K that is not a power of two at N <= 8): the ``w4a16_dequantize_<f16|bf16>``
+kernel writes W as x's 16-bit dtype, ``T(s * (q - z))`` (the same values as the split-K kernel's:
+what `hipskinny.w4a16.dequantize_checkpoint` gives, rounded to T), into a pooled ``[M, K]`` buffer
+(scratch slot ``w4a16.weights``), then `hipskinny.skinny_gemm`'s kernel for N (split-K on the
+matrix units above 8 tokens) multiplies it: one bound call, two launches, nothing allocated per
+call; host and GPU operands alike. Act-order: the dequantize kernel writes prepared column ``j``
+to column ``perm[j]``, so W is in the checkpoint's column order and skinny_gemm multiplies plain
+x. The route takes any group size that is a multiple of 8 dividing K (32, 64, 128, or per-channel
+with K any multiple of 8: the only limits `prepare` leaves). Weights rounded once to T, fp32 sums,
+one output rounding: skinny_gemm's accumulation on 16-bit weights. N > 128: torch tensors on a
+ROCm GPU dequantize the same way into a tensor and take ``torch.nn.functional.linear``; anything
+else is an error. ``fused=False`` forces the route, ``fused=True`` refuses shapes no fused kernel
+takes.
+
+Crossover (``fused=None``): the fused kernels for N = 1..64 on every arch, the route above (and
+where no fused kernel applies). From the report's rows at N = 16 and 64 (`w4a16_linear` against
+its variant `w4a16_linear:dequantize`, all 9 shapes x 5 archs, f16): the route moves 2.4-6.1x the
+fused split-K kernel's bytes at N = 16 and 1.9-3.6x at N = 64 (large layers: medians 5.4-6.0x and
+2.8-3.5x), and both are memory-bound there (except the fused kernel on gfx1100 at N = 64 on three
+shapes, matrix-bound, and the route on gfx950 at N = 64, VALU-bound): it writes and reads back the
+16-bit weights (4.5 bytes per weight against 0.5).
+
+Both paths are bitwise reproducible across calls, schedules and CU counts. GPU tensors need unit
+strides along K, 16-byte aligned x and qweight, x rows a multiple of 16 bytes apart, and the
+prepared arrays contiguous on x's device.
 """
 
 from __future__ import annotations
@@ -24,16 +58,20 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .. import operands, w4a16
+from .. import operands, registry, w4a16
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
-from ..launch import LaunchPlan, PlanCache
+from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
 from . import skinny_gemm as sg
 
 FAMILY = "w4a16"
-MAX_N = 8
+SPLITK_FAMILY = "w4a16_splitk"
+MAX_N = 8                           # fused lane-split kernel
+FUSED_MAX_N = 64                    # fused split-K kernel, N = MAX_N + 1 .. FUSED_MAX_N
+ROUTE_MAX_N = sg.SPLITK_MAX_N       # dequantize + skinny_gemm (128)
 CHUNK = 32                          # K columns (16 weight bytes) per lane chunk
+ROUTE_SLOT = "w4a16.weights"        # the route's dequantized 16-bit weights [M, K]
 NAMES = ("x", "w", "scales", "zeros", "perm", "bias", "out")
 _F16, _BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
 _TAG = {_F16: "f16", _BF16: "bf16"}
@@ -41,58 +79,147 @@ _plans = PlanCache()
 _calls = operands.CallCache()
 
 
-def w4a16_linear(x: Any, prepared: w4a16.Prepared, bias: Any = None, *, out: Any = None) -> Any:
+def w4a16_linear(x: Any, prepared: w4a16.Prepared, bias: Any = None, *, out: Any = None,
+                 fused: bool | None = None) -> Any:
     """``x @ W.T + bias`` with W a prepared AWQ/GPTQ int4 weight (`hipskinny.w4a16.prepare`; see the
     module docstring). x ``[..., K]`` fp16/bf16; the prepared scales in x's dtype (``prepare(...,
     dtype=...)``); bias ``[M]``, ``[1, M]`` or ``[N, M]`` in x's dtype. numpy, torch or DLPack
-    operands (the prepared arrays too), all on the host or all on one GPU."""
+    operands (the prepared arrays too), all on the host or all on one GPU. ``fused``: None
+    (default) picks by the crossover rule; False takes the dequantize route; True raises an
+    error where the fused kernel does not apply."""
     p = prepared
     if not isinstance(p, w4a16.Prepared):
         raise InputTypeError(f"w4a16_linear: prepared must be a hipskinny.w4a16.Prepared (from w4a16.prepare); "
                              f"got {type(p).__name__}")
     objs = (x, p.qweight, p.scales, p.zeros, p.perm, bias, out)
-    options = (p.shape, p.group_size, p.symmetric, p.experts)
+    options = (p.shape, p.group_size, p.symmetric, p.experts, fused)
     key, addresses = operands.signature(NAMES, objs, options)
     call = _calls.get(key)
     if call is None:
-        call = _calls.add(key, _bind(operands.gather("w4a16_linear", NAMES, objs), p))
+        call = _calls.add(key, _bind(operands.gather("w4a16_linear", NAMES, objs), p, fused))
     return call(objs, addresses)
 
 
-def _bind(ops: Operands, p: w4a16.Prepared) -> Any:
+def fusible(n: int, k: int, group_size: int) -> bool:
+    """Whether the fused kernels take N tokens at this K and group size (the crossover rule)."""
+    g = group_size
+    if k % CHUNK or g % CHUNK:
+        return False
+    if n <= MAX_N:
+        return n >= 1 and g & (g - 1) == 0
+    return n <= FUSED_MAX_N and (g & (g - 1) == 0 or g == k)
+
+
+def _bind(ops: Operands, p: w4a16.Prepared, fused: bool | None) -> Any:
     xv, bv = ops["x"], ops["bias"]
     assert xv is not None
-    n, m, k, log2_g = _check(ops, p)
+    n, m, k, g = _check(ops, p)
     out_shape = (*xv.shape[:-1], m)
     operands.check_out(ops, out_shape, xv.dtype)
     if m == 0 or n == 0:
         return DeviceCall(ops, [], out_shape=out_shape, out_dtype=xv.dtype) if not ops.on_host else \
             HostCall(ops, [], [None] * (len(NAMES) - 1), out_shape=out_shape, out_dtype=xv.dtype, out_slot="w4a16.y")
+    if not ops.on_host:
+        for name in ("w", "scales", "zeros", "perm"):
+            v = ops[name]
+            _require(v is None or v.is_contiguous, f"the prepared {name} must be contiguous")
+    if not fusible(n, k, g):
+        if fused:
+            raise InputValueError(f"w4a16_linear: fused=True, but the fused kernels take N = 1..{FUSED_MAX_N} tokens, "
+                                  f"K a multiple of {CHUNK} and a group size that is a power of two >= {CHUNK} "
+                                  f"(N > {MAX_N}: or per-channel); got N={n}, K={k}, group size {g}")
+        return _route(ops, n, m, k, g, out_shape)
+    if fused is False:
+        return _route(ops, n, m, k, g, out_shape)
     device, tag = ops.device, _TAG[xv.dtype]
     b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
     if ops.on_host:
-        def flat(name: str) -> Staged | None:
-            v = ops[name]
-            return None if v is None else Staged(f"w4a16.{name}", 1, v.numel, v.numel)
+        launch, slots = _launch(device, tag, n, m, k, k, m if b_rows > 1 else 0, g)
+        return HostCall(ops, [launch], _staged(ops, n, m, k), out_shape=out_shape, out_dtype=xv.dtype,
+                        out_slot="w4a16.y", scratch_slots=slots)
+    launch, slots = _launch(device, tag, n, m, k, _x_stride(xv, n, k),
+                            operands.bias_row_stride("w4a16_linear", bv, m), g)
+    return DeviceCall(ops, [launch], out_shape=out_shape, out_dtype=xv.dtype, aligned=("x", "w"),
+                      align_message="x and the prepared qweight must start at 16-byte aligned addresses",
+                      scratch_slots=slots)
 
-        staged = [Staged("w4a16.x", n, k, k), flat("w"), flat("scales"), flat("zeros"), flat("perm"),
-                  None if bv is None else Staged("w4a16.bias", b_rows, m, m, optional=True)]
-        launch = _launch(device, tag, n, m, k, k, m if b_rows > 1 else 0, log2_g)
-        return HostCall(ops, [launch], staged, out_shape=out_shape, out_dtype=xv.dtype, out_slot="w4a16.y")
-    for name in ("w", "scales", "zeros", "perm"):
+
+def _staged(ops: Operands, n: int, m: int, k: int) -> list[Staged | None]:
+    """How host inputs reach the device: x as ``[N, K]`` rows, the prepared arrays flat."""
+    bv = ops["bias"]
+
+    def flat(name: str) -> Staged | None:
         v = ops[name]
-        _require(v is None or v.is_contiguous, f"the prepared {name} must be contiguous")
+        return None if v is None else Staged(f"w4a16.{name}", 1, v.numel, v.numel)
+
+    b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
+    return [Staged("w4a16.x", n, k, k), flat("w"), flat("scales"), flat("zeros"), flat("perm"),
+            None if bv is None else Staged("w4a16.bias", b_rows, m, m, optional=True)]
+
+
+def _x_stride(xv: Any, n: int, k: int) -> int:
+    """x's row stride on a GPU: unit stride along K, rows a multiple of 16 bytes apart."""
     x_stride = operands.row_stride("w4a16_linear", xv)
     _require(xv.strides[-1] == 1, "x must be contiguous along K")
     _require((n == 1 or x_stride >= k) and x_stride % 8 == 0,
              f"x's row stride must be a multiple of 8 elements (16 bytes) and >= K; got {x_stride}")
-    launch = _launch(device, tag, n, m, k, x_stride, operands.bias_row_stride("w4a16_linear", bv, m), log2_g)
-    return DeviceCall(ops, [launch], out_shape=out_shape, out_dtype=xv.dtype, aligned=("x", "w"),
-                      align_message="x and the prepared qweight must start at 16-byte aligned addresses")
+    return x_stride
+
+
+def _route(ops: Operands, n: int, m: int, k: int, g: int, out_shape: tuple[int, ...]) -> Any:
+    """The dequantize kernel writes W as x's 16-bit dtype in the checkpoint's column order
+    (act-order undone by scattering each prepared column to ``perm[j]``) into the pooled slot
+    `ROUTE_SLOT`, then `hipskinny.skinny_gemm`'s kernel for N multiplies plain x by it: one bound
+    call, two launches, nothing allocated per call. N above skinny_gemm's range: torch tensors on
+    a ROCm GPU dequantize the same way into a tensor and take ``torch.nn.functional.linear``."""
+    xv, bv = ops["x"], ops["bias"]
+    assert xv is not None
+    device, tag = ops.device, _TAG[xv.dtype]
+    if n > ROUTE_MAX_N:
+        if sg.on_rocm_torch(ops):
+            return sg.TorchDequantizeRoute(ops, _dequantize_launch(device, tag, m, k, g, 5), m, k, k)
+        raise InputValueError(f"w4a16_linear: N={n} tokens; supported: N = 1..{ROUTE_MAX_N} (torch tensors on a "
+                              "ROCm GPU: any N, through torch.nn.functional.linear above that)")
+    first_slot = len(NAMES)                  # pointers: inputs, out, then the scratch slots
+    dq = _dequantize_launch(device, tag, m, k, g, first_slot)
+    if ops.on_host:
+        b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
+        gemm, gemm_slots = sg._launch(device, tag, n, m, k, False, k, k, m if b_rows > 1 else 0)
+    else:
+        gemm, gemm_slots = sg._launch(device, tag, n, m, k, False, _x_stride(xv, n, k), k,
+                                      operands.bias_row_stride("w4a16_linear", bv, m))
+    # skinny_gemm's pointers (x, w, bias, out, partials, counters) as positions of this call's.
+    where = (0, first_slot, 5, 6, first_slot + 1, first_slot + 2)[:gemm.pointers]
+    launches = [dq, Launch(gemm.launcher, 0, gemm.tail, where)]
+    slots = ((ROUTE_SLOT, 2 * m * k), *gemm_slots)
+    if ops.on_host:
+        return HostCall(ops, launches, _staged(ops, n, m, k), out_shape=out_shape, out_dtype=xv.dtype,
+                        out_slot="w4a16.y", scratch_slots=slots)
+    return DeviceCall(ops, launches, out_shape=out_shape, out_dtype=xv.dtype, aligned=("x", "w"),
+                      align_message="x and the prepared qweight must start at 16-byte aligned addresses",
+                      scratch_slots=slots)
+
+
+def _dequantize_launch(device: Device, tag: str, m: int, k: int, g: int, out_at: int) -> Launch:
+    """The dequantize kernel reading the prepared arrays (positions 1..4 of a call's pointers) and
+    writing ``[M, K]`` 16-bit weights at pointer position ``out_at``."""
+    info = device.arch
+    cu_count = device.properties.cu_count
+    key = ("dequantize", device, tag, m, k, cu_count)
+
+    def build() -> LaunchPlan:
+        name = f"{FAMILY}_dequantize_{tag}"
+        fn, meta = registry.load(device, FAMILY).kernel(name)
+        words = m * k // 8                                # one word (8 weights) per thread and step
+        grid = max(1, min(-(-words // sg.THREADS), cu_count * 2 * info.simds_per_cu))
+        return make_plan(fn, meta, (grid, 1, 1), (sg.THREADS, 1, 1), info={"kernel": name, "grid": grid})
+
+    plan = _plans.get(key, build)
+    return Launch(device.launcher(plan), 0, (m, k, g), (1, 2, 3, 4, out_at))
 
 
 def _check(ops: Operands, p: w4a16.Prepared) -> tuple[int, int, int, int]:
-    """Shapes and dtypes of x and the prepared weight; returns N, M, K, log2(group size)."""
+    """Shapes and dtypes of x and the prepared weight; returns N, M, K, the group size."""
     xv, wv, sv, zv, pv, bv = (ops[name] for name in NAMES[:-1])
     assert xv is not None and wv is not None and sv is not None
     if xv.dtype not in _TAG:
@@ -106,11 +233,9 @@ def _check(ops: Operands, p: w4a16.Prepared) -> tuple[int, int, int, int]:
         raise InputValueError(f"w4a16_linear: x must be [..., K] with K={k} (the weight is [M={m}, K={k}]); "
                               f"got shape {xv.shape}")
     n = int(np.prod(xv.shape[:-1], dtype=np.int64))
-    if k % CHUNK or g < CHUNK or g & (g - 1):
-        raise InputValueError(f"w4a16_linear: the kernels need K a multiple of 32 and a group size that is a "
-                              f"power of two >= 32; got K={k}, group size {g} (per-channel scales: K a power of two)")
-    if n > MAX_N:
-        raise InputValueError(f"w4a16_linear: N={n} tokens; supported: N = 1..{MAX_N} for now")
+    if k % 8 or g % 8 or k % g:
+        raise InputValueError(f"w4a16_linear: K must be a multiple of 8 and of the group size, itself a multiple "
+                              f"of 8 (as w4a16.prepare makes them); got K={k}, group size {g}")
     if wv.dtype not in (np.dtype(np.uint32), np.dtype(np.int32)) or wv.shape != (m, k // 8):
         raise InputValueError(f"w4a16_linear: the prepared qweight must be uint32 [M, K/8] = [{m}, {k // 8}]; "
                               f"got {wv.dtype} {wv.shape}")
@@ -129,25 +254,65 @@ def _check(ops: Operands, p: w4a16.Prepared) -> tuple[int, int, int, int]:
                               f"got {bv.dtype} {bv.shape}")
     if m * k // 8 >= 2**32:
         raise InputValueError(f"w4a16_linear: M*K/8 must be below 2**32; got {m * k // 8}")
-    return n, m, k, g.bit_length() - 1
+    return n, m, k, g
 
 
-def _launch(device: Device, tag: str, n: int, m: int, k: int, x_stride: int, b_stride: int, log2_g: int) -> Launch:
+def _launch(device: Device, tag: str, n: int, m: int, k: int, x_stride: int, b_stride: int, g: int
+            ) -> tuple[Launch, tuple[tuple[str, int], ...]]:
+    """The fused launch of a call of this shape and the scratch slots it needs (split-K partials
+    and counters)."""
     plan = _plan(device, tag, n, m, k)
-    return Launch(device.launcher(plan), 7, (m, k, x_stride, b_stride, plan.info["k_chunk"], log2_g))
+    info, launcher = plan.info, device.launcher(plan)
+    pow2 = g & (g - 1) == 0
+    if n <= MAX_N:
+        return Launch(launcher, 7, (m, k, x_stride, b_stride, info["k_chunk"], g.bit_length() - 1)), ()
+    # g(k) = k >> log2_g; per-channel scales of a K that is no power of two: 31 (one group, g = 0).
+    tail = (n, m, k, x_stride, b_stride, info["shard_len"], g.bit_length() - 1 if pow2 else 31, k // g)
+    if info["shards"] == 1:
+        return Launch(launcher, 7, (0, 0) + tail), ()       # no partials, no counters
+    slots = (("w4a16.partials", info["partial_bytes"]), ("w4a16.counters", info["counter_bytes"]))
+    return Launch(launcher, 9, tail), slots
 
 
 def _plan(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
+    if n > MAX_N:
+        return _plan_splitk(device, tag, n, m, k)
     key = (device, tag, n, m, k, device.properties.cu_count)
     return _plans.get(key, lambda: sg.lane_split_plan(device, FAMILY, f"{FAMILY}_{tag}_n{n}", n, m, k, chunk=CHUNK,
                                                       op="w4a16_linear", sums=tag == "bf16"))
 
 
+def _plan_splitk(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
+    """N = 9..64: skinny_gemm_splitk's configuration rules (token tiles, shards from the arch's
+    flagship CU count, persistent grid), the int4 kernel's registers and LDS."""
+    info = device.arch
+    cu_count = device.properties.cu_count
+    key = ("splitk", device, tag, n, m, k, cu_count)
+
+    def build() -> LaunchPlan:
+        nt = sg.token_tiles(n)
+        length = sg.shard_len(info.default_cu_count, nt, m, k)
+        shards = -(-k // length)
+        blocks = -(-m // sg.SPLITK_ROWS)
+        name = f"{SPLITK_FAMILY}_{tag}_t{nt}"
+        fn, meta = registry.load(device, SPLITK_FAMILY).kernel(name)
+        groups = sg.groups_per_cu(info, meta, sg.SPLITK_LDS, sg.MAX_SPLITK_GROUPS_PER_CU)
+        units = blocks * shards
+        grid = max(1, min(units, cu_count * groups))
+        return make_plan(fn, meta, (grid, 1, 1), (sg.THREADS, 1, 1), shared_mem=sg.SPLITK_LDS,
+                         info={"kernel": name, "token_tiles": nt, "shard_len": length, "shards": shards,
+                               "units": units, "groups_per_cu": groups, "grid": grid, "lds_bytes": sg.SPLITK_LDS,
+                               "partial_bytes": 0 if shards == 1 else 4 * sg.SPLITK_ROWS * 16 * nt * units,
+                               "counter_bytes": 4 * blocks if shards > 1 else 0})
+
+    return _plans.get(key, build)
+
+
 def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int) -> dict[str, Any]:
-    """The configuration a call of this shape gets on ``device`` (tests and benchmarks)."""
-    if not 1 <= n <= MAX_N or k % CHUNK:
-        raise InputValueError(f"w4a16_linear: the kernels serve N = 1..{MAX_N} and K a multiple of {CHUNK}; "
-                              f"got N={n}, K={k}")
+    """The configuration a fused call of this shape gets on ``device`` (tests and benchmarks)."""
+    if not 1 <= n <= FUSED_MAX_N or k % CHUNK:
+        raise InputValueError(f"w4a16_linear: the fused kernels serve N = 1..{FUSED_MAX_N} and K a multiple of "
+                              f"{CHUNK}; got N={n}, K={k}")
     return dict(_plan(device, _TAG[np.dtype(x_dtype)], n, m, k).info)
 
 
@@ -168,11 +333,22 @@ def w4a16_linear_reference(x: Any, qweight: Any, scales: Any, qzeros: Any = None
 
 
 # The performance report measures symmetric GPTQ-style weights with group size 128 (the common
-# checkpoint; per-group scales in x's dtype) against fp16 skinny_gemm.
+# checkpoint; per-group scales in x's dtype) against fp16 skinny_gemm; the variant "dequantize" is
+# the route (dequantize kernel + skinny_gemm, both launches counted) at the N where the crossover
+# is decided (benchmarks/shapes.py).
 REPORT_BASELINE = "skinny_gemm"
+REPORT_VARIANTS = ("dequantize",)
 # Under the family's table in benchmarks/RESULTS.md: the issue's targets against the numbers
 # above it (large layers: M*K >= 16M weights).
 REPORT_NOTES = """
+**Crossover.** The route (`w4a16_linear:dequantize`: dequantize kernel + `skinny_gemm`, both
+launches counted) moves 2.4-6.1x the bytes of the fused split-K kernel at N = 16 and 1.9-3.6x at
+N = 64 on every arch and shape (large layers: medians 5.4-6.0x and 2.8-3.5x), both memory-bound
+nearly everywhere: it writes and reads back 16-bit weights. So the fused kernels serve N = 1..64
+on every arch, the route only above (and where no fused kernel applies). The fused split-K
+kernel's traffic ratio: 1.11-2.99 at N = 16, 1.12-3.37 at N = 64 (x re-staged per shard and the
+shard partials, charged at DRAM price).
+
 **Targets (large layers) and where they stand.** Predicted time against fp16 `skinny_gemm`
 ("Against the baseline op"): median 0.29 at N = 1 on gfx11/gfx12 and 0.31 on gfx942/gfx950 (the
 floor is 0.25 plus the scales), 0.30 at N = 4 on gfx11/gfx12, 0.38-0.41 on gfx942/gfx950. Traffic
@@ -191,21 +367,34 @@ gfx942 has no bf16 dot), 63 / 60 on gfx1100. The fp16 floor of the recipe is 53 
 """
 
 
-def report_operands(x: np.ndarray, w: np.ndarray) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def report_operands(x: np.ndarray, w: np.ndarray, *, variant: str | None = None,
+                    arch: str | None = None) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """x and the report's 16-bit weights rounded to symmetric int4 (per 128 columns: scale = max |w|
-    / 7, codes round(w / scale) + 8 clipped to 0..15), prepared."""
+    / 7, codes round(w / scale) + 8 clipped to 0..15), prepared; the variant with ``fused=False``."""
     m, k = w.shape
     g = 128 if k % 128 == 0 else 32
-    if k % 32:
-        raise InputValueError(f"w4a16_linear: the report measures K a multiple of 32; got K={k}")
+    _report_k(k)
     wg = w.astype(np.float32).reshape(m, k // g, g)
     scale = np.maximum(np.abs(wg).max(axis=2) / 7, 2.0**-14).astype(x.dtype)
     codes = np.clip(np.rint(wg / scale.astype(np.float32)[..., None]) + 8, 0, 15).astype(np.int64).reshape(m, k)
     ckpt = w4a16.pack_checkpoint(codes, None, scale.astype(np.float16), fmt="gptq", group_size=g)
-    return (x, w4a16.prepare(**ckpt, fmt="gptq", group_size=g, dtype=x.dtype)), {}
+    return (x, w4a16.prepare(**ckpt, fmt="gptq", group_size=g, dtype=x.dtype)), \
+        ({"fused": False} if variant == "dequantize" else {})
 
 
-def report_min_bytes(n: int, m: int, k: int, itemsize: int) -> tuple[float, float]:
+def report_min_bytes(n: int, m: int, k: int, itemsize: int, *, variant: str | None = None) -> tuple[float, float]:
     """(least bytes a call moves, weight bytes): the packed codes, one 16-bit scale per 128 columns,
-    x and y."""
+    x and y -- for the route too (its floor is the same problem's; the 16-bit weights it writes
+    and reads back are its overhead)."""
     return m * k / 2 + itemsize * (m * -(-k // 128) + n * k + n * m), m * k / 2
+
+
+def report_plan_info(device: Device, dtype: Any, n: int, m: int, k: int, *, variant: str) -> dict[str, Any]:
+    """The route's plan: skinny_gemm's on the ``[M, K]`` 16-bit weights (its kernel names the row)."""
+    _report_k(k)
+    return sg.plan_info(device, dtype, n, m, k)
+
+
+def _report_k(k: int) -> None:
+    if k % 32:
+        raise InputValueError(f"w4a16_linear: the report measures K a multiple of 32; got K={k}")

@@ -1,0 +1,337 @@
+// The split-K skeleton of the packed 4-bit families (matmul_4bit_splitk: bitsandbytes NF4/FP4;
+// w4a16_splitk: AWQ/GPTQ int4), parameterized by the one thing they differ in: how a lane's 16
+// weight bytes and their scales are loaded and widened to T in registers right before the matrix
+// instruction. Everything else is here once: the work split, the K order of the fragments, x
+// staged in LDS (optionally gathered through an act-order permutation), the group loop with its
+// one-group-ahead loads, the shard reduction (hipskinny/splitk.h) and the write-out.
+//
+// Work split, tile multiply, shard reduction: hipskinny/splitk.h, as kernels/skinny_gemm_splitk.hip
+// (a unit is 128 features x all tokens x one K shard; each wave owns 128 / waves features; x is
+// staged as T in LDS per pass of KC = 1024 / NT columns (32 KiB); the last-arriving workgroup of a
+// row block sums the shards in shard order, so results are bitwise the same for any grid, CU
+// count or schedule). Within a shard the lane's raw weight bytes and scales of the next 128-column
+// group are loaded while the current one is widened and multiplied (two groups' raw bytes in
+// registers; weights are widened one matrix step at a time).
+//
+// K order (the same relabelling for A = x and B = W, so the products pair): a lane's 16 weight
+// bytes are 32 consecutive columns of its row (row = lane % 16 of the tile), so one scale serves
+// them all (the families' blocks / groups are multiples of 32 columns). Per 128-column group, lane
+// group g = lane / 16 loads, per tile, piece j at columns 32 * groups * j + 32 g (wave64: one
+// piece, j = 0; gfx1201: two). Step s = 0..3 of piece j takes the piece's dword s: columns
+// 32 * groups * j + 32 g + 8 s .. + 7 as the lane's 8 fragment elements, so its x is LDS chunk
+// 4 * groups * j + 4 g + s of the lane's token row. gfx11 WMMA needs all 16 columns of a step in
+// both 16-lane halves: half h decodes its dword s (columns 64 j + 32 h + 8 s), the halves swap
+// their decoded dwords (v_permlanex16), fragment elements 0..7 are half 0's columns and 8..15
+// half 1's, read from x chunks 8 j + s and 8 j + 4 + s.
+//
+// The weight policy W (a small struct the family defines) provides:
+//   Row row(int64_t m)                       where row m's bytes and scales live
+//   void load(Raw&, const Row (&)[kTiles], int k0, int K, int lane)
+//                                            issue the loads of the group at column k0: per tile
+//                                            and piece, the 16 bytes at column
+//                                            min(k0 + 32 g + 32 groups j, K - 32) and its scale(s)
+//   void scales(Scales&, const Raw&)         per group, the raw scales made ready for decode
+//   void decode(const Raw&, const Scales&, int t, int j, int s, uint32_t (&d)[4])
+//                                            the 8 weights of dword s of piece j of tile t as four
+//                                            dwords of T pairs (columns 2i, 2i + 1 in dword i)
+//
+// Bounds: rows past M are clamped to M - 1 for loading and never written; tokens past N are zero
+// in LDS and never written; a group may reach past K (K is only a multiple of 32): pieces whose
+// first column is >= K load the row's last piece instead (in bounds) and their weights are
+// replaced by zero (their x is zero in LDS too).
+#pragma once
+
+#include "hipskinny/common.h"
+#include "hipskinny/splitk.h"
+
+namespace hs {
+namespace splitk {
+
+constexpr int kPieces = 4 / kGroups;        // 16-byte pieces per lane and tile in a 128-column group
+
+#if defined(__gfx950__)
+#define HS_CVT_PK 1                         // v_cvt_pk_f16_f32 / v_cvt_pk_bf16_f32
+#else
+#define HS_CVT_PK 0
+#endif
+
+typedef float float2v __attribute__((ext_vector_type(2)));
+
+// T(p.x) in bits 15:0, T(p.y) in bits 31:16; p holds fp32 products, each rounded once to T (RNE).
+template <typename T> __device__ uint32_t pack2(float2v p);
+
+template <> __device__ inline uint32_t pack2<hs::f16>(float2v p) {
+#if HS_CVT_PK
+  return __builtin_bit_cast(uint32_t, __builtin_convertvector(p, hs::half2v));
+#elif defined(__gfx942__)
+  // The second conversion writes the high half in place (SDWA), sparing v_pack_b32_f16.
+  uint32_t d;
+  asm("v_cvt_f16_f32_e32 %0, %1" : "=v"(d) : "v"(p.x));
+  asm("v_cvt_f16_f32_sdwa %0, %1 dst_sel:WORD_1 dst_unused:UNUSED_PRESERVE src0_sel:DWORD" : "+v"(d) : "v"(p.y));
+  return d;
+#else
+  // (gfx11's true16 conversions write the halves in place; gfx1201 packs with v_pack_b32_f16.)
+  // The barrier keeps the multiply and the conversion apart: fused into v_fma_mix{lo,hi}_f16
+  // their rounding would be the instruction's (one rounding of the exact product in the
+  // emulator's model), not the fp32 product then fp16.
+  asm("" : "+v"(p));
+  return __builtin_bit_cast(uint32_t, __builtin_convertvector(p, hs::half2v));
+#endif
+}
+
+template <> __device__ inline uint32_t pack2<hs::bf16>(float2v p) {
+#if HS_CVT_PK
+  return __builtin_bit_cast(uint32_t, __builtin_convertvector(p, hs::bf162v));
+#else
+  // RNE by integer add. Exact for every finite and infinite value; a NaN survives it because its
+  // inputs were made the canonical quiet NaN (the family's policy does that): the product is
+  // then a NaN whose mantissa cannot carry into the exponent.
+  // (Elements copied out first: clang-22's __builtin_bit_cast of a vector element p.y reads p.x.)
+  const float px = p.x, py = p.y;
+  uint32_t u = __builtin_bit_cast(uint32_t, px), v = __builtin_bit_cast(uint32_t, py);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  v += 0x7fffu + ((v >> 16) & 1u);
+  return __builtin_amdgcn_perm(v, u, 0x07060302u);
+#endif
+}
+
+// Whether pack2<T> needs canonical NaN inputs.
+template <typename T> constexpr bool kCanonical = !HS_CVT_PK && __is_same(T, hs::bf16);
+
+// Any NaN as the canonical quiet NaN (see pack2<bf16>); integer compare, which the compiler
+// does not fold away as it may a float one.
+__device__ inline float canonical(float v) {
+  const uint32_t u = __builtin_bit_cast(uint32_t, v);
+  return (u & 0x7fffffffu) > 0x7f800000u ? __builtin_bit_cast(float, 0x7fc00000u) : v;
+}
+
+// The B fragment of one step from the lane's four decoded dwords.
+__device__ inline frag w_frag(const uint32_t (&d)[4], int lane) {
+#if HS_WMMA11
+  // Elements 0..7 are half 0's columns, 8..15 half 1's: take the other half's from lane l ^ 16.
+  // (fi and bound_ctrl set: no lane keeps its old value, so the compiler need not copy d first.)
+  uint32_t o[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) o[i] = __builtin_amdgcn_permlanex16(d[i], d[i], 0x76543210u, 0xfedcba98u, true, true);
+  const bool upper = lane >= 16;
+  return upper ? u32x8{o[0], o[1], o[2], o[3], d[0], d[1], d[2], d[3]}
+               : u32x8{d[0], d[1], d[2], d[3], o[0], o[1], o[2], o[3]};
+#else
+  (void)lane;
+  return frag{d[0], d[1], d[2], d[3]};
+#endif
+}
+
+// x of one 128-column group as the lane reads it: slot<KC>(n, c) for n = 16 nt + l (l = lane % 16)
+// and c = c0 + o (c0 a multiple of 16, o < 16) is n * KC / 8 + c0 + (o ^ l): a per-lane base
+// (row l, chunk c0), a constant per token tile and o ^ l, one xor(-add) per step.
+struct XGroup {
+  const char* base;   // xs + l * KC / 8 + c0 chunks, in bytes
+  uint32_t swz;       // 16 * l (gfx11) or 16 * (4 g ^ l): the lane's part of o ^ l, in bytes
+};
+
+template <int KC>
+__device__ inline hs::u32x4 x_chunk(const XGroup& xg, int nt, uint32_t o) {
+  return *reinterpret_cast<const hs::u32x4*>(xg.base + (xg.swz ^ (16u * o)) + nt * 16 * (KC / 8) * 16);
+}
+
+// The A fragment (x) of token tile nt matching step s of piece j.
+template <int KC>
+__device__ inline frag x_frag(const XGroup& xg, int nt, int j, int s) {
+#if HS_WMMA11
+  const hs::u32x4 lo = x_chunk<KC>(xg, nt, 8 * j + s), hi = x_chunk<KC>(xg, nt, 8 * j + 4 + s);
+  return u32x8{lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#else
+  return x_chunk<KC>(xg, nt, 4 * kGroups * j + s);   // + 4 g, in swz
+#endif
+}
+
+// acc += x[:, k0 : k0 + 128] . W[rows, k0 : k0 + 128]^T for this wave's tiles from the group's raw
+// operands; c0 is the group's first LDS chunk. TAIL: the group reaches past K, whose pieces
+// there become zero.
+template <typename T, bool TAIL, int NT, int KC, class W>
+__device__ inline void group(accv (&acc)[kTiles][NT], const W& wt, const typename W::Raw& r, const hs::u32x4* xs,
+                             int k0, int c0, int K, int lane) {
+  typename W::Scales sc;
+  wt.scales(sc, r);
+  const int l = lane & 15;
+  XGroup xg;
+  xg.base = reinterpret_cast<const char*>(xs + l * (KC / 8) + c0);
+  xg.swz = HS_WMMA11 ? 16u * l : 16u * ((4 * (lane >> 4)) ^ l);
+#pragma unroll
+  for (int j = 0; j < kPieces; ++j) {
+    const bool valid = !TAIL || k0 + 32 * (lane >> 4) + 32 * kGroups * j < K;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      frag b[kTiles];
+#pragma unroll
+      for (int t = 0; t < kTiles; ++t) {
+        uint32_t d[4];
+        wt.decode(r, sc, t, j, s, d);
+        if (!valid) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) d[i] = 0u;
+        }
+        b[t] = w_frag(d, lane);
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const frag a = x_frag<KC>(xg, nt, j, s);
+#pragma unroll
+        for (int t = 0; t < kTiles; ++t) acc[t][nt] = mma<T>(a, b[t], acc[t][nt]);
+#if !HS_GFX9
+        // wave32 holds 8 accumulators per tile: keep just one x piece live next to them.
+        if (NT > 2) __builtin_amdgcn_sched_barrier(0);
+#endif
+      }
+      // One step's decode, x reads and matrix instructions together: hoisting every step's
+      // decode ahead would hold a group's worth of widened weights.
+      __builtin_amdgcn_sched_barrier(0);
+    }
+  }
+}
+
+// x[:, k0 : k0 + len] for 16 * NT token rows into LDS; zero past N and past len. The pass is
+// always 2048 chunks, 8 per thread, in rounds of 2 NT whole rows: a thread keeps its chunk column
+// c, so only the row (a uniform step) changes between its rounds and all 8 loads go out at once.
+// (The 4-bit weights give each pass 4x less work than 16-bit ones, so its staging shows.)
+// PERM (a family that takes act-order) and perm not null: column k of the pass is x[n, perm[k]],
+// gathered element by element with the chunk's 8 indices loaded once; x then needs no alignment.
+// (A uniform branch here rather than a template parameter of the whole kernel: one copy of the
+// main loop per variant, not two.)
+template <int NT, int KC, bool PERM>
+__device__ void stage(hs::u32x4* xs, const uint16_t* __restrict__ x, const int32_t* __restrict__ perm,
+                      int64_t x_stride, int N, int k0, int len) {
+  constexpr int kRowChunks = KC / 8;
+  constexpr int kRowsPerRound = kThreads / kRowChunks;
+  constexpr int kRounds = 16 * NT / kRowsPerRound;
+  static_assert(kRowsPerRound * kRowChunks == kThreads && kRowsPerRound <= 16, "whole rows per round");
+  const int c = threadIdx.x % kRowChunks, n0 = threadIdx.x / kRowChunks;
+  const bool in_k = 8 * c < len;
+  const int64_t step = kRowsPerRound * x_stride;
+  hs::u32x4 v[kRounds];
+  if (PERM && perm != nullptr) {
+    hs::u32x4 p0 = {0u, 0u, 0u, 0u}, p1 = {0u, 0u, 0u, 0u};
+    if (in_k) {
+      p0 = hs::load16(perm + k0 + 8 * c);
+      p1 = hs::load16(perm + k0 + 8 * c + 4);
+    }
+    const uint16_t* src = x + n0 * x_stride;
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r, src += step) {
+      v[r] = hs::u32x4{0u, 0u, 0u, 0u};
+      if (in_k && n0 + kRowsPerRound * r < N) {
+        const uint32_t e[8] = {src[p0[0]], src[p0[1]], src[p0[2]], src[p0[3]],
+                               src[p1[0]], src[p1[1]], src[p1[2]], src[p1[3]]};
+        v[r] = hs::u32x4{e[0] | e[1] << 16, e[2] | e[3] << 16, e[4] | e[5] << 16, e[6] | e[7] << 16};
+      }
+    }
+  } else {
+    (void)perm;
+    const uint16_t* src = x + n0 * x_stride + k0 + 8 * c;
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r, src += step) {
+      v[r] = hs::u32x4{0u, 0u, 0u, 0u};
+      if (in_k && n0 + kRowsPerRound * r < N) v[r] = hs::load16(src);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRounds; ++r) xs[slot<KC>(n0 + kRowsPerRound * r, c)] = v[r];
+}
+
+// y[:, m_block : m_block + 128] (+ bias) from the finished sums, through LDS (x's area) for
+// coalesced rows, as skinny_gemm_splitk's write_out.
+template <typename T, int NT>
+__device__ void write_out(const accv (&acc)[kTiles][NT], float* lds, const uint16_t* __restrict__ bias,
+                          uint16_t* __restrict__ y, int N, int M, int64_t bias_stride, int m_block, int lane,
+                          int wave) {
+  constexpr int kRound = NT < 4 ? NT : 4;   // token tiles per LDS round
+#pragma unroll
+  for (int c = 0; c < NT; c += kRound) {
+    __syncthreads();
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+      for (int nt = c; nt < c + kRound; ++nt)
+#pragma unroll
+        for (int r = 0; r < kAccs; ++r)
+          lds[(16 * (nt - c) + result_row(lane, r)) * kRows + wave * 16 * kTiles + 16 * t + (lane & 15)] = acc[t][nt][r];
+    __syncthreads();
+    const int rows = min(N - 16 * c, 16 * kRound);
+#pragma unroll 1
+    for (int i = threadIdx.x; i < rows * kRows; i += kThreads) {
+      const int n = 16 * c + i / kRows, m = m_block + i % kRows;
+      if (m >= M) continue;
+      float v = lds[i];
+      if (bias != nullptr) v += hs::to_float<T>(bias[n * bias_stride + m]);
+      y[(int64_t)n * M + m] = hs::from_float<T>(v);
+    }
+  }
+}
+
+// The whole kernel body over the persistent grid's units, for weights described by the policy wt.
+// x [N, x_stride] T (16-byte aligned, x_stride a multiple of 8, unless gathered through perm),
+// perm null or int32 [K] (PERM only: 16-byte aligned), bias (null, or bias[n * bias_stride + m]), y [N, M] T,
+// partials / counters as hipskinny/splitk.h's finish_shards; K a multiple of 32, shard_len a
+// multiple of 128. Dynamic LDS 32 KiB.
+template <typename T, int NT, bool PERM, class W>
+__device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* __restrict__ perm,
+                    const uint16_t* __restrict__ bias, uint16_t* __restrict__ y, float* __restrict__ partials,
+                    uint32_t* __restrict__ counters, int N, int M, int K, int64_t x_stride, int64_t bias_stride,
+                    int shard_len) {
+  constexpr int KC = 1024 / NT;                        // columns per LDS pass: 32 KiB of x
+  constexpr int kGroupsPerPass = KC / 128;
+  extern __shared__ hs::u32x4 xs[];
+
+  const int lane = threadIdx.x % hs::kWave;
+  const int wave = threadIdx.x / hs::kWave;
+  const int shards = (K + shard_len - 1) / shard_len;
+  const int blocks = (M + kRows - 1) / kRows;
+  const int units = blocks * shards;
+
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    const int block = u / shards, shard = u % shards;
+    const int m_base = block * kRows + wave * 16 * kTiles;
+    const int ks = shard * shard_len, ke = min(K, ks + shard_len);
+    const bool active = m_base < M;   // wave-uniform; idle waves still stage x
+    typename W::Row row[kTiles];
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) row[t] = wt.row(min(m_base + 16 * t + (lane & 15), M - 1));
+
+    accv acc[kTiles][NT];
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) acc[t][nt] = accv{};
+
+    // The shard's 128-column groups, staged KC columns per pass. Each group's raw operands are
+    // loaded one group ahead (across passes too), so their latency overlaps a group's decode
+    // and matrix work; only the raw bytes of two groups are ever in registers.
+    const int groups = (ke - ks + 127) / 128;
+    typename W::Raw next;
+    if (active) wt.load(next, row, ks, K, lane);
+#pragma unroll 1
+    for (int g = 0; g < groups; ++g) {
+      const int k0 = ks + 128 * g;
+      if (g % kGroupsPerPass == 0) {
+        __syncthreads();   // every wave is done with the previous pass (or unit); tables are written
+        stage<NT, KC, PERM>(xs, x, perm, x_stride, N, k0, min(KC, ke - k0));
+        __syncthreads();
+      }
+      if (!active) continue;
+      const typename W::Raw cur = next;
+      if (g + 1 < groups) wt.load(next, row, k0 + 128, K, lane);
+      const int c0 = 16 * (g % kGroupsPerPass);
+      if (k0 + 128 > K)
+        group<T, true, NT, KC>(acc, wt, cur, xs, k0, c0, K, lane);
+      else
+        group<T, false, NT, KC>(acc, wt, cur, xs, k0, c0, K, lane);
+    }
+
+    if (shards > 1 && !finish_shards<NT, false>(acc, xs, partials, counters, u, block, shards)) continue;
+    write_out<T, NT>(acc, reinterpret_cast<float*>(xs), bias, y, N, M, bias_stride, block * kRows, lane, wave);
+  }
+}
+
+}  // namespace splitk
+}  // namespace hs
