@@ -79,8 +79,8 @@ __device__ inline int slot_of(const int32_t* __restrict__ route, const Unit& un,
 // A weight tile's rows of one expert: the loads and the chunk products, int4 or 16-bit.
 // The lane takes chunks li, li + L, ... of each row (li: its index in a group of L lanes). QUAD:
 // with G >= 128 a quad's first lane alone loads the group's scale and zero point (see
-// hs::int4::from_quad_leader); GEMM2 does without (its row-block reduction leaves no scalar
-// registers for the extra control flow on gfx9).
+// hs::int4::from_quad_leader); GEMM2 does without on gfx9 only (its row-block reduction leaves
+// no scalar registers there for the extra control flow).
 template <typename T, bool W4, int NP, int Y, int L = hs::kWave, bool QUAD = true>
 __device__ inline void tile_sums(float (&acc)[NP][Y], const void* __restrict__ w, const uint16_t* __restrict__ scales,
                                  const uint8_t* __restrict__ zeros, const uint32_t (&rows)[Y], int K, int log2_g,
@@ -275,7 +275,7 @@ __device__ void gemm2(const void* __restrict__ w, const uint16_t* __restrict__ s
 #pragma unroll
       for (int r = 0; r < YT; ++r) rws[r] = row0 + (uint32_t)min(m0 + r, H - 1);
       float acc[NP][YT];
-      tile_sums<T, W4, NP, YT, L, false>(acc, we, scales, zeros, rws, I, log2_g, xs, xsum, li);
+      tile_sums<T, W4, NP, YT, L, !HS_GFX9>(acc, we, scales, zeros, rws, I, log2_g, xs, xsum, li);
       float v[Q];
 #pragma unroll
       for (int j = 0; j < Q; ++j) v[j] = j < NP * YT ? acc[j / YT][j % YT] : 0.0f;
