@@ -27,11 +27,11 @@ from typing import Any
 import numpy as np
 
 import hipskinny
-from hipskinny import registry, w4a16
+from hipskinny import registry, scratch, w4a16
 from hipskinny.arch import ARCHS
 from hipskinny.ops import fused_moe as op
 
-from . import dynamic
+from . import dynamic, traffic
 from .model import predict
 
 HERE = Path(__file__).resolve().parent
@@ -77,7 +77,7 @@ def measure(arch: str, name: str, e: int, k: int, h: int, i: int, n: int, compac
     dev = dynamic.device(arch, info.default_cu_count)
     dev.launches.clear()
     t0 = time.perf_counter()
-    with hipskinny.on_device(dev):
+    with hipskinny.on_device(dev), traffic.Recorder(dev) as rec:
         hipskinny.moe.fused_moe(x, w13, w2, tw, ids)
     seconds = time.perf_counter() - t0
     launches = list(dev.launches)
@@ -91,12 +91,37 @@ def measure(arch: str, name: str, e: int, k: int, h: int, i: int, n: int, compac
                        mnemonics=stats.mnemonics, lds_bytes=stats.bytes_loaded["lds"] + stats.bytes_stored["lds"])
         parts[label] = {"kernel": stats.kernel, "bytes": moved, "valu": valu, "seconds": pred.seconds,
                         "bound": pred.bound, "roofs": pred.roofs}
+        if label != "call":
+            parts[label]["buffers"] = _by_buffer(rec.table().get(1 if label == "gemm1" else 2, {}), dev, n * k, h, i)
     call = parts["call"]
     return {"arch": arch, "model": name, "E": e, "k": k, "H": h, "I": i, "N": n, "distinct": len(distinct),
             "compact": compact, "min_bytes": least, "weight_bytes": wbytes, "ratio": call["bytes"] / least,
             "valu_per_weight_byte": call["valu"] / wbytes, "balance": info.balance_point(),
             "floor_s": least / (info.peak_bandwidth_gbs * 1e9), "parts": parts,
             "plan": op.plan_info(dev, np.float16, n, h, i, stack_e, k), "emulated_s": seconds}
+
+
+def _by_buffer(launch: dict[int, traffic.Traffic], dev: Any, slots: int, h: int, i: int
+               ) -> dict[str, list[int]]:
+    """{buffer: [requested bytes, distinct bytes]} of one launch: requested = loads + stores as
+    LaunchStats counts them, distinct = 4-byte words touched. Buffers are the op's pooled slots
+    (host operands are staged into them), the scratch slot split into its regions by
+    fused_moe.scratch_bytes' layout."""
+    names = {ptr: name.removeprefix("moe.") for name, (ptr, _) in scratch.pool(dev, 0)._slots.items()}
+    route = 4 * (op.COUNTERS + -(-(op.META_WORDS + 4 * slots) // 4) * 4)
+    act = 2 * -(-(slots * i) // 8) * 8
+    regions = ((0, route, "route"), (route, route + act, "act"), (route + act, route + act + 4 * slots * h, "partials"))
+    out: dict[str, list[int]] = {}
+    for base, t in launch.items():
+        name = names.get(base, "other")
+        parts = [(lo, hi, r) for lo, hi, r in regions] if name == op.META_SLOT.removeprefix("moe.") else \
+            [(0, t.size, name)]
+        for lo, hi, region in parts:
+            req, dist = t.region(lo, hi)
+            got = out.setdefault(region, [0, 0])
+            got[0] += req
+            got[1] += dist
+    return out
 
 
 def markdown(section: dict[str, Any]) -> list[str]:
@@ -115,14 +140,58 @@ def markdown(section: dict[str, Any]) -> list[str]:
                    f"{r['valu_per_weight_byte']:.3f} ({r['balance']:.3f}) | {p['gemm1']['seconds'] * 1e6:.1f} | "
                    f"{p['gemm2']['seconds'] * 1e6:.1f} | {p['call']['seconds'] * 1e6:.1f} | "
                    f"{r['floor_s'] * 1e6:.1f} | {p['call']['bound']} |")
+    out += _excess_table(section["rows"])
     return out + ["", section.get("notes", "").strip(), ""]
+
+
+# Where the bytes above the minimum go: (column, buffers, what is counted of them).
+_EXCESS = (("scale re-reads", ("w13_scales", "w2_scales"), "again"),
+           ("weight re-reads", ("w13", "w2"), "again"),
+           ("x re-staged", ("x",), "again"),
+           ("route words re-read", ("route",), "again"),
+           ("act", ("act",), "all"),
+           ("partials", ("partials",), "all"))
+
+
+def excess(row: dict[str, Any]) -> dict[str, float]:
+    """A row's bytes above the minimum by cause (from GEMM1's and GEMM2's per-buffer counts):
+    re-reads (requested - distinct) of scales, weights, x and the route words; the act and
+    partials round trips (not in the minimum at all); the routing launch; the rest."""
+    got: dict[str, float] = {}
+    for name, bufs, how in _EXCESS:
+        got[name] = float(sum((b[0] - b[1]) if how == "again" else b[0]
+                              for part in ("gemm1", "gemm2") for key, b in row["parts"][part]["buffers"].items()
+                              if key in bufs))
+    p = row["parts"]
+    got["routing launch"] = float(p["call"]["bytes"] - p["gemm1"]["bytes"] - p["gemm2"]["bytes"])
+    total = p["call"]["bytes"] - row["min_bytes"]
+    got["rest"] = total - sum(got.values())
+    got["total"] = total
+    return got
+
+
+def _excess_table(rows: list[dict[str, Any]]) -> list[str]:
+    rows = [r for r in rows if "buffers" in r["parts"]["gemm1"]]
+    if not rows:
+        return []
+    cols = [c[0] for c in _EXCESS] + ["routing launch", "rest"]
+    out = ["", "Bytes above the minimum, by cause, in % of the minimum (requested bytes as the emulator counts "
+           "them, every active lane's access; re-reads = requested - distinct bytes of the buffer in the launch):",
+           "", "| model | arch | N | above min | " + " | ".join(cols) + " |", "|" + "---|" * (4 + len(cols))]
+    for r in rows:
+        e = excess(r)
+        pct = {k: 100 * v / r["min_bytes"] for k, v in e.items()}
+        out.append(f"| {r['model']} | {r['arch']} | {r['N']} | {pct['total']:.1f} | "
+                   + " | ".join(f"{pct[c]:.1f}" for c in cols) + " |")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.moe", description=__doc__.split("\n")[0])
     p.add_argument("--arch", nargs="+", default=None)
     p.add_argument("--model", nargs="+", default=None, help="model names (default: all)")
-    p.add_argument("--n", nargs="+", type=int, default=None, help="token counts (default: each model's)")
+    p.add_argument("--n", nargs="+", type=int, default=None,
+                   help="token counts (default: each model's; larger N emulates more experts: minutes per row)")
     p.add_argument("--json", default=str(HERE / "RESULTS.json"))
     p.add_argument("--md", default=str(HERE / "RESULTS.md"))
     args = p.parse_args(argv)
@@ -133,9 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.model and name not in args.model:
             continue
         for arch in archs:
-            for n in ns:
-                if args.n and n not in args.n:
-                    continue
+            for n in args.n or ns:
                 r = measure(arch, name, e, k, h, i, n, compact)
                 print(f"{name} {arch} N={n}: ratio {r['ratio']:.3f}, call {r['parts']['call']['seconds'] * 1e6:.1f} us "
                       f"({r['emulated_s']:.0f} s)", file=sys.stderr, flush=True)
@@ -170,4 +237,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["MODELS", "main", "markdown", "measure", "min_bytes", "routing"]
+__all__ = ["MODELS", "excess", "main", "markdown", "measure", "min_bytes", "routing"]

@@ -1,0 +1,99 @@
+"""Where an emulated call's global memory traffic goes: bytes per allocation and launch, both as
+requested (every active lane's access counted, the emulator's LaunchStats measure) and as distinct
+bytes touched (at 4-byte granularity). Requested minus distinct is re-reads: on a GPU those are
+mostly cache hits (a quad's lanes loading one scale, every workgroup staging the same x row),
+which a byte-counting roofline charges as DRAM traffic.
+
+    with traffic.Recorder(device) as rec:
+        op(...)
+    rec.table()   # {launch index: {allocation base: Traffic}}
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+GRAIN = 4   # bytes per tracked word
+
+
+@dataclass
+class Traffic:
+    loaded: int = 0       # requested bytes, as LaunchStats counts them
+    stored: int = 0
+    size: int = 0         # the allocation's size
+    words: Any = None     # int32 per 4-byte word: requested bytes (loads and stores) that fell in it
+
+    @property
+    def distinct(self) -> int:
+        return GRAIN * int(np.count_nonzero(self.words))
+
+    def region(self, start: int, end: int) -> tuple[int, int]:
+        """(requested, distinct) bytes of the allocation's byte range [start, end)."""
+        w = self.words[start // GRAIN:-(-end // GRAIN)]
+        return int(w.sum()), GRAIN * int(np.count_nonzero(w))
+
+
+class Recorder:
+    """Wraps an EmulatedDevice's memory accesses and launches while active (not thread-safe; the
+    emulator runs one launch at a time)."""
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        self.mem = device.memory
+        self.launch_index = 0
+        self.data: dict[int, dict[int, Traffic]] = defaultdict(dict)
+
+    def _note(self, addrs: np.ndarray, size: int, active: np.ndarray, all_active: bool, store: bool) -> None:
+        a = addrs if all_active else addrs[active]
+        if not len(a):
+            return
+        alloc = self.mem.find(int(a[0]), size)
+        if alloc is None:   # the real access faults with the full message
+            return
+        t = self.data[self.launch_index].get(alloc.base)
+        if t is None:
+            t = self.data[self.launch_index][alloc.base] = Traffic(
+                size=len(alloc.data), words=np.zeros(-(-len(alloc.data) // GRAIN), np.int32))
+        if store:
+            t.stored += size * len(a)
+        else:
+            t.loaded += size * len(a)
+        first = (a.astype(np.uint64) - np.uint64(alloc.base)) // np.uint64(GRAIN)
+        span = -(-size // GRAIN)
+        idx = np.add.outer(first.astype(np.int64), np.arange(span)).ravel().clip(0, len(t.words) - 1)
+        np.add.at(t.words, idx, min(size, GRAIN))
+
+    def __enter__(self) -> Recorder:
+        mem, dev = self.mem, self.device
+        load, store, launch = mem.load, mem.store, dev.launch
+
+        def rec_load(addrs, size, active, all_active=False):
+            self._note(addrs, size, active, all_active, False)
+            return load(addrs, size, active, all_active)
+
+        def rec_store(addrs, data, active, all_active=False):
+            self._note(addrs, data.shape[1], active, all_active, True)
+            return store(addrs, data, active, all_active)
+
+        def rec_launch(*args, **kwargs):
+            try:
+                return launch(*args, **kwargs)
+            finally:
+                self.launch_index += 1
+
+        mem.load, mem.store, dev.launch = rec_load, rec_store, rec_launch
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for obj, name in ((self.mem, "load"), (self.mem, "store"), (self.device, "launch")):
+            del obj.__dict__[name]   # back to the class's methods
+
+    def table(self) -> dict[int, dict[int, Traffic]]:
+        return dict(self.data)
+
+
+__all__ = ["GRAIN", "Recorder", "Traffic"]
