@@ -46,6 +46,8 @@ OUTSIDE_MODEL = {
     "moe": "Fused MoE decode (`hipskinny.moe.fused_moe`): its work is the routed experts' weights, which "
            "depend on the routing, not one [M, K] matrix the report can scale down with the CU count; "
            "`python -m benchmarks.moe` measures whole calls at real expert shapes (its section above).",
+    "sparse_mla": "Sparse MLA decode (`hipskinny.mla.sparse_decode`): attention over gathered FP8 KV-cache rows, "
+                  "no weight matrix; its work is the index lists' rows.",
 }
 LINEARITY_TOL = 0.02        # per-row counts at c and 2c CUs may differ by this much (partial groups)
 LINEARITY_SHAPE = (2048, 1 << 25)   # checked on the first shape with M >= 2048 and M*K <= 32M (mid-sized, cheap)

@@ -48,21 +48,34 @@ class Recorder:
         self.data: dict[int, dict[int, Traffic]] = defaultdict(dict)
 
     def _note(self, addrs: np.ndarray, size: int, active: np.ndarray, all_active: bool, store: bool) -> None:
-        a = addrs if all_active else addrs[active]
+        a = (addrs if all_active else addrs[active]).astype(np.uint64)
         if not len(a):
             return
-        alloc = self.mem.find(int(a[0]), size)
-        if alloc is None:   # the real access faults with the full message
-            return
-        t = self.data[self.launch_index].get(alloc.base)
+        first = self.mem.find(int(a[0]), size)
+        bases = None   # every lane in the first lane's allocation (the usual case), else per lane
+        if first is None or np.count_nonzero(a - np.uint64(first.base) > np.uint64(len(first.data) - size)):
+            bases = np.array([self._base(int(x), size) for x in a], np.int64)
+        for base in (np.unique(bases) if bases is not None else [first.base]):
+            if base < 0:   # outside every allocation: the real access faults with the full message
+                continue
+            lanes = a if bases is None else a[bases == base]
+            self._add(int(base), lanes, size, store)
+
+    def _base(self, addr: int, size: int) -> int:
+        alloc = self.mem.find(addr, size)
+        return -1 if alloc is None else alloc.base
+
+    def _add(self, base: int, a: np.ndarray, size: int, store: bool) -> None:
+        alloc = self.mem.find(base, 1)
+        t = self.data[self.launch_index].get(base)
         if t is None:
-            t = self.data[self.launch_index][alloc.base] = Traffic(
+            t = self.data[self.launch_index][base] = Traffic(
                 size=len(alloc.data), words=np.zeros(-(-len(alloc.data) // GRAIN), np.int32))
         if store:
             t.stored += size * len(a)
         else:
             t.loaded += size * len(a)
-        first = (a.astype(np.uint64) - np.uint64(alloc.base)) // np.uint64(GRAIN)
+        first = (a - np.uint64(base)) // np.uint64(GRAIN)
         span = -(-size // GRAIN)
         idx = np.add.outer(first.astype(np.int64), np.arange(span)).ravel().clip(0, len(t.words) - 1)
         np.add.at(t.words, idx, min(size, GRAIN))

@@ -48,7 +48,7 @@ def _lazy(name: str):
         from .ops import w4a16_linear as _w4a16_linear
 
         return getattr(_w4a16_linear, name)
-    if name in ("fp8", "bnb", "w4a16", "moe"):
+    if name in ("fp8", "bnb", "w4a16", "moe", "mla"):
         import importlib
 
         return importlib.import_module(f"{__name__}.{name}")
@@ -74,7 +74,7 @@ _torch_ops.install()   # torch.ops.hipskinny.*: now if torch is imported, else r
 __all__ = [
     "CaptureError", "CodeObjectError", "DeviceMismatchError", "HipRuntimeError", "HipSkinnyError", "InputTypeError",
     "InputValueError", "KernelArgumentError", "UnsupportedArchError", "__version__", "current_device", "fp8",
-    "moe",
+    "mla", "moe",
     "fp8_linear", "fp8_linear_reference", "bnb", "matmul_4bit", "matmul_4bit_reference", "w4a16", "w4a16_linear",
     "w4a16_linear_reference",
     "gemv", "gemv_reference", "on_device", "probe", "reserve", "skinny_gemm", "skinny_gemm_reference", "use_device",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import NoReturn
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -128,9 +127,10 @@ class Memory:
 
     # lane access ------------------------------------------------------------------
     def _rows(self, addrs: np.ndarray, size: int, active: np.ndarray, all_active: bool
-              ) -> tuple[np.ndarray, np.ndarray]:
+              ) -> tuple[np.ndarray, np.ndarray] | None:
         """A window of the allocation every active lane's access falls into, and each active lane's row
-        in it (one `size`-byte access per row). Faults name the first bad lane."""
+        in it (one `size`-byte access per row); None when the lanes fall into several allocations
+        (`_groups` splits them). Faults name the first bad lane."""
         if addrs.dtype != np.uint64:
             addrs = addrs.astype(np.uint64)
         a = addrs if all_active else addrs[active]
@@ -141,29 +141,48 @@ class Memory:
                 rows = a - base                       # addresses below the base wrap to huge rows
                 if not np.count_nonzero(rows > last):
                     return window, rows
-        self._fault(addrs, size, active)
+        self._check_lanes(addrs, size, active)
+        return None
 
-    def _fault(self, addrs: np.ndarray, size: int, active: np.ndarray) -> NoReturn:
-        lanes = np.flatnonzero(active)
-        for lane in lanes:
+    def _check_lanes(self, addrs: np.ndarray, size: int, active: np.ndarray) -> None:
+        for lane in np.flatnonzero(active):
             addr = int(addrs[lane])
             if self.find(addr, size) is None:
                 raise EmulatorFault(f"lane {lane} accessed {size} bytes at 0x{addr:x}, outside "
                                     f"every allocation; {self.nearest(addr)}")
-        a_act = addrs[lanes]
-        lo, hi = int(a_act.min()), int(a_act.max())
-        raise EmulatorFault(f"one access spans several allocations ({lo:#x}..{hi:#x}); "
-                            "the emulator requires each instruction's lanes to stay within one allocation")
+
+    def _groups(self, addrs: np.ndarray, size: int, active: np.ndarray
+                ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """(lane mask, window, rows) per allocation of an access whose lanes (each inside some
+        allocation) fall into several: a gather from two buffers in one instruction, as a GPU allows."""
+        addrs = addrs.astype(np.uint64)
+        by_alloc: dict[int, tuple[Allocation, list[int]]] = {}
+        for lane in np.flatnonzero(active):
+            alloc = self.find(int(addrs[lane]), size)
+            assert alloc is not None   # _check_lanes ran
+            by_alloc.setdefault(alloc.base, (alloc, []))[1].append(int(lane))
+        out = []
+        for alloc, lanes in by_alloc.values():
+            mask = np.zeros(len(addrs), bool)
+            mask[lanes] = True
+            window, base, _ = alloc.window(size)
+            out.append((mask, window, addrs[mask] - base))
+        return out
 
     def load(self, addrs: np.ndarray, size: int, active: np.ndarray, all_active: bool = False) -> np.ndarray:
         """(lanes, size) uint8 of the bytes each active lane reads; inactive lanes read 0.
         `all_active` says every lane is active (the caller knows it cheaply)."""
         if not all_active and not np.count_nonzero(active):
             return np.zeros((len(addrs), size), np.uint8)
-        window, rows = self._rows(addrs, size, active, all_active)
+        found = self._rows(addrs, size, active, all_active)
+        out = np.zeros((len(addrs), size), np.uint8)
+        if found is None:
+            for mask, window, rows in self._groups(addrs, size, active):
+                out[mask] = window[rows]
+            return out
+        window, rows = found
         if all_active:
             return window[rows]
-        out = np.zeros((len(addrs), size), np.uint8)
         out[active] = window[rows]
         return out
 
@@ -171,5 +190,10 @@ class Memory:
         """Write (lanes, size) uint8 for active lanes; later lanes win on overlap, as in hardware order."""
         if not all_active and not np.count_nonzero(active):
             return
-        window, rows = self._rows(addrs, data.shape[1], active, all_active)
+        found = self._rows(addrs, data.shape[1], active, all_active)
+        if found is None:
+            for mask, window, rows in self._groups(addrs, data.shape[1], active):
+                window[rows] = data[mask]
+            return
+        window, rows = found
         window[rows] = data if all_active else data[active]

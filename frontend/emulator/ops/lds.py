@@ -81,7 +81,9 @@ _LOAD = {"ds_read_b32": (4, "full"), "ds_load_b32": (4, "full"), "ds_read_b64": 
          "ds_load_u8": (1, "u"), "ds_read_i8": (1, "s"), "ds_load_i8": (1, "s"), "ds_read_u16": (2, "u"),
          "ds_load_u16": (2, "u"), "ds_read_i16": (2, "s"), "ds_load_i16": (2, "s"),
          "ds_read_u16_d16": (2, "lo"), "ds_load_u16_d16": (2, "lo"), "ds_read_u16_d16_hi": (2, "hi"),
-         "ds_load_u16_d16_hi": (2, "hi")}
+         "ds_load_u16_d16_hi": (2, "hi"), "ds_read_u8_d16": (1, "lo_u8"), "ds_load_u8_d16": (1, "lo_u8"),
+         "ds_read_u8_d16_hi": (1, "hi_u8"), "ds_load_u8_d16_hi": (1, "hi_u8"), "ds_read_i8_d16": (1, "lo_i8"),
+         "ds_load_i8_d16": (1, "lo_i8"), "ds_read_i8_d16_hi": (1, "hi_i8"), "ds_load_i8_d16_hi": (1, "hi_i8")}
 _STORE = {"ds_write_b32": (4, "full"), "ds_store_b32": (4, "full"), "ds_write_b64": (8, "full"),
           "ds_store_b64": (8, "full"), "ds_write_b96": (12, "full"), "ds_store_b96": (12, "full"),
           "ds_write_b128": (16, "full"), "ds_store_b128": (16, "full"), "ds_write_b8": (1, "lo"),

@@ -1,0 +1,357 @@
+"""Sparse MLA decode (DeepSeek V4 "MODEL1" and V3.2 FP8 KV caches): `hipskinny.mla.sparse_decode`.
+
+For each query token t and head h: ``o = sum_j exp(s_j - M) V_j / (sum_j exp(s_j - M) + exp(sink_h - M))``
+with ``s_j = scale * <q[t, h], K_j>`` over the valid slots j of t's SWA list and extra list (one
+softmax over both; a repeated slot counts each time; a slot outside ``[0, num_blocks * block_size)``,
+-1 included, contributes nothing), ``K_j`` the dequantized cache row (FP8 times its power-of-two
+scale, exact in bf16; rope lanes as stored) and ``V_j = K_j[:512]``. No valid slot, or a sink of
++inf: exactly 0. NaN in a valid row reaches that token's outputs. ``return_lse``: also
+``log(sum_j exp(s_j))`` fp32 ``[T, H]`` (natural log, sink excluded, +inf without a valid slot).
+
+Layouts (`hipskinny.mla`): ``"v4"`` -- q ``[T, H, 512]``, caches uint8 ``[num_blocks, block_size, 584]``
+(448 FP8 + 64 bf16 rope lanes per token, UE8M0 scales per 64 lanes after the block's token data;
+block stride ``stride(0)`` may be padded); ``"v32"`` -- q ``[T, H, 576]``, caches ``[num_blocks,
+block_size, 656]`` (512 FP8, 4 fp32 scales, 64 bf16 rope; QK over 576 lanes, PV over 512), one
+list and no sink. ``fp8``: the caches' flavour, ``"ocp"`` (e4m3fn) or ``"fnuz"`` (e4m3fnuz), or a
+pair ``(swa, extra)`` when they differ; decoded in software where the hardware has no converter.
+Lists: int32 ``indices`` (flat) and ``indptr`` ``[T + 1]``: token t owns ``indices[indptr[t] :
+indptr[t + 1]]`` (indptr is read on the device and need not start at 0).
+
+One launch (kernels/sparse_mla.hip): workgroups of (token, 16 heads, split); the split count comes
+from host-known shapes only (T, H and the index arrays' lengths: `split_count`; never the lists'
+device-side lengths, nor the device), so eager calls and graph replays launch the same work and
+every GPU computes the same bits; splits merge in split order in the last workgroup to finish
+(self-cleaning counters). Scratch from the pool, sized by T, H and the split count.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from .. import operands, registry, tensors
+from ..devices.base import Device
+from ..errors import InputTypeError, InputValueError
+from ..fp8 import _check_flavor
+from ..launch import LaunchPlan, PlanCache, make_plan
+from ..mla import LAYOUTS, Layout, _cache_blocks, _dequant_slots, layout_of
+from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
+
+FAMILY = "sparse_mla"
+INPUTS = ("q", "swa_cache", "swa_indices", "swa_indptr", "extra_cache", "extra_indices", "extra_indptr", "sink")
+NAMES = (*INPUTS, "out")
+NAMES_LSE = (*INPUTS, "out", "lse")
+THREADS = 256
+HEADS = 16                 # heads per workgroup (the matrix tile's rows)
+ROWS = 32                  # KV rows per tile
+D_V = 512
+MAX_SPLITS = 16
+WORKGROUPS = 512           # split target: two per CU of the largest shipped GPU (256 CUs)
+# kernels/sparse_mla.hip: one split's fp32 state, acc (16 x 512) then m[16], l[16]
+SLOT_FLOATS = HEADS * D_V + 2 * HEADS
+FLAVORS = ("ocp", "fnuz")
+PART_SLOT, COUNTER_SLOT = "mla.partials", "mla.counters"
+_BF16, _F32, _I32, _U8 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint8)
+_plans = PlanCache()
+_calls = operands.CallCache()
+
+
+def sparse_decode(q: Any, swa_cache: Any, swa_indices: Any, swa_indptr: Any, *, extra_cache: Any = None,
+                  extra_indices: Any = None, extra_indptr: Any = None, sink: Any = None, scale: float,
+                  layout: str = "v4", fp8: Any = "ocp", out: Any = None, return_lse: bool = False,
+                  splits: int | None = None) -> Any:
+    """Sparse MLA decode attention (module docstring). Returns ``out`` bf16 ``[T, H, 512]`` in q's
+    container kind (or writes ``out=``), and with ``return_lse`` also the fp32 ``[T, H]`` LSE.
+    ``splits``: the split count (1..16) instead of `split_count`'s choice (tests, tuning)."""
+    if splits is not None and (not isinstance(splits, int) or not 1 <= splits <= MAX_SPLITS):
+        raise InputValueError(f"sparse_decode: splits must be an int in 1..{MAX_SPLITS}; got {splits!r}")
+    if layout not in LAYOUTS:
+        raise InputValueError(f"sparse_decode: layout {layout!r}; supported: {', '.join(map(repr, LAYOUTS))}")
+    flavors = _flavors(fp8)
+    if not isinstance(scale, (int, float, np.floating, np.integer)) or not math.isfinite(float(scale)):
+        raise InputValueError(f"sparse_decode: scale must be a finite float; got {scale!r}")
+    extra = (extra_cache, extra_indices, extra_indptr)
+    if any(e is None for e in extra) and any(e is not None for e in extra):
+        raise InputValueError("sparse_decode: extra_cache, extra_indices and extra_indptr come together; got "
+                              + ", ".join(f"{n}={'given' if e is not None else 'None'}"
+                                          for n, e in zip(INPUTS[4:7], extra, strict=True)))
+    if layout == "v32" and (extra_cache is not None or sink is not None):
+        raise InputValueError("sparse_decode: layout 'v32' has one list and no sink (extra_* and sink must be None)")
+    swa_cache, bs0 = _cache_bytes(swa_cache, "swa_cache", layout)
+    extra_cache, bs1 = _cache_bytes(extra_cache, "extra_cache", layout) if extra_cache is not None else (None, 0)
+    names = NAMES_LSE if return_lse else NAMES
+    objs = (q, swa_cache, swa_indices, swa_indptr, extra_cache, extra_indices, extra_indptr, sink, out)
+    if return_lse:
+        objs = (*objs[:-1], *(out if isinstance(out, tuple) else (out, None)))
+    options = (layout, flavors, float(scale), bs0, bs1, return_lse, splits)
+    key, addresses = operands.signature(names, objs, options)
+    call = _calls.get(key)
+    if call is None:
+        ops = operands.gather("sparse_decode", names, objs, outputs=2 if return_lse else 1)
+        call = _calls.add(key, _bind(ops, *options))
+    return call(objs, addresses)
+
+
+def _flavors(fp8: Any) -> tuple[str, str]:
+    pair = (fp8, fp8) if isinstance(fp8, str) else tuple(fp8) if isinstance(fp8, (tuple, list)) else (fp8,)
+    if len(pair) != 2 or any(f not in FLAVORS for f in pair):
+        raise InputValueError(f"sparse_decode: fp8 must be 'ocp' or 'fnuz', or a pair of them (swa, extra); "
+                              f"got {fp8!r}")
+    return pair  # type: ignore[return-value]
+
+
+def _cache_bytes(cache: Any, name: str, layout: str) -> tuple[Any, int]:
+    """A cache as the kernel reads it, and its block size: GPU tensors as they are (block stride =
+    stride(0)); host arrays as their blocks' bytes ``[num_blocks, block_size * row]`` (a view), which
+    are staged with a 16-byte-aligned pitch."""
+    row = LAYOUTS[layout].token_bytes
+    v = tensors.view(cache, name)
+    if v.dtype != _U8 or len(v.shape) != 3 or v.shape[2] != row:
+        raise InputValueError(f"sparse_decode: {name} must be uint8 [num_blocks, block_size, {row}] for layout "
+                              f"{layout!r}; got {v.dtype} {v.shape}")
+    nb, bs, _ = (int(d) for d in v.shape)
+    if bs < 1 or nb * bs >= 2**31:
+        raise InputValueError(f"sparse_decode: {name} holds {nb} blocks of {bs} slots; supported: block_size >= 1 "
+                              "and fewer than 2**31 slots")
+    if v.strides[1:] != (row, 1) or (nb > 1 and v.strides[0] < bs * row):
+        raise InputValueError(f"sparse_decode: {name}'s token rows must be contiguous within a block (strides "
+                              f"(block_bytes >= {bs * row}, {row}, 1)); got strides {v.strides}")
+    if not v.on_host:
+        return cache, bs
+    a = v.host_array()
+    return np.lib.stride_tricks.as_strided(a, (nb, bs * row), (a.strides[0] if nb > 1 else bs * row, 1),
+                                           writeable=False), bs
+
+
+def split_count(t: int, h: int, capacity: int) -> int:
+    """Splits per (token, head group), from host-known shapes only (not the device: the same call
+    gives the same bits on every GPU): about WORKGROUPS workgroups in all, at least two 32-row
+    tiles per split at the average list length ``capacity / t`` (capacity: the index arrays' total
+    length), at most 16."""
+    base = t * -(-h // HEADS)
+    tiles = -(-capacity // (t * ROWS)) if t else 0
+    return max(1, min(MAX_SPLITS, -(-WORKGROUPS // max(base, 1)), tiles // 2))
+
+
+def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs0: int, bs1: int,
+          return_lse: bool, splits: int | None) -> Any:
+    qv = ops["q"]
+    assert qv is not None
+    d_qk, row = LAYOUTS[layout].d_qk, LAYOUTS[layout].token_bytes
+    if qv.dtype != _BF16:
+        raise InputTypeError(f"sparse_decode: q has dtype {qv.dtype}; it must be bfloat16")
+    if len(qv.shape) != 3 or qv.shape[2] != d_qk:
+        raise InputValueError(f"sparse_decode: q must be [T, H, {d_qk}] for layout {layout!r}; got shape {qv.shape}")
+    t, h = int(qv.shape[0]), int(qv.shape[1])
+    if h < 1:
+        raise InputValueError(f"sparse_decode: q has H={h} heads; at least one is needed")
+    caps = []
+    for cache, idx, ptr in (INPUTS[1:4], INPUTS[4:7]):
+        iv, pv = ops[idx], ops[ptr]
+        if ops[cache] is None:
+            continue
+        assert iv is not None and pv is not None
+        if iv.dtype != _I32 or len(iv.shape) != 1:
+            raise InputTypeError(f"sparse_decode: {idx} must be a flat int32 array; got {iv.dtype} {iv.shape}")
+        if pv.dtype != _I32 or pv.shape != (t + 1,):
+            raise InputTypeError(f"sparse_decode: {ptr} must be int32 [T + 1] = [{t + 1}]; got {pv.dtype} {pv.shape}")
+        caps.append(int(iv.shape[0]))
+    sv = ops["sink"]
+    if sv is not None and (sv.dtype != _F32 or len(sv.shape) != 1 or sv.shape[0] < h):
+        raise InputValueError(f"sparse_decode: sink must be float32 [>= H] = [>= {h}] (one logit per head); got "
+                              f"{sv.dtype} {sv.shape}")
+    out_shape = (t, h, D_V)
+    operands.check_out(ops, out_shape, _BF16, 0, "out")
+    if return_lse:
+        operands.check_out(ops, (t, h), _F32, 1, "out[1] (lse)")
+    more = [((t, h), _F32)] if return_lse else []
+    device = ops.device
+    s = splits if splits is not None else split_count(t, h, sum(caps))
+    hb = -(-h // HEADS)
+    flags = (int(flavors[0] == "fnuz") | int(flavors[1] == "fnuz") << 1 | int(return_lse) << 2
+             | int(sv is not None) << 3)
+    n_in, n_out = len(INPUTS), 2 if return_lse else 1
+    select = (*range(n_in + 1), n_in + n_out - 1, n_in + n_out, n_in + n_out + 1)
+    scratch = ((PART_SLOT, max(16, t * hb * s * SLOT_FLOATS * 4 if s > 1 else 16)), (COUNTER_SLOT, max(16, 4 * t * hb)))
+
+    def launch(q_strides: tuple[int, int], b0: int, b1: int) -> list[Launch]:
+        if t == 0:
+            return []
+        c0, c1 = ops["swa_cache"], ops["extra_cache"]
+        assert c0 is not None
+        rows0 = int(c0.shape[0]) * bs0           # slots: blocks x block size (3-D or host bytes view)
+        rows1 = 0 if c1 is None else int(c1.shape[0]) * bs1
+        # by-value arguments are packed as integers of their size: the fp32 scale as its bits
+        bits = int(np.array(scale, np.float32).view(np.uint32))
+        tail = (*q_strides, b0, bs0, rows0, b1, bs1, rows1, bits, h * D_V, D_V, t, h, s, flags)
+        return [Launch(device.launcher(_plan(device, layout, t, hb, s)), 0, tail, select=select)]
+
+    if ops.on_host:
+        c0, c1 = ops["swa_cache"], ops["extra_cache"]
+        assert c0 is not None
+        p0 = -(-int(c0.shape[1]) // 16) * 16
+        p1 = 0 if c1 is None else -(-int(c1.shape[1]) // 16) * 16
+        staged: list[Staged | None] = [Staged("mla.q", t * h, d_qk, d_qk),
+                                       Staged("mla.swa_cache", int(c0.shape[0]), int(c0.shape[1]), p0)]
+        for name in INPUTS[2:]:
+            v = ops[name]
+            if name == "extra_cache":
+                staged.append(None if c1 is None else Staged("mla.extra_cache", int(c1.shape[0]), int(c1.shape[1]), p1))
+            elif v is None:
+                staged.append(None)
+            else:
+                n = int(np.prod(v.shape, dtype=np.int64))
+                staged.append(Staged(f"mla.{name}", 1, n, n))
+        return HostCall(ops, launch((h * d_qk, d_qk), p0, p1), staged, out_shape=out_shape, out_dtype=_BF16,
+                        out_slot="mla.out", scratch_slots=scratch,
+                        more_outs=[((t, h), _F32, "mla.lse")] if return_lse else [])
+    operands.require("sparse_decode", qv.strides[2] == 1 and qv.strides[0] % 8 == 0 and qv.strides[1] % 8 == 0,
+                     f"q must be contiguous along its last dim with rows 16-byte aligned (strides multiples of 8 "
+                     f"elements); got strides {qv.strides}")
+    strides = []
+    for name in ("swa_cache", "extra_cache"):
+        v = ops[name]
+        if v is None:
+            strides.append(0)
+            continue
+        b = int(v.strides[0]) if v.shape[0] > 1 else -(-int(v.shape[1]) * row // 16) * 16
+        operands.require("sparse_decode", b % 16 == 0, f"{name}'s block stride must be a multiple of 16 bytes; "
+                         f"got {b}")
+        strides.append(b)
+    for name in ("swa_indices", "swa_indptr", "extra_indices", "extra_indptr", "sink"):
+        v = ops[name]
+        operands.require("sparse_decode", v is None or v.is_contiguous, f"{name} must be contiguous")
+    return DeviceCall(ops, launch((int(qv.strides[0]), int(qv.strides[1])), strides[0], strides[1]),
+                      out_shape=out_shape, out_dtype=_BF16, aligned=("q", "swa_cache"),
+                      align_message="q and the caches must start at 16-byte aligned addresses",
+                      scratch_slots=scratch, more_outs=more)
+
+
+def _plan(device: Device, layout: str, t: int, hb: int, s: int) -> LaunchPlan:
+    key = (device, layout, t, hb, s)
+
+    def build() -> LaunchPlan:
+        name = f"{FAMILY}_{layout}"
+        fn, meta = registry.load(device, FAMILY).kernel(name)
+        return make_plan(fn, meta, (t * hb * s, 1, 1), (THREADS, 1, 1),
+                         info={"kernel": name, "splits": s, "head_groups": hb})
+
+    return _plans.get(key, build)
+
+
+def plan_info(device: Device, t: int, h: int, capacity: int, layout: str = "v4") -> dict[str, Any]:
+    """The launch a call of this shape gets on ``device`` (tests, benchmarks)."""
+    hb = -(-h // HEADS)
+    s = split_count(t, h, capacity)
+    plan = _plan(device, layout, t, hb, s)
+    return {**plan.info, "grid": plan.grid[0]}
+
+
+# Reference
+
+_Q_DTYPES = (np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _int_array(a: Any, name: str) -> np.ndarray:
+    arr = np.asarray(a)
+    if arr.dtype.kind not in "iu" or arr.ndim != 1:
+        raise InputTypeError(f"{name} must be a 1-D integer array; got {arr.dtype} of shape {arr.shape}")
+    return arr.astype(np.int64)
+
+
+def _gather(cache: Any, indices: Any, indptr: Any, lay: Layout, fl: str, t: int,
+            name: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(keys, cut)``: the dequantized rows of every valid entry of the owned range, in list order,
+    token ``i`` owning ``keys[cut[i]:cut[i+1]]``."""
+    blocks, bs = _cache_blocks(cache, lay, name=f"{name}_cache")
+    idx = _int_array(indices, f"{name}_indices")
+    ptr = _int_array(indptr, f"{name}_indptr")
+    if ptr.shape != (t + 1,):
+        raise InputValueError(f"{name}_indptr must have T+1 = {t + 1} entries; got {ptr.shape[0]}")
+    if ptr[0] < 0 or ptr[-1] > idx.shape[0] or np.any(np.diff(ptr) < 0):
+        raise InputValueError(f"{name}_indptr must be non-decreasing within [0, {idx.shape[0]}] "
+                              f"(the length of {name}_indices); got {ptr.tolist()}")
+    seg = idx[ptr[0]:ptr[-1]]
+    valid = (seg >= 0) & (seg < blocks.shape[0] * bs)     # -1 and out-of-range slots add nothing
+    keys = _dequant_slots(blocks, bs, lay, fl, seg[valid])
+    return keys, np.concatenate([[0], np.cumsum(valid)])[ptr - ptr[0]]
+
+
+def sparse_decode_reference(q: Any, swa_cache: Any, swa_indices: Any, swa_indptr: Any, *, extra_cache: Any = None,
+                            extra_indices: Any = None, extra_indptr: Any = None, sink: Any = None, scale: float,
+                            layout: Any = "v4", fp8: str = "ocp", extra_fp8: str | None = None,
+                            return_lse: bool = False) -> Any:
+    """The exact semantics (spec section 2) in float64: ``o [T, H, 512]`` (and ``lse [T, H]``).
+
+    For token ``t`` and head ``h``: the keys are the cache rows (`hipskinny.mla.dequantize_cache`,
+    bf16-rounded) of the valid entries of ``swa_indices[swa_indptr[t]:swa_indptr[t+1]]`` and of
+    the extra list alike, all in one softmax (a slot is valid iff ``0 <= slot < num_blocks *
+    block_size``; duplicates count each time); ``s_j = scale * <q[t, h], K_j>`` over all d_qk
+    lanes; with the sink logit ``sigma = sink[h]`` (a virtual key whose value is 0):
+    ``M = max(max_j s_j, sigma)``, ``Z = sum_j exp(s_j - M) + exp(sigma - M)``,
+    ``o = sum_j exp(s_j - M) K_j[:512] / Z``. ``q`` values (bf16, fp16, fp32 or fp64) are taken
+    exactly, as are ``sink`` (``>= H`` values; ``sink[:H]`` is used) and ``scale``.
+
+    Edge rules: no valid key gives exactly 0 (with or without a sink); ``sigma = -inf`` is the
+    same as no sink, bit for bit; ``sigma = +inf`` gives exactly 0. A NaN in a gathered valid row
+    (or in q or the sink) propagates: that token's output for the heads it reaches is NaN; garbage
+    in rows no list names never matters. ``lse`` is ``log(sum_j exp(s_j))`` in natural-log units,
+    the sink excluded, ``+inf`` for a row with no valid key (FlashMLA's convention).
+
+    ``layout="v4"``: caches as `hipskinny.mla.pack_cache` makes them, ``q [T, H, 512]``.
+    ``layout="v32"``: one list (no extra list, no sink), ``q [T, H, 576]``, QK over 576 lanes and
+    the output over the first 512. ``extra_fp8``: the extra cache's flavour if it differs from
+    ``fp8`` (on gfx942 the SWA cache is FNUZ and the compressed cache OCP).
+    """
+    lay = layout_of(layout)
+    fl = _check_flavor(fp8, "fp8")
+    xfl = fl if extra_fp8 is None else _check_flavor(extra_fp8, "extra_fp8")
+    if not isinstance(q, np.ndarray) or q.dtype not in _Q_DTYPES:
+        raise InputTypeError(f"q must be a bfloat16, float16, float32 or float64 numpy array; "
+                             f"got {getattr(q, 'dtype', type(q).__name__)}")
+    if q.ndim != 3 or q.shape[2] != lay.d_qk:
+        raise InputValueError(f"q must be [T, H, {lay.d_qk}] for layout {lay.name!r}; got shape {q.shape}")
+    t_count, h_count = q.shape[:2]
+    q64 = q.astype(np.float64)
+    extra = {"extra_cache": extra_cache, "extra_indices": extra_indices, "extra_indptr": extra_indptr}
+    given = [n for n, v in extra.items() if v is not None]
+    if lay.name == "v32" and (given or sink is not None):
+        raise InputValueError(f"layout 'v32' has one index list and no sink; got {', '.join(given or ['sink'])}")
+    if given and len(given) != 3:
+        raise InputValueError(f"extra_cache, extra_indices and extra_indptr come together; got only {given}")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
+        raise InputTypeError(f"scale must be a real number; got {type(scale).__name__}")
+    sigma = None
+    if sink is not None:
+        sigma = np.asarray(sink)
+        if (sigma.dtype.kind != "f" and sigma.dtype != ml_dtypes.bfloat16) or sigma.ndim != 1:
+            raise InputTypeError(f"sink must be a 1-D float array; got {sigma.dtype} of shape {sigma.shape}")
+        if sigma.shape[0] < h_count:
+            raise InputValueError(f"sink must hold at least H = {h_count} logits; got {sigma.shape[0]}")
+        sigma = sigma[:h_count].astype(np.float64)
+    lists = [_gather(swa_cache, swa_indices, swa_indptr, lay, fl, t_count, "swa")]
+    if given:
+        lists.append(_gather(extra_cache, extra_indices, extra_indptr, lay, xfl, t_count, "extra"))
+
+    o = np.zeros((t_count, h_count, lay.d_v))
+    lse = np.full((t_count, h_count), np.inf)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        for t in range(t_count):
+            keys = np.concatenate([k[c[t]:c[t + 1]] for k, c in lists])
+            if not keys.shape[0]:
+                continue
+            s = float(scale) * (q64[t] @ keys.T)                        # [H, n]
+            m = s.max(axis=1)                                           # NaN if any score is
+            big = m if sigma is None else np.maximum(m, sigma)
+            shift = np.where(big == -np.inf, 0.0, big)                  # all -inf: Z = 0, output 0
+            p = np.exp(s - shift[:, None])
+            z = p.sum(axis=1)
+            if sigma is not None:                                       # +inf sink: weight 1, keys 0
+                z = z + np.where(sigma == np.inf, 1.0, np.exp(sigma - shift))
+            o[t] = np.where(z[:, None] == 0, 0.0, (p @ keys[:, :lay.d_v]) / z[:, None]) + 0.0   # no -0.0
+            ms = np.where(m == -np.inf, 0.0, m)                         # own shift: the sink excluded
+            lse[t] = ms + np.log(np.exp(s - ms[:, None]).sum(axis=1))
+    return (o, lse) if return_lse else o

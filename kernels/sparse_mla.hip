@@ -1,0 +1,426 @@
+// Sparse MLA decode (DeepSeek V4 "MODEL1" and V3.2 FP8 KV caches), one launch, deterministic:
+//   o[t, h] = sum_j exp(s_j - M) V_j / (sum_j exp(s_j - M) + exp(sink_h - M)),  s_j = scale <q[t, h], K_j>
+// over the valid slots j of token t's two ragged lists (one softmax over both), V_j = K_j[0:512].
+// Semantics: reference/sparse_mla_spec.md sections 2, 4, 5; frontend/ops/sparse_mla.py has the
+// float64 reference.
+//
+// Work split: workgroup (t, head group hb of 16 heads, split s), flattened into blockIdx.x as
+// (t * HB + hb) * S + s. Token t's positions 0 .. L-1 (L = len0 + len1: list 0, then list 1) are
+// cut into S contiguous chunks of whole 32-row tiles; a split walks its chunk tile by tile with
+// an online softmax. Per tile:
+//   gather   every thread: (row, 64-lane part) items; FP8 widened exactly (hipskinny/fp8.h), times
+//            the power-of-two scale, to bf16 (exact: 4 significant bits); rope lanes copied; rows
+//            that are past the chunk or whose slot is outside [0, rows) are zeros and flagged
+//   QK       S[16 heads x 32 rows] on the matrix units (hipskinny/splitk.h's tile multiply, heads
+//            as A rows from q fragments held in registers, K rows as B columns from LDS); wave w
+//            takes row tile w % 2 and one of kSlices slices of the QK lanes, partial sums to LDS
+//   softmax  16 threads per head, 2 rows each: the slices summed in order, times scale, invalid
+//            rows -inf; new max m, alpha = exp(m_old - m), p = exp(s - m) (0 for invalid rows),
+//            l = l alpha + sum p in fp32; p to LDS as bf16, alpha to LDS
+//   PV       acc = acc alpha + P . V: wave w owns 512 / kWaves output lanes (V from LDS)
+// After the chunk: S = 1 finishes in place; otherwise the split's (m, l, acc) go to its scratch
+// slot in fp32, and the last split to arrive for (t, hb) (self-cleaning counters) merges all S
+// slots in split order: M = max m_s, w_s = exp(m_s - M), l = sum w_s l_s, acc = sum w_s acc_s.
+// Finish: the sink, o = acc / Z, lse = M + log(l) (natural log, sink excluded, +inf with no valid
+// row), rows h >= H skipped. Results do not depend on the grid order, CU count or schedule.
+//
+// NaN in a valid gathered row reaches the outputs of its token (every head): p and the products
+// carry it. Empty lists and sigma = +inf give exactly 0.
+//
+// Cache layouts (base pointer + block stride in bytes + block size; slot = block * bs + offset):
+//   v4   token data at block + off * 576: 448 FP8 (lanes 0..447), 64 bf16 (lanes 448..511);
+//        UE8M0 exponents at block + bs * 576 + off * 8, byte c for lanes 64c..64c+63 (c < 7);
+//        QK over 512 lanes, PV over the same 512
+//   v32  token at block + off * 656: 512 FP8, 4 fp32 scales (one per 128 lanes), 64 bf16 rope;
+//        QK over 576 lanes, PV over the first 512
+// FP8 flavour per list: flags bit 0 (list 0) / bit 1 (list 1) set = FNUZ, else OCP.
+//
+// Arguments (block (256, 1, 1), grid T * HB * S, static LDS only):
+//   sparse_mla_<v4|v32>(q, c0, idx0, ptr0, c1, idx1, ptr1, sink, out, lse, part, counters,
+//                       q_st, q_sh, bstride0, bs0, rows0, bstride1, bs1, rows1, scale, o_st, o_sh,
+//                       T, H, S, flags)
+//   q bf16 with element strides (t, h), lanes contiguous, 16-byte aligned rows; caches 16-byte
+//   aligned with block strides a multiple of 16; list 1 absent: ptr1 = null (len1 = 0); sink
+//   fp32 [>= H] (read when flags bit 3); out bf16 [T, H, 512] with element strides (t, h), lanes
+//   contiguous; lse fp32 [T, H] (written when flags bit 2); part: S > 1 only, T * HB * S slots
+//   of kSlotFloats; counters: T * HB words, zero between calls (S > 1 only).
+#include "hipskinny/common.h"
+#include "hipskinny/fp8.h"
+#include "hipskinny/reduce.h"
+#include "hipskinny/splitk.h"
+
+namespace {
+
+namespace sk = hs::splitk;
+
+constexpr int kThreads = 256;
+constexpr int kWaves = kThreads / hs::kWave;
+constexpr int kHeads = 16;                        // heads per workgroup: the tile's A rows
+constexpr int kRows = 32;                         // KV rows per tile
+constexpr int kDv = 512;                          // output lanes
+constexpr int kSlices = kWaves / 2;               // QK lane slices (2 row tiles x slices = waves)
+constexpr int kDvPerWave = kDv / kWaves;          // PV output lanes per wave
+constexpr int kVTiles = kDvPerWave / 16;          // PV 16-lane column tiles per wave
+constexpr int kPvSteps = kRows / sk::kStep;       // PV matrix steps per tile (k = rows)
+constexpr int kAccs = sk::kAccs;
+constexpr int kSlotFloats = kVTiles * kAccs * kThreads + 2 * kHeads;   // acc, then m[16], l[16]
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <bool V32> struct Layout {
+  static constexpr int kQk = V32 ? 576 : 512;     // QK lanes
+  static constexpr int kNope = V32 ? 512 : 448;   // FP8 lanes
+  static constexpr int kToken = V32 ? 656 : 576;  // bytes per token in the data region
+  static constexpr int kRopeAt = V32 ? 528 : 448; // byte offset of the bf16 rope lanes
+  static constexpr int kParts = kQk / 64;         // 64-lane gather items per row
+  static constexpr int kStride = kQk + 8;         // LDS row stride (elements): 16 bytes of pad
+  static constexpr int kSteps = kQk / kSlices / sk::kStep;   // QK matrix steps per wave
+  static_assert(kQk % (kSlices * sk::kStep) == 0, "QK lanes split evenly into slices and steps");
+};
+
+struct List {
+  const uint8_t* cache;
+  int64_t bstride;
+  int bs, rows;
+  const int32_t* idx;
+  bool fnuz;
+};
+
+// 2^(e - 127) exactly for a UE8M0 exponent byte (e = 0: 2^-127, a denormal; e = 255: NaN).
+__device__ inline float ue8m0(uint32_t e) {
+  return __builtin_bit_cast(float, e == 0 ? 0x00400000u : e == 255 ? 0x7fc00000u : e << 23);
+}
+
+// 4 FP8 bytes times the scale, as 2 dwords of bf16 pairs (exact; NaN encodings give NaN).
+__device__ inline void dequant4(uint32_t w, bool fnuz, float scale, uint32_t& lo, uint32_t& hi) {
+  uint32_t a, b;
+  hs::widen_word(w, fnuz, a, b);   // fp16 of value * 2^-8 (OCP) or 2^-7 (FNUZ)
+  const float back = fnuz ? 128.0f : 256.0f;
+  float f[4] = {(float)__builtin_bit_cast(_Float16, (uint16_t)a), (float)__builtin_bit_cast(_Float16, (uint16_t)(a >> 16)),
+                (float)__builtin_bit_cast(_Float16, (uint16_t)b), (float)__builtin_bit_cast(_Float16, (uint16_t)(b >> 16))};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) f[i] = f[i] * back * scale;   // both exact (powers of two)
+  lo = __builtin_amdgcn_perm(__builtin_bit_cast(uint32_t, f[1]), __builtin_bit_cast(uint32_t, f[0]), 0x07060302u);
+  hi = __builtin_amdgcn_perm(__builtin_bit_cast(uint32_t, f[3]), __builtin_bit_cast(uint32_t, f[2]), 0x07060302u);
+}
+
+// One (row, 64-lane part) gather item into the LDS tile row kr (kStride elements).
+template <bool V32>
+__device__ inline void gather_part(uint16_t* kr, const uint8_t* tok, const uint8_t* scales, int part, bool fnuz,
+                                   bool valid) {
+  using L = Layout<V32>;
+  hs::u32x4* dst = reinterpret_cast<hs::u32x4*>(kr + 64 * part);
+  if (!valid) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) dst[i] = hs::u32x4{0u, 0u, 0u, 0u};
+    return;
+  }
+  if (64 * part >= L::kNope) {   // rope: bf16 copied
+    const uint8_t* src = tok + L::kRopeAt + 2 * (64 * part - L::kNope);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) dst[i] = hs::load16(src + 16 * i);
+    return;
+  }
+  const float scale = V32 ? *reinterpret_cast<const float*>(tok + 512 + 4 * (part >> 1)) : ue8m0(scales[part]);
+  const uint8_t* src = tok + 64 * part;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const hs::u32x4 w = hs::load16(src + 16 * i);
+    uint32_t o[8];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) dequant4(w[j], fnuz, scale, o[2 * j], o[2 * j + 1]);
+    dst[2 * i] = hs::u32x4{o[0], o[1], o[2], o[3]};
+    dst[2 * i + 1] = hs::u32x4{o[4], o[5], o[6], o[7]};
+  }
+}
+
+// The A (q) fragment of head row (lane & 15) for QK step columns starting at d (lanes).
+__device__ inline sk::frag q_piece(const uint16_t* qh, int d, int lane, bool head_ok) {
+#if HS_WMMA11
+  if (!head_ok) return sk::frag{};
+  const hs::u32x4 lo = hs::load16(qh + d), hi = hs::load16(qh + d + 8);
+  return sk::frag{lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#else
+  if (!head_ok) return sk::frag{0u, 0u, 0u, 0u};
+  return hs::load16(qh + d + 8 * (lane >> 4));
+#endif
+}
+
+// The B fragment of LDS tile row `row` (a K row) for QK step columns starting at d.
+template <int kStride>
+__device__ inline sk::frag k_piece(const uint16_t* ks, int row, int d, int lane) {
+  const uint16_t* p = ks + row * kStride + d;
+#if HS_WMMA11
+  const hs::u32x4 lo = *reinterpret_cast<const hs::u32x4*>(p), hi = *reinterpret_cast<const hs::u32x4*>(p + 8);
+  return sk::frag{lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#else
+  return *reinterpret_cast<const hs::u32x4*>(p + 8 * (lane >> 4));
+#endif
+}
+
+// The B fragment of V for output lane column c, k = tile rows r0 + (8 * (lane / 16) | 0) + e.
+template <int kStride>
+__device__ inline sk::frag v_piece(const uint16_t* ks, int r0, int c, int lane) {
+#if HS_WMMA11
+  constexpr int kE = 16;
+  const uint16_t* p = ks + r0 * kStride + c;
+#else
+  constexpr int kE = 8;
+  const uint16_t* p = ks + (r0 + 8 * (lane >> 4)) * kStride + c;
+#endif
+  uint32_t v[kE / 2];
+#pragma unroll
+  for (int e = 0; e < kE / 2; ++e) v[e] = (uint32_t)p[(2 * e) * kStride] | (uint32_t)p[(2 * e + 1) * kStride] << 16;
+#if HS_WMMA11
+  return sk::frag{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+#else
+  return sk::frag{v[0], v[1], v[2], v[3]};
+#endif
+}
+
+// The A fragment of P (bf16 [16 heads][kRows], row stride kPStride) for k = rows r0 + ...
+constexpr int kPStride = kRows + 8;
+__device__ inline sk::frag p_piece(const uint16_t* ps, int r0, int lane) {
+  const uint16_t* p = ps + (lane & 15) * kPStride + r0;
+#if HS_WMMA11
+  const hs::u32x4 lo = *reinterpret_cast<const hs::u32x4*>(p), hi = *reinterpret_cast<const hs::u32x4*>(p + 8);
+  return sk::frag{lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#else
+  return *reinterpret_cast<const hs::u32x4*>(p + 8 * (lane >> 4));
+#endif
+}
+
+template <bool V32>
+__device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t q_sh, List l0, const int32_t* ptr0,
+                           List l1, const int32_t* ptr1, const float* __restrict__ sink, float scale,
+                           uint16_t* __restrict__ out, int64_t o_st, int64_t o_sh, float* __restrict__ lse, int T,
+                           int H, int S, float* __restrict__ part, uint32_t* __restrict__ counters) {
+  using L = Layout<V32>;
+  __shared__ uint16_t ks[kRows * L::kStride];                   // the tile's K rows, bf16
+  __shared__ float sp[kSlices][kHeads][kRows + 1];              // QK partial sums per slice
+  __shared__ uint16_t ps[kHeads * kPStride];                    // P, bf16
+  __shared__ float alpha_s[kHeads], m_s[kHeads], l_s[kHeads];
+  __shared__ uint8_t valid_s[kRows];
+  __shared__ uint32_t ticket;
+
+  const int HB = (H + kHeads - 1) / kHeads;
+  const int s = blockIdx.x % S, th = blockIdx.x / S, hb = th % HB, t = th / HB;
+  const int lane = threadIdx.x % hs::kWave, wave = threadIdx.x / hs::kWave;
+  const int h0 = hb * kHeads;
+
+  // Token t's positions: list 0 then list 1; this split's chunk of whole tiles.
+  const int b0 = ptr0[t], len0 = max(ptr0[t + 1] - b0, 0);   // a decreasing indptr: empty
+  const int b1 = ptr1 != nullptr ? ptr1[t] : 0, len1 = ptr1 != nullptr ? max(ptr1[t + 1] - b1, 0) : 0;
+  const int total = len0 + len1;
+  const int tiles = (total + kRows - 1) / kRows, per = (tiles + S - 1) / S;
+  const int p_begin = s * per * kRows, p_end = min(total, (s + 1) * per * kRows);
+
+  // q fragments of this wave's QK slice, in registers for the whole chunk.
+  const int ct = wave & 1, slice = wave >> 1;
+  const int qh = h0 + (lane & 15);
+  const uint16_t* qrow = q + t * q_st + (int64_t)min(qh, H - 1) * q_sh;
+  sk::frag qf[L::kSteps];
+#pragma unroll
+  for (int i = 0; i < L::kSteps; ++i) qf[i] = q_piece(qrow, (slice * L::kSteps + i) * sk::kStep, lane, qh < H);
+
+  sk::accv acc[kVTiles];
+#pragma unroll
+  for (int i = 0; i < kVTiles; ++i) acc[i] = sk::accv{};
+  // softmax state of head h0 + threadIdx.x / 16 (replicated over its 16 threads)
+  float m = -__builtin_inff(), l = 0.0f;
+  const int sh = threadIdx.x >> 4, sj = threadIdx.x & 15;
+
+  for (int p0 = p_begin; p0 < p_end; p0 += kRows) {
+    // gather
+    for (int item = threadIdx.x; item < kRows * L::kParts; item += kThreads) {
+      const int row = item / L::kParts, pt = item - row * L::kParts, pos = p0 + row;
+      const bool first = pos < len0;
+      const List& li = first ? l0 : l1;
+      const int slot = pos < p_end ? li.idx[first ? b0 + pos : b1 + (pos - len0)] : -1;
+      const bool ok = (uint32_t)slot < (uint32_t)li.rows;
+      const int blk = ok ? slot / li.bs : 0, off = ok ? slot - blk * li.bs : 0;
+      const uint8_t* base = li.cache + blk * li.bstride;
+      gather_part<V32>(ks + row * L::kStride, base + (int64_t)off * L::kToken,
+                       base + (int64_t)li.bs * L::kToken + off * 8, pt, li.fnuz, ok);
+      if (pt == 0) valid_s[row] = ok;
+    }
+    __syncthreads();
+
+    // QK partial sums: row tile ct, lanes of this wave's slice
+    {
+      sk::accv c = sk::accv{};
+#pragma unroll
+      for (int i = 0; i < L::kSteps; ++i)
+        c = sk::mma<hs::bf16>(qf[i], k_piece<L::kStride>(ks, 16 * ct + (lane & 15), (slice * L::kSteps + i) * sk::kStep, lane), c);
+#pragma unroll
+      for (int r = 0; r < kAccs; ++r) sp[slice][sk::result_row(lane, r)][16 * ct + (lane & 15)] = c[r];
+    }
+    __syncthreads();
+
+    // online softmax: head sh, rows sj and sj + 16
+    {
+      float sc[2], pv[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int row = sj + 16 * i;
+        float v = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kSlices; ++k) v += sp[k][sh][row];
+        sc[i] = valid_s[row] ? v * scale : -__builtin_inff();
+      }
+      float mx = fmaxf(sc[0], sc[1]);
+      mx = fmaxf(mx, hs::xor_lane<1>(mx));
+      mx = fmaxf(mx, hs::xor_lane<2>(mx));
+      mx = fmaxf(mx, hs::xor_lane<4>(mx));
+      mx = fmaxf(mx, hs::xor_lane<8>(mx));
+      const float mn = fmaxf(m, mx);
+      const bool any = mn != -__builtin_inff();
+      const float a = any ? exp2f((m - mn) * kLog2e) : 1.0f;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) pv[i] = valid_s[sj + 16 * i] ? exp2f((sc[i] - mn) * kLog2e) : 0.0f;
+      float sum = pv[0] + pv[1];
+      sum += hs::xor_lane<1>(sum);
+      sum += hs::xor_lane<2>(sum);
+      sum += hs::xor_lane<4>(sum);
+      sum += hs::xor_lane<8>(sum);
+      l = l * a + sum;
+      m = mn;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) ps[sh * kPStride + sj + 16 * i] = hs::from_float<hs::bf16>(pv[i]);
+      if (sj == 0) alpha_s[sh] = a;
+    }
+    __syncthreads();
+
+    // PV: this wave's output lanes
+    {
+      float a[kAccs];
+#pragma unroll
+      for (int r = 0; r < kAccs; ++r) a[r] = alpha_s[sk::result_row(lane, r)];
+#pragma unroll
+      for (int vt = 0; vt < kVTiles; ++vt)
+#pragma unroll
+        for (int r = 0; r < kAccs; ++r) acc[vt][r] *= a[r];
+#pragma unroll
+      for (int st = 0; st < kPvSteps; ++st) {
+        const sk::frag pf = p_piece(ps, st * sk::kStep, lane);
+#pragma unroll
+        for (int vt = 0; vt < kVTiles; ++vt)
+          acc[vt] = sk::mma<hs::bf16>(pf, v_piece<L::kStride>(ks, st * sk::kStep, wave * kDvPerWave + 16 * vt + (lane & 15), lane),
+                                      acc[vt]);
+      }
+    }
+    __syncthreads();   // the next gather overwrites ks and ps
+  }
+
+  if (sj == 0) {
+    m_s[sh] = m;
+    l_s[sh] = l;
+  }
+  __syncthreads();
+
+  if (S > 1) {
+    // publish this split, count it; the last split of (t, hb) merges all of them in split order
+    float* mine = part + (int64_t)blockIdx.x * kSlotFloats;
+#pragma unroll
+    for (int vt = 0; vt < kVTiles; ++vt)
+      reinterpret_cast<sk::accv*>(mine)[vt * kThreads + threadIdx.x] = acc[vt];
+    if (threadIdx.x < kHeads) {
+      mine[kVTiles * kAccs * kThreads + threadIdx.x] = m_s[threadIdx.x];
+      mine[kVTiles * kAccs * kThreads + kHeads + threadIdx.x] = l_s[threadIdx.x];
+    }
+    __threadfence();   // release: the slot is visible device-wide before the count
+    __syncthreads();
+    if (threadIdx.x == 0) ticket = atomicAdd(&counters[th], 1u);
+    __syncthreads();
+    if (ticket != (uint32_t)(S - 1)) return;   // workgroup-uniform
+    __threadfence();   // acquire: every split's slot
+    if (threadIdx.x == 0) counters[th] = 0u;   // ready for the next call
+    const float* first = part + (int64_t)th * S * kSlotFloats;
+    if (threadIdx.x < kHeads) {
+      float mm = -__builtin_inff();
+      for (int k = 0; k < S; ++k) mm = fmaxf(mm, first[(int64_t)k * kSlotFloats + kVTiles * kAccs * kThreads + threadIdx.x]);
+      float ll = 0.0f;
+      for (int k = 0; k < S; ++k) {
+        const float* sl = first + (int64_t)k * kSlotFloats + kVTiles * kAccs * kThreads;
+        const float w = sl[threadIdx.x] == -__builtin_inff() ? 0.0f : exp2f((sl[threadIdx.x] - mm) * kLog2e);
+        ll += w * sl[kHeads + threadIdx.x];
+      }
+      m_s[threadIdx.x] = mm;
+      l_s[threadIdx.x] = ll;
+    }
+    __syncthreads();
+    float mr[kAccs];
+#pragma unroll
+    for (int r = 0; r < kAccs; ++r) mr[r] = m_s[sk::result_row(lane, r)];
+#pragma unroll
+    for (int vt = 0; vt < kVTiles; ++vt) acc[vt] = sk::accv{};
+    for (int k = 0; k < S; ++k) {
+      const float* sl = first + (int64_t)k * kSlotFloats;
+      float w[kAccs];
+#pragma unroll
+      for (int r = 0; r < kAccs; ++r) {
+        const float ms = sl[kVTiles * kAccs * kThreads + sk::result_row(lane, r)];
+        w[r] = ms == -__builtin_inff() ? 0.0f : exp2f((ms - mr[r]) * kLog2e);
+      }
+#pragma unroll
+      for (int vt = 0; vt < kVTiles; ++vt) {
+        const sk::accv v = reinterpret_cast<const sk::accv*>(sl)[vt * kThreads + threadIdx.x];
+#pragma unroll
+        for (int r = 0; r < kAccs; ++r) acc[vt][r] += w[r] * v[r];
+      }
+    }
+  }
+
+  // finish: sink, normalisation, outputs of heads < H
+  float f[kAccs];
+#pragma unroll
+  for (int r = 0; r < kAccs; ++r) {
+    const int row = sk::result_row(lane, r), h = h0 + row;
+    const float mm = m_s[row], ll = l_s[row];
+    float z = ll, keep = 1.0f;
+    if (sink != nullptr && h < H) {
+      const float sg = sink[h];
+      if (sg == __builtin_inff()) {
+        keep = 0.0f;
+      } else if (mm == -__builtin_inff() || sg > mm) {   // the sink sets the max
+        const float e = mm == -__builtin_inff() ? 0.0f : exp2f((mm - sg) * kLog2e);
+        keep = e;
+        z = ll * e + 1.0f;
+      } else {
+        z = ll + exp2f((sg - mm) * kLog2e);
+      }
+    }
+    // nothing valid (l = 0) or sigma = +inf: exactly 0; a NaN l (NaN in a row) passes through
+    f[r] = (ll == 0.0f || keep == 0.0f) ? 0.0f : keep / z;
+  }
+#pragma unroll
+  for (int vt = 0; vt < kVTiles; ++vt)
+#pragma unroll
+    for (int r = 0; r < kAccs; ++r) {
+      const int h = h0 + sk::result_row(lane, r);
+      if (h < H) {
+        const float v = f[r] == 0.0f ? 0.0f : acc[vt][r] * f[r];
+        out[t * o_st + (int64_t)h * o_sh + wave * kDvPerWave + 16 * vt + (lane & 15)] = hs::from_float<hs::bf16>(v);
+      }
+    }
+  if (lse != nullptr && threadIdx.x < kHeads && h0 + (int)threadIdx.x < H) {
+    const float ll = l_s[threadIdx.x];
+    lse[(int64_t)t * H + h0 + threadIdx.x] = ll == 0.0f ? __builtin_inff() : m_s[threadIdx.x] + logf(ll);
+  }
+}
+
+}  // namespace
+
+#define HS_SPARSE_MLA(TAG, V32)                                                                               \
+  extern "C" __global__ void __launch_bounds__(kThreads) sparse_mla_##TAG(                                    \
+      const uint16_t* __restrict__ q, const uint8_t* c0, const int32_t* idx0, const int32_t* ptr0,             \
+      const uint8_t* c1, const int32_t* idx1, const int32_t* ptr1, const float* __restrict__ sink,             \
+      uint16_t* __restrict__ out, float* __restrict__ lse, float* __restrict__ part,                          \
+      uint32_t* __restrict__ counters, int64_t q_st, int64_t q_sh, int64_t bstride0, int bs0, int rows0,        \
+      int64_t bstride1, int bs1, int rows1, float scale, int64_t o_st, int64_t o_sh, int T, int H, int S,       \
+      int flags) {                                                                                            \
+    sparse_mla<V32>(q, q_st, q_sh, List{c0, bstride0, bs0, rows0, idx0, (flags & 1) != 0}, ptr0,              \
+                    List{c1, bstride1, bs1, rows1, idx1, (flags & 2) != 0}, ptr1, (flags & 8) ? sink : nullptr, \
+                    scale, out, o_st, o_sh, (flags & 4) ? lse : nullptr, T, H, S, part, counters);             \
+  }
+HS_SPARSE_MLA(v4, false)
+HS_SPARSE_MLA(v32, true)
