@@ -200,12 +200,13 @@ class Operands:
 
 def gather(op: str, names: Sequence[str], objs: Sequence[Any], outputs: int = 1) -> Operands:
     """View every operand (the last ``outputs`` names are the results' ``out``)."""
-    seen = [None if obj is None else _view(obj, name) for name, obj in zip(names, objs, strict=True)]
+    seen = [None if obj is None else view(obj, name) for name, obj in zip(names, objs, strict=True)]
     return Operands(op, dict(zip(names[:-outputs], seen[:-outputs], strict=True)), seen[-outputs],
                     seen[len(seen) - outputs + 1:])
 
 
-def _view(obj: Any, name: str) -> TensorView:
+def view(obj: Any, name: str) -> TensorView:
+    """One operand's view as the bound calls see it (`tensors.view`, plus the test seam)."""
     v = tensors.view(obj, name)
     if _seam is not None and v.kind == "torch" and v.on_host:
         v.on_host, v.device_type, v.device_id = False, tensors.DL_ROCM, _seam[0]

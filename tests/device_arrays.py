@@ -57,3 +57,17 @@ def outcome(f: Callable[[], Any]) -> str:
         return "ok"
     except hipskinny.HipSkinnyError as e:
         return type(e).__name__ + ": " + str(e)
+
+
+def dev_strided(a: np.ndarray, offset: int = 0) -> tuple[HandMade, int]:
+    """``a`` copied into device memory ``offset`` bytes past an allocation's start, with its own
+    strides (padding between rows or blocks kept as zeros): (its DLPack producer, its address)."""
+    span = sum((d - 1) * s for d, s in zip(a.shape, a.strides, strict=True)) + a.dtype.itemsize
+    host = np.zeros(span, np.uint8)
+    np.lib.stride_tricks.as_strided(host.view(a.dtype), a.shape, a.strides)[...] = a
+    err, ptr = hip.hipMalloc(max(span + offset, 4))
+    base = int(ptr) + offset
+    ctypes.memmove(base, host.ctypes.data, span)
+    code, bits = CODES[a.dtype.name]
+    strides = tuple(s // a.dtype.itemsize for s in a.strides)
+    return HandMade(None, base, a.shape, strides, code=code, bits=bits, device=(DL_ROCM, 0)), base

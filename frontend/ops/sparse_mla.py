@@ -32,7 +32,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .. import operands, registry, tensors
+from .. import operands, registry
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..fp8 import _check_flavor
@@ -108,7 +108,7 @@ def _cache_bytes(cache: Any, name: str, layout: str) -> tuple[Any, int]:
     stride(0)); host arrays as their blocks' bytes ``[num_blocks, block_size * row]`` (a view), which
     are staged with a 16-byte-aligned pitch."""
     row = LAYOUTS[layout].token_bytes
-    v = tensors.view(cache, name)
+    v = operands.view(cache, name)
     if v.dtype != _U8 or len(v.shape) != 3 or v.shape[2] != row:
         raise InputValueError(f"sparse_decode: {name} must be uint8 [num_blocks, block_size, {row}] for layout "
                               f"{layout!r}; got {v.dtype} {v.shape}")

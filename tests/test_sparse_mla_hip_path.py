@@ -1,0 +1,152 @@
+"""sparse_decode on GPU-resident operands through HipDevice on the fake HIP runtime (launches run on
+the emulator): q with padded head and token strides, caches with padded block strides, out and
+lse written in place, as DLPack device arrays; and a HIP-graph capture with torch tensors (the
+test seam) replayed after the lists changed on the device (other lengths, other slots), which must
+give the new lists' result: the split count and everything else the launch fixes come from host
+shapes only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+from test_sparse_mla import _case, assert_close
+
+TESTS = str(Path(__file__).parent)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+DLPACK = """
+import ctypes, json, sys
+sys.path.insert(0, {tests!r})
+import numpy as np, ml_dtypes, hipskinny
+from device_arrays import dev_nd, dev_strided, outcome
+from fakehip.emulated import install
+from test_sparse_mla import _case
+
+runtime = install()
+rng = np.random.default_rng(21)
+q, c0, i0, p0, kw = _case(rng, "v4", 3, 18, [40, 0, 70], [9, 33, 1], bs0=61, pad=80, fp8=("fnuz", "ocp"), sink=True)
+t, h = 3, 18
+qpad = np.zeros((t, h + 1, 528), q.dtype)
+qpad[:, :h, :512] = q
+qd = dev_strided(qpad[:, :h, :512])[0]
+c0d, c1d = dev_strided(c0)[0], dev_strided(kw["extra_cache"])[0]
+i0d, p0d = dev_nd(i0)[0], dev_nd(p0)[0]
+i1d, p1d = dev_nd(kw["extra_indices"])[0], dev_nd(kw["extra_indptr"])[0]
+sd = dev_nd(kw["sink"])[0]
+res = {{"o": [], "lse": []}}
+for _ in range(2):
+    od, obase = dev_nd(np.zeros((t, h, 512), ml_dtypes.bfloat16))
+    ld, lbase = dev_nd(np.zeros((t, h), np.float32))
+    got = hipskinny.mla.sparse_decode(qd, c0d, i0d, p0d, extra_cache=c1d, extra_indices=i1d, extra_indptr=p1d,
+                                      sink=sd, scale=512 ** -0.5, fp8=("fnuz", "ocp"), out=(od, ld), return_lse=True)
+    assert got[0] is od and got[1] is ld
+    res["o"].append(np.frombuffer(ctypes.string_at(obase, 2 * t * h * 512), np.uint16).tolist())
+    res["lse"].append(np.frombuffer(ctypes.string_at(lbase, 4 * t * h), np.float32).tolist())
+res["kernels"] = [s.kernel for s in list(runtime.device.launches)[-1:]]
+mis = dev_strided(qpad[:, :h, :512], offset=8)[0]
+res["misaligned"] = outcome(lambda: hipskinny.mla.sparse_decode(
+    mis, c0d, i0d, p0d, scale=0.1, out=dev_nd(np.zeros((t, h, 512), ml_dtypes.bfloat16))[0]))
+res["errors"] = runtime.errors
+print("RES", json.dumps(res))
+"""
+
+
+def test_device_operands_strided_and_in_place(fakehip_run):
+    run = fakehip_run(DLPACK.format(tests=TESTS), env={"FAKEHIP_ARCH": "gfx942", "FAKEHIP_CU_COUNT": "3"})
+    res = json.loads(run.stdout.split("RES ", 1)[1])
+    assert res["errors"] == [] and res["kernels"] == ["sparse_mla_v4"]
+    assert res["o"][0] == res["o"][1] and res["lse"][0] == res["lse"][1]
+    rng = np.random.default_rng(21)
+    q, c0, i0, p0, kw = _case(rng, "v4", 3, 18, [40, 0, 70], [9, 33, 1], bs0=61, pad=80, fp8=("fnuz", "ocp"),
+                              sink=True)
+    o = np.array(res["o"][0], np.uint16).view(BF16).reshape(3, 18, 512)
+    lse = np.array(res["lse"][0], np.float32).reshape(3, 18)
+    assert_close(o, lse, q, c0, i0, p0, kw, "v4", ("fnuz", "ocp"))
+    assert "q and the caches must start at 16-byte aligned addresses" in res["misaligned"]
+    assert not run.calls("hipMemcpyAsync", "hipMemcpy")     # GPU operands: nothing staged
+
+
+CAPTURE = """
+import ctypes, json, sys
+sys.path.insert(0, {tests!r})
+import numpy as np, torch, hipskinny
+from hip import hip
+from hipskinny import operands
+from fakehip.emulated import install
+from test_sparse_mla import _case
+
+def ok(result):
+    result = result if isinstance(result, tuple) else (result,)
+    assert int(result[0]) == 0, result
+    return result[1] if len(result) == 2 else result[1:]
+
+TORCH = {{"bfloat16": torch.bfloat16, "float32": torch.float32, "int32": torch.int32, "uint8": torch.uint8}}
+
+def dev(a):
+    a = np.ascontiguousarray(a)
+    ptr = int(ok(hip.hipMalloc(max(a.nbytes, 4))))
+    ctypes.memmove(ptr, a.ctypes.data, a.nbytes)
+    raw = (ctypes.c_uint8 * max(a.nbytes, 4)).from_address(ptr)
+    return torch.frombuffer(raw, dtype=torch.uint8)[:a.nbytes].view(TORCH[a.dtype.name]).view(a.shape)
+
+def instantiate(graph):
+    try:
+        result = hip.hipGraphInstantiate(graph, 0)
+    except TypeError:
+        result = hip.hipGraphInstantiate(graph, None, 0)
+    assert int(result[0]) == 0, result
+    return result[1]
+
+class Cap:
+    stream = 0
+    current = 0
+
+cap = Cap()
+cap.stream = int(ok(hip.hipStreamCreate()))
+operands.present_cpu_torch_as_gpu(0, lambda ordinal: cap.current, None)
+runtime = install()
+rng = np.random.default_rng(31)
+q, c0, i0, p0, kw = _case(rng, "v4", 2, 16, [150, 60], bs0=64)
+c0 = np.ascontiguousarray(c0)                 # torch.frombuffer: a contiguous cache
+i0_b = np.concatenate([i0[:3], i0[3 + 150:], i0[3:3 + 150][::-1]]).astype(np.int32)   # token 0 <-> 1
+p0_b = np.array([3, 63, 213], np.int32)
+tq, tc, ti, tp = dev(q), dev(c0), dev(i0), dev(p0)
+tout = dev(np.zeros((2, 16, 512), q.dtype))
+cap.current = cap.stream
+hipskinny.mla.sparse_decode(tq, tc, ti, tp, scale=0.05, out=tout)          # warm-up on the capture stream
+ok(hip.hipStreamSynchronize(cap.stream))
+eager_a = tout.view(torch.int16).numpy().copy()
+tout.zero_()
+ok(hip.hipStreamBeginCapture(cap.stream, hip.hipStreamCaptureMode.hipStreamCaptureModeGlobal))
+hipskinny.mla.sparse_decode(tq, tc, ti, tp, scale=0.05, out=tout)
+graph = instantiate(ok(hip.hipStreamEndCapture(cap.stream)))
+res = {{"captured_not_run": bool(float(tout.float().abs().max()) == 0)}}
+ok(hip.hipGraphLaunch(graph, cap.stream))
+ok(hip.hipStreamSynchronize(cap.stream))
+res["replay_a_equal"] = bool((tout.view(torch.int16).numpy() == eager_a).all())
+ti.copy_(torch.from_numpy(i0_b))                                             # new lists, same graph
+tp.copy_(torch.from_numpy(p0_b))
+ok(hip.hipGraphLaunch(graph, cap.stream))
+ok(hip.hipStreamSynchronize(cap.stream))
+res["o_b"] = tout.view(torch.int16).numpy().astype(np.uint16).tolist()
+res["splits"] = hipskinny.ops.sparse_mla.split_count(2, 16, len(i0))
+cap.current = 0
+res["errors"] = runtime.errors
+print("RES", json.dumps(res))
+"""
+
+
+def test_captured_call_follows_the_lists_on_replay(fakehip_run):
+    run = fakehip_run(CAPTURE.format(tests=TESTS), env={"FAKEHIP_ARCH": "gfx1151", "FAKEHIP_CU_COUNT": "2"})
+    res = json.loads(run.stdout.split("RES ", 1)[1])
+    assert res["errors"] == []
+    assert res["captured_not_run"] and res["replay_a_equal"] and res["splits"] > 1
+    rng = np.random.default_rng(31)
+    q, c0, i0, p0, kw = _case(rng, "v4", 2, 16, [150, 60], bs0=64)
+    i0_b = np.concatenate([i0[:3], i0[3 + 150:], i0[3:3 + 150][::-1]]).astype(np.int32)
+    p0_b = np.array([3, 63, 213], np.int32)
+    o = np.array(res["o_b"], np.uint16).view(BF16).reshape(2, 16, 512)
+    assert_close(o, None, q, np.ascontiguousarray(c0), i0_b, p0_b, kw, "v4", scale=0.05)
