@@ -47,7 +47,8 @@ OUTSIDE_MODEL = {
            "depend on the routing, not one [M, K] matrix the report can scale down with the CU count; "
            "`python -m benchmarks.moe` measures whole calls at real expert shapes (its section above).",
     "sparse_mla": "Sparse MLA decode (`hipskinny.mla.sparse_decode`): attention over gathered FP8 KV-cache rows, "
-                  "no weight matrix; its work is the index lists' rows.",
+                  "no weight matrix; its work is the index lists' rows. `python -m benchmarks.mla` measures whole "
+                  "calls at DeepSeek shapes (its section above).",
 }
 LINEARITY_TOL = 0.02        # per-row counts at c and 2c CUs may differ by this much (partial groups)
 LINEARITY_SHAPE = (2048, 1 << 25)   # checked on the first shape with M >= 2048 and M*K <= 32M (mid-sized, cheap)
@@ -339,6 +340,10 @@ def markdown(rep: dict[str, Any]) -> str:
         from . import moe
 
         out += moe.markdown(rep["moe"])
+    if rep.get("mla"):
+        from . import mla
+
+        out += mla.markdown(rep["mla"])
     if rep.get("outside_model"):
         out += ["## Families outside this report", ""]
         out += [f"- `{f}`: {why}" for f, why in sorted(rep["outside_model"].items())] + [""]

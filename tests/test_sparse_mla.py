@@ -183,6 +183,18 @@ def test_v32_one_list(arch, fp8):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+def test_one_head_and_mtp_rows(arch):
+    """H = 1 (15 of the tile's 16 head rows unused and never written), T = 7 (MTP: each speculative
+    row its own lists) with SWA lengths 31, 32, 33 and block size 2 for the extra list."""
+    rng = np.random.default_rng(9)
+    q, c0, i0, p0, kw = _case(rng, "v4", 7, 1, [31, 32, 33, 1, 0, 64, 2], [3, 0, 5, 2, 8, 1, 0], bs1=2)
+    out = np.full((7, 1, 512), np.nan, BF16)
+    o, lse = _run(arch, q, c0, i0, p0, kw, scale=0.07, return_lse=True, out=(out, None))
+    assert o is out
+    assert_close(o, lse, q, c0, i0, p0, kw, "v4", scale=0.07)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_sink_edges_and_empty_lists(arch):
     """sigma = -inf: the no-sink bits; +inf: exact zeros; no valid slot: exact zeros, LSE +inf."""
     rng = np.random.default_rng(3)
