@@ -34,7 +34,9 @@
 // Work split as kernels/matmul_4bit.hip: a wave owns YTILE consecutive rows x all tokens; lane l
 // takes the 32-column chunks (16 weight bytes, 4 words) c with c % wave == l in increasing c; a
 // chunk's products are summed in fp32 (v_dot2), scaled by its group's scale once (a chunk never
-// straddles a group: G >= 32) and added to the accumulator; a fixed xor butterfly
+// straddles a group: G >= 32; with G >= 128 and passes starting at multiples of 128 a lane quad's
+// chunks share one group, whose scale and zero point its first lane loads and hands to the others,
+// hs::int4::from_quad_leader) and added to the accumulator; a fixed xor butterfly
 // (hs::reduce_scatter) reduces across lanes, one lane writes each output. Results are bitwise
 // the same for any grid, YTILE, kc or CU count. Barriers sit in loops with workgroup-uniform trip
 // counts; waves without a tile only stage.
@@ -104,6 +106,10 @@ __device__ void w4a16(const uint16_t* __restrict__ x, const uint32_t* __restrict
   const int row_s = kc >> 5;    // chunk sums per staged token row
   const uint32_t magic = hs::int4::magic_const<T>();
   const auto x_row = [&](int n) { return x + n * x_stride; };
+  // G >= 128 and passes starting at multiples of 128: a lane quad's 4 chunks share one scale group,
+  // whose scale (and zero point) its first lane alone loads.
+  const bool grouped = log2_g >= 7 && (kc & 127) == 0;
+  const bool leader = !grouped || (lane & 3) == 0;
 
   if (staged_once) {
     hs::int4::stage<T, NP, kThreads>(xs, xsum, x_row, perm, 0, K, kc);
@@ -144,13 +150,29 @@ __device__ void w4a16(const uint16_t* __restrict__ x, const uint32_t* __restrict
         const uint32_t g = (uint32_t)k >> log2_g;
         hs::u32x4 wv[YTILE];
         float sc[YTILE];
-        uint32_t z[YTILE];
+        uint32_t z[YTILE], sraw[YTILE];
 #pragma unroll
         for (int r = 0; r < YTILE; ++r) {
           wv[r] = hs::load16_stream(w + (wrow[r] + ((uint32_t)k >> 3)));
-          sc[r] = hs::to_float<T>(scales[grow[r] + g]);
-          z[r] = zeros != nullptr ? (uint32_t)zeros[grow[r] + g] : 8u;
+          sraw[r] = 0u;
+          z[r] = 8u;
         }
+        if (leader) {   // see hs::int4::from_quad_leader
+#pragma unroll
+          for (int r = 0; r < YTILE; ++r) {
+            sraw[r] = scales[grow[r] + g];
+            if (zeros != nullptr) z[r] = zeros[grow[r] + g];
+          }
+        }
+        if (grouped) {
+#pragma unroll
+          for (int r = 0; r < YTILE; ++r) {
+            sraw[r] = hs::int4::from_quad_leader(sraw[r]);
+            z[r] = hs::int4::from_quad_leader(z[r]);
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < YTILE; ++r) sc[r] = hs::to_float<T>((uint16_t)sraw[r]);
         hs::int4::chunk<T, NP, YTILE>(acc, wv, sc, z, xs, row_q, xsum, row_s, c, magic);
       }
     }
