@@ -8,7 +8,8 @@
 // (t * HB + hb) * S + s. Token t's positions 0 .. L-1 (L = len0 + len1: list 0, then list 1) are
 // cut into S contiguous chunks of whole 32-row tiles; a split walks its chunk tile by tile with
 // an online softmax. Per tile:
-//   gather   every thread: (row, 64-lane part) items; FP8 widened exactly (hipskinny/fp8.h), times
+//   gather   32 threads read the tile's slots into LDS (one index load per row; a barrier), then
+//            every thread: (row, 64-lane part) items; FP8 widened exactly (hipskinny/fp8.h), times
 //            the power-of-two scale, to bf16 (exact: 4 significant bits); rope lanes copied; rows
 //            that are past the chunk or whose slot is outside [0, rows) are zeros and flagged
 //   QK       S[16 heads x 32 rows] on the matrix units (hipskinny/splitk.h's tile multiply, heads
@@ -199,7 +200,8 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
   __shared__ float sp[kSlices][kHeads][kRows + 1];              // QK partial sums per slice
   __shared__ uint16_t ps[kHeads * kPStride];                    // P, bf16
   __shared__ float alpha_s[kHeads], m_s[kHeads], l_s[kHeads];
-  __shared__ uint8_t valid_s[kRows];
+  __shared__ int32_t slot_s[kRows];                             // the tile's slots, -1: invalid
+  __shared__ uint8_t list_s[kRows];                             // and their lists
   __shared__ uint32_t ticket;
 
   const int HB = (H + kHeads - 1) / kHeads;
@@ -230,18 +232,26 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
   const int sh = threadIdx.x >> 4, sj = threadIdx.x & 15;
 
   for (int p0 = p_begin; p0 < p_end; p0 += kRows) {
+    // the tile's slots: one index load per row, shared through LDS by the row's gather items
+    if (threadIdx.x < kRows) {
+      const int pos = p0 + threadIdx.x;
+      const bool first = pos < len0;
+      const int32_t* idx = first ? l0.idx + b0 + pos : l1.idx + b1 + (pos - len0);
+      const int slot = pos < p_end ? *idx : -1;
+      slot_s[threadIdx.x] = (uint32_t)slot < (uint32_t)(first ? l0.rows : l1.rows) ? slot : -1;
+      list_s[threadIdx.x] = !first;
+    }
+    __syncthreads();
     // gather
     for (int item = threadIdx.x; item < kRows * L::kParts; item += kThreads) {
-      const int row = item / L::kParts, pt = item - row * L::kParts, pos = p0 + row;
-      const bool first = pos < len0;
-      const List& li = first ? l0 : l1;
-      const int slot = pos < p_end ? li.idx[first ? b0 + pos : b1 + (pos - len0)] : -1;
-      const bool ok = (uint32_t)slot < (uint32_t)li.rows;
+      const int row = item / L::kParts, pt = item - row * L::kParts;
+      const int slot = slot_s[row];
+      const List& li = list_s[row] ? l1 : l0;
+      const bool ok = slot >= 0;
       const int blk = ok ? slot / li.bs : 0, off = ok ? slot - blk * li.bs : 0;
       const uint8_t* base = li.cache + blk * li.bstride;
       gather_part<V32>(ks + row * L::kStride, base + (int64_t)off * L::kToken,
                        base + (int64_t)li.bs * L::kToken + off * 8, pt, li.fnuz, ok);
-      if (pt == 0) valid_s[row] = ok;
     }
     __syncthreads();
 
@@ -265,7 +275,7 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
         float v = 0.0f;
 #pragma unroll
         for (int k = 0; k < kSlices; ++k) v += sp[k][sh][row];
-        sc[i] = valid_s[row] ? v * scale : -__builtin_inff();
+        sc[i] = slot_s[row] >= 0 ? v * scale : -__builtin_inff();
       }
       float mx = fmaxf(sc[0], sc[1]);
       mx = fmaxf(mx, hs::xor_lane<1>(mx));
@@ -276,7 +286,7 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
       const bool any = mn != -__builtin_inff();
       const float a = any ? exp2f((m - mn) * kLog2e) : 1.0f;
 #pragma unroll
-      for (int i = 0; i < 2; ++i) pv[i] = valid_s[sj + 16 * i] ? exp2f((sc[i] - mn) * kLog2e) : 0.0f;
+      for (int i = 0; i < 2; ++i) pv[i] = slot_s[sj + 16 * i] >= 0 ? exp2f((sc[i] - mn) * kLog2e) : 0.0f;
       float sum = pv[0] + pv[1];
       sum += hs::xor_lane<1>(sum);
       sum += hs::xor_lane<2>(sum);
