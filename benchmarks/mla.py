@@ -94,12 +94,12 @@ def measure(arch: str, name: str, layout: str, t: int, h: int, n0: int, n1: int,
     cache_bytes = [0, 0]    # requested, distinct
     buffers: dict[str, list[int]] = {}
     for base, tr in rec.table().get(0, {}).items():
-        name = slots.get(base, "other").removeprefix("mla.")
+        buf = slots.get(base, "other").removeprefix("mla.")
         req, dist = tr.region(0, tr.size)
-        got = buffers.setdefault(name, [0, 0])
+        got = buffers.setdefault(buf, [0, 0])
         got[0] += req
         got[1] += dist
-        if name in ("swa_cache", "extra_cache"):
+        if buf in ("swa_cache", "extra_cache"):
             cache_bytes[0] += req
             cache_bytes[1] += dist
     plan = op.plan_info(dev, t, h, sum(len(a) for a in (args[2], kw.get("extra_indices", ()))), layout)
