@@ -15,7 +15,8 @@ block_size, 656]`` (512 FP8, 4 fp32 scales, 64 bf16 rope; QK over 576 lanes, PV 
 list and no sink. ``fp8``: the caches' flavour, ``"ocp"`` (e4m3fn) or ``"fnuz"`` (e4m3fnuz), or a
 pair ``(swa, extra)`` when they differ; decoded in software where the hardware has no converter.
 Lists: int32 ``indices`` (flat) and ``indptr`` ``[T + 1]``: token t owns ``indices[indptr[t] :
-indptr[t + 1]]`` (indptr is read on the device and need not start at 0).
+indptr[t + 1]]`` (indptr is read on the device and need not start at 0; a decreasing pair is an
+empty list; its entries must lie within ``indices``, which nothing can check without a host sync).
 
 One launch (kernels/sparse_mla.hip): workgroups of (token, 16 heads, split); the split count comes
 from host-known shapes only (T, H and the index arrays' lengths: `split_count`; never the lists'
