@@ -350,20 +350,26 @@ kernel's traffic ratio: 1.11-2.99 at N = 16, 1.12-3.37 at N = 64 (x re-staged pe
 shard partials, charged at DRAM price).
 
 **Targets (large layers) and where they stand.** Predicted time against fp16 `skinny_gemm`
-("Against the baseline op"): median 0.29 at N = 1 on gfx11/gfx12 and 0.31 on gfx942/gfx950 (the
-floor is 0.25 plus the scales), 0.30 at N = 4 on gfx11/gfx12, 0.38-0.41 on gfx942/gfx950. Traffic
-ratio <= 1.05 at N <= 4: **missed**, medians 1.11-1.13 at N = 1 on gfx11/gfx12 and 1.23-1.30 on
-gfx942/gfx950 (1.17-1.82 at N = 4): every workgroup stages x (N x K x 2 bytes) and the model
-charges those re-reads, which are L2 hits on hardware, at DRAM price; against 4-bit weights that
-is four times the share it is for fp16. VALU per weight byte against the balance point: met on
-gfx11/gfx12 at every N (0.13 at N = 1, 0.23-0.25 at N = 4 against 0.50-0.91); CDNA: met at N = 1
-(gfx942 0.076 < 0.120, gfx950 0.074 < 0.077), **missed** at N = 4 (0.14 against 0.120 and 0.077):
-the magic-number dequant is shared by the N tokens but each token adds 16 dot2 per 16 weight
-bytes, and CDNA's balance leaves about 2 wave-instructions per 16 bytes per lane. Main loop,
-VALU per 16 weight bytes per row (from the listings, N = 1): fp16 68 (YTILE 1) / 64 (YTILE 4) on
-gfx942, 71 / 64 on gfx1100; bf16 109 / 81 on gfx942 (nibbles converted to fp32 directly:
-gfx942 has no bf16 dot), 63 / 60 on gfx1100. The fp16 floor of the recipe is 53 (16 mask-and-OR,
-4 shifts, 16 packed finishing ops, 16 dot2, one scale).
+("Against the baseline op"): median 0.26 at N = 1 and 0.28 at N = 4 on gfx11/gfx12, 0.29 and
+0.43 on gfx942/gfx950 (the floor is 0.25 plus the scales). Traffic ratio <= 1.05 at N <= 4: met
+for the lm_heads, gate_up and most qkv projections on gfx11/gfx12 (medians 1.02-1.04 at N = 1,
+1.09-1.14 at N = 4; 19 of 36 large-layer rows at or under 1.05), missed on gfx942/gfx950 (medians
+1.14-1.21 at N = 1, 1.35-1.73 at N = 4) and for the small-M layers everywhere (o_proj, the router:
+up to 1.40 at N = 1): every workgroup stages x (N x K x 2 bytes), and the model charges those
+re-reads, which are L2 hits on hardware, at DRAM price; against 4-bit weights that is four times
+the share it is for fp16, and CDNA's 256 CUs stage it 4-6 times as often as RDNA's 40-96. (Each
+scale group is loaded once per lane quad for G >= 128; loaded per lane, the scales alone added
+about 0.09 to every ratio.) VALU per weight byte against the balance point: met on gfx11/gfx12 at
+every N (0.15 at N = 1, 0.26 at N = 4 against 0.50-0.91); CDNA: gfx942 met at N = 1 (0.085 <
+0.120), gfx950 just over at N = 1 (0.084 against 0.077: the quad hand-off costs a few VALU per
+chunk), both **missed** at N = 4 (0.15 against 0.120 and 0.077): the magic-number dequant is shared
+by the N tokens but each token adds 16 dot2 per 16 weight bytes, and CDNA's balance leaves about 2
+wave-instructions per 16 bytes per lane. On gfx9 at N >= 4 the hand-off costs more time than its
+bytes save (predicted +3-6%); turning it off there is a follow-up. Main loop, VALU per 16 weight
+bytes per row (from the listings, N = 1): fp16 about 70 (YTILE 4) on gfx942 and gfx1151; bf16 90
+on gfx942 (nibbles converted to fp32 directly: gfx942 has no bf16 dot), 66 on gfx950 and gfx1151.
+The fp16 floor of the recipe is 53 (16 mask-and-OR, 4 shifts, 16 packed finishing ops, 16 dot2,
+one scale).
 """
 
 
