@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         if flag in given:
             at = given.index(flag)
             del given[at:at + 2]
-    command = " ".join(["python -m benchmarks.mla", *given])
+    command = shlex.join(["python", "-m", "benchmarks.mla", *given])
     for r in rows:
         r["command"] = command
     rep["mla"] = {"command": command, "date": datetime.date.today().isoformat(),
