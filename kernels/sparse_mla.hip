@@ -7,14 +7,17 @@
 // Work split: workgroup (t, head group hb of 16 heads, split s), flattened into blockIdx.x as
 // (t * HB + hb) * S + s. Token t's positions 0 .. L-1 (L = len0 + len1: list 0, then list 1) are
 // cut into S contiguous chunks of whole 32-row tiles; a split walks its chunk tile by tile with
-// an online softmax. Per tile:
-//   gather   32 threads read the tile's slots into LDS (one index load per row; a barrier), then
-//            every thread: (row, 64-lane part) items; FP8 widened exactly (hipskinny/fp8.h), times
-//            the power-of-two scale, to bf16 (exact: 4 significant bits); rope lanes copied; rows
-//            that are past the chunk or whose slot is outside [0, rows) are zeros and flagged
+// an online softmax. q's 16 head rows pass through LDS once (one global read per workgroup) into
+// per-wave registers. Per tile, with the gather double-buffered (LDS tile + registers):
+//   unpack   the tile's 16-byte chunks, loaded into registers during the previous tile's matrix
+//            work, into LDS as bf16: FP8 widened exactly (hipskinny/fp8.h) times the row's
+//            power-of-two scale (exact: 4 significant bits); rope lanes copied; rows past the
+//            chunk or whose slot is outside [0, rows) are zeros and flagged. Meanwhile 32
+//            threads resolve the next tile's rows (addresses, scales: one index load per row,
+//            issued a tile ahead); after the barrier every thread issues its next-tile loads
 //   QK       S[16 heads x 32 rows] on the matrix units (hipskinny/splitk.h's tile multiply, heads
 //            as A rows from q fragments held in registers, K rows as B columns from LDS); wave w
-//            takes row tile w % 2 and one of kSlices slices of the QK lanes, partial sums to LDS
+//            takes matrix steps w, w + kWaves, .. for both row tiles, partial sums to LDS
 //   softmax  16 threads per head, 2 rows each: the slices summed in order, times scale, invalid
 //            rows -inf; new max m, alpha = exp(m_old - m), p = exp(s - m) (0 for invalid rows),
 //            l = l alpha + sum p in fp32; p to LDS as bf16, alpha to LDS
@@ -59,7 +62,7 @@ constexpr int kWaves = kThreads / hs::kWave;
 constexpr int kHeads = 16;                        // heads per workgroup: the tile's A rows
 constexpr int kRows = 32;                         // KV rows per tile
 constexpr int kDv = 512;                          // output lanes
-constexpr int kSlices = kWaves / 2;               // QK lane slices (2 row tiles x slices = waves)
+constexpr int kSlices = kWaves;                   // QK step slices: wave w takes steps w, w + kWaves, ..
 constexpr int kDvPerWave = kDv / kWaves;          // PV output lanes per wave
 constexpr int kVTiles = kDvPerWave / 16;          // PV 16-lane column tiles per wave
 constexpr int kPvSteps = kRows / sk::kStep;       // PV matrix steps per tile (k = rows)
@@ -74,8 +77,9 @@ template <bool V32> struct Layout {
   static constexpr int kRopeAt = V32 ? 528 : 448; // byte offset of the bf16 rope lanes
   static constexpr int kParts = kQk / 64;         // 64-lane gather items per row
   static constexpr int kStride = kQk + 8;         // LDS row stride (elements): 16 bytes of pad
-  static constexpr int kSteps = kQk / kSlices / sk::kStep;   // QK matrix steps per wave
-  static_assert(kQk % (kSlices * sk::kStep) == 0, "QK lanes split evenly into slices and steps");
+  static constexpr int kQkSteps = kQk / sk::kStep;            // QK matrix steps
+  static constexpr int kSteps = (kQkSteps + kSlices - 1) / kSlices;   // per wave, at most
+  static_assert(kQk % sk::kStep == 0, "QK lanes are whole matrix steps");
 };
 
 struct List {
@@ -104,49 +108,114 @@ __device__ inline void dequant4(uint32_t w, bool fnuz, float scale, uint32_t& lo
   hi = __builtin_amdgcn_perm(__builtin_bit_cast(uint32_t, f[3]), __builtin_bit_cast(uint32_t, f[2]), 0x07060302u);
 }
 
-// One (row, 64-lane part) gather item into the LDS tile row kr (kStride elements).
+// A tile row: `ref` = 2 x the token's byte offset in its list's cache + the list (0 or 1), -1 for
+// an invalid row (offsets, not addresses: loads through the kernel's cache pointers stay global
+// loads, where a pointer rebuilt from an integer would be a flat one); and its scales' address.
+struct RowRef {
+  int64_t ref;
+  const uint8_t* scales;
+};
+
+// The row of position pos whose index entry is `slot` (-1 past the chunk); the list's fields are
+// selected one by one (a reference to either List would put them in scratch).
 template <bool V32>
-__device__ inline void gather_part(uint16_t* kr, const uint8_t* tok, const uint8_t* scales, int part, bool fnuz,
-                                   bool valid) {
+__device__ inline RowRef row_ref(const List& l0, const List& l1, int len0, int pos, int slot) {
+  const bool first = pos < len0;
+  const int rows = first ? l0.rows : l1.rows, bs = first ? l0.bs : l1.bs;
+  if ((uint32_t)slot >= (uint32_t)rows) return RowRef{-1, nullptr};
+  const int blk = slot / bs, off = slot - blk * bs;
+  const int64_t block = blk * (first ? l0.bstride : l1.bstride), tok = block + (int64_t)off * Layout<V32>::kToken;
+  const uint8_t* cache = first ? l0.cache : l1.cache;
+  return RowRef{2 * tok + (first ? 0 : 1),
+                cache + (V32 ? tok + 512 : block + (int64_t)bs * Layout<V32>::kToken + off * 8)};
+}
+
+// The row's scale words (v4: 8 UE8M0 bytes, v32: 4 fp32), zeros for an invalid row.
+template <bool V32>
+__device__ inline hs::u32x4 load_scales(const RowRef& r) {
+  if (r.ref < 0) return hs::u32x4{0u, 0u, 0u, 0u};
+  if (V32) return hs::load16(r.scales);
+  typedef uint32_t u32x2 __attribute__((ext_vector_type(2)));
+  const u32x2 w = *reinterpret_cast<const u32x2*>(r.scales);
+  return hs::u32x4{w.x, w.y, 0u, 0u};
+}
+
+// The scale words as fp32 scales: v4 one per 64 lanes (7), v32 one per 128 lanes (4).
+template <bool V32>
+__device__ inline void store_scales(float* dst, hs::u32x4 w, bool valid) {
+  if (V32) {
+    *reinterpret_cast<hs::u32x4*>(dst) = w;
+    return;
+  }
+#pragma unroll
+  for (int c = 0; c < 7; ++c) dst[c] = valid ? ue8m0((w[c >> 2] >> (8 * (c & 3))) & 0xffu) : 0.0f;
+}
+
+// The gather moves a tile as 16-byte chunks: chunk c of a row is FP8 lanes 16c .. 16c + 15
+// (c < kNope), else rope lanes 8 (c - kNope) .. of the rope. Thread i owns chunk c = i % kRow of
+// rows i / kRow + kGroups * j: its column is fixed, so the loop keeps one offset per thread,
+// and neighbouring threads read neighbouring 16 bytes of a row.
+template <bool V32> struct Chunks {
+  static constexpr int kNope = Layout<V32>::kNope / 16;
+  static constexpr int kRow = kNope + 8;                        // 64 rope lanes = 8 chunks
+  static constexpr int kGroups = kThreads / kRow;               // rows in flight per round
+  static constexpr int kRounds = (kRows + kGroups - 1) / kGroups;
+  __device__ static int src(int c) { return c < kNope ? 16 * c : Layout<V32>::kRopeAt + 16 * (c - kNope); }
+};
+
+// Issue the loads of a tile's chunks (rows from ref_s) into registers; invalid rows are zeros.
+template <bool V32>
+__device__ inline void stage_tile(hs::u32x4 (&w)[Chunks<V32>::kRounds], const int64_t* ref_s, const uint8_t* c0,
+                                  const uint8_t* c1) {
+  using C = Chunks<V32>;
+  const int g = threadIdx.x / C::kRow, c = threadIdx.x - g * C::kRow;
+#pragma unroll
+  for (int j = 0; j < C::kRounds; ++j) {
+    const int row = g + C::kGroups * j;
+    w[j] = hs::u32x4{0u, 0u, 0u, 0u};
+    if (g < C::kGroups && row < kRows) {
+      const int64_t ref = ref_s[row];
+      if (ref >= 0) w[j] = hs::load16(((ref & 1) ? c1 : c0) + (ref >> 1) + C::src(c));
+    }
+  }
+}
+
+// The staged chunks into the LDS tile as bf16: FP8 widened exactly times the row's scale.
+template <bool V32>
+__device__ inline void unpack_tile(uint16_t* ks, const hs::u32x4 (&w)[Chunks<V32>::kRounds], const int64_t* ref_s,
+                                   const float (*scale_s)[8], bool fnuz0, bool fnuz1) {
+  using C = Chunks<V32>;
   using L = Layout<V32>;
-  hs::u32x4* dst = reinterpret_cast<hs::u32x4*>(kr + 64 * part);
-  if (!valid) {
+  // Every staged register is used here on every path: the compiler's wait tracking otherwise
+  // keeps them "maybe in flight" past the divergent branches below, and the next tile's loads
+  // into them would first wait for every load (the scale and index prefetches included).
 #pragma unroll
-    for (int i = 0; i < 8; ++i) dst[i] = hs::u32x4{0u, 0u, 0u, 0u};
-    return;
-  }
-  if (64 * part >= L::kNope) {   // rope: bf16 copied
-    const uint8_t* src = tok + L::kRopeAt + 2 * (64 * part - L::kNope);
+  for (int j = 0; j < C::kRounds; ++j) asm volatile("" ::"v"(w[j]));
+  const int g = threadIdx.x / C::kRow, c = threadIdx.x - g * C::kRow;
+  if (g >= C::kGroups) return;
+  const bool rope = c >= C::kNope;
+  const int col = rope ? L::kNope + 8 * (c - C::kNope) : 16 * c, group = V32 ? c >> 3 : c >> 2;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) dst[i] = hs::load16(src + 16 * i);
-    return;
-  }
-  const float scale = V32 ? *reinterpret_cast<const float*>(tok + 512 + 4 * (part >> 1)) : ue8m0(scales[part]);
-  const uint8_t* src = tok + 64 * part;
+  for (int j = 0; j < C::kRounds; ++j) {
+    const int row = g + C::kGroups * j;
+    if (row < kRows) {
+      hs::u32x4* dst = reinterpret_cast<hs::u32x4*>(ks + row * L::kStride + col);
+      if (rope) {
+        dst[0] = w[j];
+      } else {
+        const bool fnuz = (ref_s[row] & 1) ? fnuz1 : fnuz0;
+        const float scale = scale_s[row][group];
+        uint32_t o[8];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const hs::u32x4 w = hs::load16(src + 16 * i);
-    uint32_t o[8];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) dequant4(w[j], fnuz, scale, o[2 * j], o[2 * j + 1]);
-    dst[2 * i] = hs::u32x4{o[0], o[1], o[2], o[3]};
-    dst[2 * i + 1] = hs::u32x4{o[4], o[5], o[6], o[7]};
+        for (int e = 0; e < 4; ++e) dequant4(w[j][e], fnuz, scale, o[2 * e], o[2 * e + 1]);
+        dst[0] = hs::u32x4{o[0], o[1], o[2], o[3]};
+        dst[1] = hs::u32x4{o[4], o[5], o[6], o[7]};
+      }
+    }
   }
 }
 
-// The A (q) fragment of head row (lane & 15) for QK step columns starting at d (lanes).
-__device__ inline sk::frag q_piece(const uint16_t* qh, int d, int lane, bool head_ok) {
-#if HS_WMMA11
-  if (!head_ok) return sk::frag{};
-  const hs::u32x4 lo = hs::load16(qh + d), hi = hs::load16(qh + d + 8);
-  return sk::frag{lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#else
-  if (!head_ok) return sk::frag{0u, 0u, 0u, 0u};
-  return hs::load16(qh + d + 8 * (lane >> 4));
-#endif
-}
-
-// The B fragment of LDS tile row `row` (a K row) for QK step columns starting at d.
+// The B fragment of LDS tile row `row` (a K row, or a q row) for matrix step columns from d.
 template <int kStride>
 __device__ inline sk::frag k_piece(const uint16_t* ks, int row, int d, int lane) {
   const uint16_t* p = ks + row * kStride + d;
@@ -168,9 +237,11 @@ __device__ inline sk::frag v_piece(const uint16_t* ks, int r0, int c, int lane) 
   constexpr int kE = 8;
   const uint16_t* p = ks + (r0 + 8 * (lane >> 4)) * kStride + c;
 #endif
+  // pairs built as 2 x u16 vectors: the high half loads straight into its register (d16_hi)
+  typedef uint16_t u16x2 __attribute__((ext_vector_type(2)));
   uint32_t v[kE / 2];
 #pragma unroll
-  for (int e = 0; e < kE / 2; ++e) v[e] = (uint32_t)p[(2 * e) * kStride] | (uint32_t)p[(2 * e + 1) * kStride] << 16;
+  for (int e = 0; e < kE / 2; ++e) v[e] = __builtin_bit_cast(uint32_t, u16x2{p[(2 * e) * kStride], p[(2 * e + 1) * kStride]});
 #if HS_WMMA11
   return sk::frag{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
 #else
@@ -196,12 +267,13 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
                            uint16_t* __restrict__ out, int64_t o_st, int64_t o_sh, float* __restrict__ lse, int T,
                            int H, int S, float* __restrict__ part, uint32_t* __restrict__ counters) {
   using L = Layout<V32>;
-  __shared__ uint16_t ks[kRows * L::kStride];                   // the tile's K rows, bf16
+  using C = Chunks<V32>;
+  __shared__ uint16_t ks[kRows * L::kStride];                   // the tile's K rows, bf16 (first: q)
   __shared__ float sp[kSlices][kHeads][kRows + 1];              // QK partial sums per slice
   __shared__ uint16_t ps[kHeads * kPStride];                    // P, bf16
   __shared__ float alpha_s[kHeads], m_s[kHeads], l_s[kHeads];
-  __shared__ int32_t slot_s[kRows];                             // the tile's slots, -1: invalid
-  __shared__ uint8_t list_s[kRows];                             // and their lists
+  __shared__ int64_t ref_s[2][kRows];                           // RowRef::ref of this tile / the next
+  __shared__ float scale_s[2][kRows][8];                        // and their scales
   __shared__ uint32_t ticket;
 
   const int HB = (H + kHeads - 1) / kHeads;
@@ -215,14 +287,37 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
   const int total = len0 + len1;
   const int tiles = (total + kRows - 1) / kRows, per = (tiles + S - 1) / S;
   const int p_begin = s * per * kRows, p_end = min(total, (s + 1) * per * kRows);
+  // the index entry at position pos (threads < kRows, one row each), -1 past the chunk
+  auto index_at = [=](int pos) -> int {
+    if (pos >= p_end) return -1;
+    return pos < len0 ? l0.idx[b0 + pos] : l1.idx[b1 + (pos - len0)];
+  };
 
-  // q fragments of this wave's QK slice, in registers for the whole chunk.
-  const int ct = wave & 1, slice = wave >> 1;
-  const int qh = h0 + (lane & 15);
-  const uint16_t* qrow = q + t * q_st + (int64_t)min(qh, H - 1) * q_sh;
+  // Prologue: q rows h0 .. h0 + 15 into ks once (zeros for heads >= H), tile 0's rows and scales.
+  for (int i = threadIdx.x; i < kHeads * (L::kQk / 8); i += kThreads) {
+    const int r = i / (L::kQk / 8), c = i - r * (L::kQk / 8);
+    const uint16_t* qr = q + t * q_st + (int64_t)(h0 + r) * q_sh;
+    *reinterpret_cast<hs::u32x4*>(ks + r * L::kStride + 8 * c) =
+        h0 + r < H ? hs::load16(qr + 8 * c) : hs::u32x4{0u, 0u, 0u, 0u};
+  }
+  int next_idx = -1;   // threads < kRows: the index entry of their row in the tile after next
+  if (threadIdx.x < kRows && p_begin < p_end) {
+    const int pos = p_begin + threadIdx.x;
+    const RowRef r = row_ref<V32>(l0, l1, len0, pos, index_at(pos));
+    ref_s[0][threadIdx.x] = r.ref;
+    store_scales<V32>(scale_s[0][threadIdx.x], load_scales<V32>(r), r.ref >= 0);
+    next_idx = index_at(pos + kRows);
+  }
+  __syncthreads();
+
+  // q fragments of this wave's QK steps, in registers for the whole chunk.
   sk::frag qf[L::kSteps];
 #pragma unroll
-  for (int i = 0; i < L::kSteps; ++i) qf[i] = q_piece(qrow, (slice * L::kSteps + i) * sk::kStep, lane, qh < H);
+  for (int i = 0; i < L::kSteps; ++i)
+    if (wave + kSlices * i < L::kQkSteps) qf[i] = k_piece<L::kStride>(ks, lane & 15, (wave + kSlices * i) * sk::kStep, lane);
+  hs::u32x4 staged[C::kRounds];   // the next tile's chunks, loading while this one is computed
+  if (p_begin < p_end) stage_tile<V32>(staged, ref_s[0], l0.cache, l1.cache);
+  hs::lds_barrier();   // q is out of ks (tile 0's loads stay in flight)
 
   sk::accv acc[kVTiles];
 #pragma unroll
@@ -231,40 +326,44 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
   float m = -__builtin_inff(), l = 0.0f;
   const int sh = threadIdx.x >> 4, sj = threadIdx.x & 15;
 
-  for (int p0 = p_begin; p0 < p_end; p0 += kRows) {
-    // the tile's slots: one index load per row, shared through LDS by the row's gather items
-    if (threadIdx.x < kRows) {
-      const int pos = p0 + threadIdx.x;
-      const bool first = pos < len0;
-      const int32_t* idx = first ? l0.idx + b0 + pos : l1.idx + b1 + (pos - len0);
-      const int slot = pos < p_end ? *idx : -1;
-      slot_s[threadIdx.x] = (uint32_t)slot < (uint32_t)(first ? l0.rows : l1.rows) ? slot : -1;
-      list_s[threadIdx.x] = !first;
+  // Per tile (buffer b of ref_s / scale_s): unpack the staged chunks into ks; the next tile's
+  // rows are resolved and their chunks' loads issued before this tile's QK, softmax and PV, so
+  // the gather's memory latency overlaps the matrix work (registers + LDS: double-buffered).
+  int b = 0;
+  for (int p0 = p_begin; p0 < p_end; p0 += kRows, b ^= 1) {
+    const bool more = p0 + kRows < p_end;
+    unpack_tile<V32>(ks, staged, ref_s[b], scale_s[b], l0.fnuz, l1.fnuz);
+    hs::u32x4 next_scales = hs::u32x4{0u, 0u, 0u, 0u};
+    bool next_valid = false;
+    if (threadIdx.x < kRows && more) {
+      const int pos = p0 + kRows + threadIdx.x;
+      const RowRef r = row_ref<V32>(l0, l1, len0, pos, next_idx);
+      ref_s[b ^ 1][threadIdx.x] = r.ref;
+      next_scales = load_scales<V32>(r);
+      next_valid = r.ref >= 0;
+      next_idx = index_at(pos + kRows);
     }
-    __syncthreads();
-    // gather
-    for (int item = threadIdx.x; item < kRows * L::kParts; item += kThreads) {
-      const int row = item / L::kParts, pt = item - row * L::kParts;
-      const int slot = slot_s[row];
-      const List& li = list_s[row] ? l1 : l0;
-      const bool ok = slot >= 0;
-      const int blk = ok ? slot / li.bs : 0, off = ok ? slot - blk * li.bs : 0;
-      const uint8_t* base = li.cache + blk * li.bstride;
-      gather_part<V32>(ks + row * L::kStride, base + (int64_t)off * L::kToken,
-                       base + (int64_t)li.bs * L::kToken + off * 8, pt, li.fnuz, ok);
-    }
-    __syncthreads();
+    hs::lds_barrier();   // ks holds this tile; the next tile's rows are known
+    if (more) stage_tile<V32>(staged, ref_s[b ^ 1], l0.cache, l1.cache);
 
-    // QK partial sums: row tile ct, lanes of this wave's slice
+    // QK partial sums over this wave's steps, both row tiles
     {
-      sk::accv c = sk::accv{};
+      sk::accv c0 = sk::accv{}, c1 = sk::accv{};
 #pragma unroll
-      for (int i = 0; i < L::kSteps; ++i)
-        c = sk::mma<hs::bf16>(qf[i], k_piece<L::kStride>(ks, 16 * ct + (lane & 15), (slice * L::kSteps + i) * sk::kStep, lane), c);
+      for (int i = 0; i < L::kSteps; ++i) {
+        const int d = (wave + kSlices * i) * sk::kStep;
+        if (wave + kSlices * i < L::kQkSteps) {   // wave-uniform
+          c0 = sk::mma<hs::bf16>(qf[i], k_piece<L::kStride>(ks, lane & 15, d, lane), c0);
+          c1 = sk::mma<hs::bf16>(qf[i], k_piece<L::kStride>(ks, 16 + (lane & 15), d, lane), c1);
+        }
+      }
 #pragma unroll
-      for (int r = 0; r < kAccs; ++r) sp[slice][sk::result_row(lane, r)][16 * ct + (lane & 15)] = c[r];
+      for (int r = 0; r < kAccs; ++r) {
+        sp[wave][sk::result_row(lane, r)][lane & 15] = c0[r];
+        sp[wave][sk::result_row(lane, r)][16 + (lane & 15)] = c1[r];
+      }
     }
-    __syncthreads();
+    hs::lds_barrier();
 
     // online softmax: head sh, rows sj and sj + 16
     {
@@ -275,7 +374,7 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
         float v = 0.0f;
 #pragma unroll
         for (int k = 0; k < kSlices; ++k) v += sp[k][sh][row];
-        sc[i] = slot_s[row] >= 0 ? v * scale : -__builtin_inff();
+        sc[i] = ref_s[b][row] >= 0 ? v * scale : -__builtin_inff();
       }
       float mx = fmaxf(sc[0], sc[1]);
       mx = fmaxf(mx, hs::xor_lane<1>(mx));
@@ -286,7 +385,7 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
       const bool any = mn != -__builtin_inff();
       const float a = any ? exp2f((m - mn) * kLog2e) : 1.0f;
 #pragma unroll
-      for (int i = 0; i < 2; ++i) pv[i] = slot_s[sj + 16 * i] >= 0 ? exp2f((sc[i] - mn) * kLog2e) : 0.0f;
+      for (int i = 0; i < 2; ++i) pv[i] = ref_s[b][sj + 16 * i] >= 0 ? exp2f((sc[i] - mn) * kLog2e) : 0.0f;
       float sum = pv[0] + pv[1];
       sum += hs::xor_lane<1>(sum);
       sum += hs::xor_lane<2>(sum);
@@ -298,7 +397,7 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
       for (int i = 0; i < 2; ++i) ps[sh * kPStride + sj + 16 * i] = hs::from_float<hs::bf16>(pv[i]);
       if (sj == 0) alpha_s[sh] = a;
     }
-    __syncthreads();
+    hs::lds_barrier();
 
     // PV: this wave's output lanes
     {
@@ -318,7 +417,8 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
                                       acc[vt]);
       }
     }
-    __syncthreads();   // the next gather overwrites ks and ps
+    if (threadIdx.x < kRows && more) store_scales<V32>(scale_s[b ^ 1][threadIdx.x], next_scales, next_valid);
+    hs::lds_barrier();   // the next unpack overwrites ks and ps; its scales are in
   }
 
   if (sj == 0) {
@@ -361,8 +461,12 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
     float mr[kAccs];
 #pragma unroll
     for (int r = 0; r < kAccs; ++r) mr[r] = m_s[sk::result_row(lane, r)];
+    sk::accv own[kVTiles];   // this split's acc: its slot is not read back
 #pragma unroll
-    for (int vt = 0; vt < kVTiles; ++vt) acc[vt] = sk::accv{};
+    for (int vt = 0; vt < kVTiles; ++vt) {
+      own[vt] = acc[vt];
+      acc[vt] = sk::accv{};
+    }
     for (int k = 0; k < S; ++k) {
       const float* sl = first + (int64_t)k * kSlotFloats;
       float w[kAccs];
@@ -373,7 +477,7 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
       }
 #pragma unroll
       for (int vt = 0; vt < kVTiles; ++vt) {
-        const sk::accv v = reinterpret_cast<const sk::accv*>(sl)[vt * kThreads + threadIdx.x];
+        const sk::accv v = k == s ? own[vt] : reinterpret_cast<const sk::accv*>(sl)[vt * kThreads + threadIdx.x];
 #pragma unroll
         for (int r = 0; r < kAccs; ++r) acc[vt][r] += w[r] * v[r];
       }

@@ -40,6 +40,15 @@ __device__ inline u32x4 load16_stream(const void* p) {
 }
 __device__ inline u32x4 load16(const void* p) { return *reinterpret_cast<const u32x4*>(p); }
 
+// A workgroup barrier that orders LDS only. __syncthreads() fences every address space, which
+// makes each wave wait for all its global loads at the barrier; with this one, loads issued
+// before it (a prefetch) stay in flight across it.
+__device__ inline void lds_barrier() {
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup", "local");
+  __builtin_amdgcn_s_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup", "local");
+}
+
 // acc + a.lo*b.lo + a.hi*b.hi for one dword of each operand. The products of two
 // 16-bit floats are exact in fp32 (11+11 or 8+8 significant bits), so the only
 // rounding is fp32 accumulation.
