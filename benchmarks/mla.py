@@ -16,9 +16,6 @@ workgroups, and the rest.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -91,7 +88,7 @@ def measure(arch: str, name: str, layout: str, t: int, h: int, n0: int, n1: int,
     pred = predict(info, info.default_cu_count, bytes_moved=moved, bytes_min=least, valu=valu,
                    mnemonics=stats.mnemonics, lds_bytes=stats.bytes_loaded["lds"] + stats.bytes_stored["lds"])
     # the caches' traffic, by the pool slots their host bytes were staged into
-    slots = {ptr: name for name, (ptr, _) in scratch.pool(dev, 0)._slots.items()}
+    slots = {ptr: name for name, ptr in scratch.pool(dev, 0).addresses().items()}
     cache_bytes = [0, 0]    # requested, distinct
     buffers: dict[str, list[int]] = {}
     for base, tr in rec.table().get(0, {}).items():
@@ -159,29 +156,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name} {arch}: ratio {r['ratio']:.3f}, gather {r['gather_ratio']:.3f}, {r['seconds'] * 1e6:.1f} us "
                   f"({r['emulated_s']:.0f} s)", file=sys.stderr, flush=True)
             rows.append(r)
-    path = Path(args.json)
-    rep = json.loads(path.read_text())
-    old = rep.get("mla", {})
-    done = {(x["shape"], x["arch"]) for x in rows}
-    keep = [r for r in old.get("rows", []) if (r["shape"], r["arch"]) not in done]
-    from benchmarks.report import _git
-
-    given = list(argv if argv is not None else sys.argv[1:])
-    for flag in ("--json", "--md"):
-        if flag in given:
-            at = given.index(flag)
-            del given[at:at + 2]
-    command = shlex.join(["python", "-m", "benchmarks.mla", *given])
-    for r in rows:
-        r["command"] = command
-    rep["mla"] = {"command": command, "date": datetime.date.today().isoformat(),
-                  "commit": _git("rev-parse", "--short", "HEAD"),
-                  "seconds": time.perf_counter() - t0 + old.get("seconds", 0.0) * bool(keep),
-                  "rows": keep + rows, "notes": old.get("notes", "")}
-    rep["mla"]["rows"].sort(key=lambda r: ([s[0] for s in SHAPES].index(r["shape"]), list(ARCHS).index(r["arch"])))
-    path.write_text(json.dumps(rep, indent=1, default=float) + "\n")
-    from benchmarks.report import markdown as report_markdown
-    Path(args.md).write_text(report_markdown(rep))
+    from benchmarks.report import merge_section  # imported here: the report imports this module
+    shapes = [s[0] for s in SHAPES]
+    merge_section("mla", "benchmarks.mla", rows, key=lambda r: (r["shape"], r["arch"]),
+                  order=lambda r: (shapes.index(r["shape"]), list(ARCHS).index(r["arch"])), argv=argv,
+                  seconds=time.perf_counter() - t0, json_path=args.json, md_path=args.md)
     return 0
 
 

@@ -17,8 +17,6 @@ the real launch).
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import sys
 import time
 from pathlib import Path
@@ -107,7 +105,7 @@ def _by_buffer(launch: dict[int, traffic.Traffic], dev: Any, slots: int, h: int,
     LaunchStats counts them, distinct = 4-byte words touched. Buffers are the op's pooled slots
     (host operands are staged into them), the scratch slot split into its regions by
     fused_moe.scratch_bytes' layout."""
-    names = {ptr: name.removeprefix("moe.") for name, (ptr, _) in scratch.pool(dev, 0)._slots.items()}
+    names = {ptr: name.removeprefix("moe.") for name, ptr in scratch.pool(dev, 0).addresses().items()}
     route = 4 * (op.COUNTERS + -(-(op.META_WORDS + 4 * slots) // 4) * 4)
     act = 2 * -(-(slots * i) // 8) * 8
     regions = ((0, route, "route"), (route, route + act, "act"), (route + act, route + act + 4 * slots * h, "partials"))
@@ -207,29 +205,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name} {arch} N={n}: ratio {r['ratio']:.3f}, call {r['parts']['call']['seconds'] * 1e6:.1f} us "
                       f"({r['emulated_s']:.0f} s)", file=sys.stderr, flush=True)
                 rows.append(r)
-    path = Path(args.json)
-    rep = json.loads(path.read_text())
-    old = rep.get("moe", {})
-    done = {(x["model"], x["arch"], x["N"]) for x in rows}
-    keep = [r for r in old.get("rows", []) if (r["model"], r["arch"], r["N"]) not in done]
-    from benchmarks.report import _git  # the report's git helper (commit of the run)
-    given = list(argv if argv is not None else sys.argv[1:])
-    for flag in ("--json", "--md"):   # where the files went is not part of how the numbers were made
-        if flag in given:
-            at = given.index(flag)
-            del given[at:at + 2]
-    command = " ".join(["python -m benchmarks.moe", *given])
-    for r in rows:
-        r["command"] = command
-    rep["moe"] = {"command": command,
-                  "date": datetime.date.today().isoformat(), "commit": _git("rev-parse", "--short", "HEAD"),
-                  "seconds": time.perf_counter() - t0 + old.get("seconds", 0.0) * bool(keep),
-                  "rows": keep + rows, "notes": old.get("notes", "")}
-    rep["moe"]["rows"].sort(key=lambda r: ([m[0] for m in MODELS].index(r["model"]), list(ARCHS).index(r["arch"]),
-                                           r["N"]))
-    path.write_text(json.dumps(rep, indent=1, default=float) + "\n")
-    from benchmarks.report import markdown as report_markdown
-    Path(args.md).write_text(report_markdown(rep))
+    from benchmarks.report import merge_section  # imported here: the report imports this module
+    models = [m[0] for m in MODELS]
+    merge_section("moe", "benchmarks.moe", rows, key=lambda r: (r["model"], r["arch"], r["N"]),
+                  order=lambda r: (models.index(r["model"]), list(ARCHS).index(r["arch"]), r["N"]), argv=argv,
+                  seconds=time.perf_counter() - t0, json_path=args.json, md_path=args.md)
     return 0
 
 

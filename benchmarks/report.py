@@ -15,10 +15,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import shlex
 import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -312,6 +314,34 @@ def _sample(s: dict[str, Any]) -> str:
 def _config(plan: dict[str, Any]) -> str:
     skip = {"kernel", "grid", "lds_bytes", "k_chunk", "units", "partial_bytes", "counter_bytes"}
     return ", ".join(f"{k}={v}" for k, v in plan.items() if k not in skip)
+
+
+def merge_section(section: str, prog: str, rows: list[dict[str, Any]], key: Callable[[dict[str, Any]], Any],
+                  order: Callable[[dict[str, Any]], Any], argv: list[str] | None, seconds: float, json_path: str,
+                  md_path: str) -> None:
+    """Merge a benchmark's rows into section ``section`` of the report: rows with the key of a new
+    row are replaced, the others kept; every new row and the section record the command that made
+    them (``prog`` and the arguments, without where the files went), the date, the commit and the
+    seconds spent (added to the kept rows'); the JSON is rewritten and the Markdown re-rendered."""
+    path = Path(json_path)
+    rep = json.loads(path.read_text())
+    old = rep.get(section, {})
+    done = {key(r) for r in rows}
+    keep = [r for r in old.get("rows", []) if key(r) not in done]
+    given = list(argv if argv is not None else sys.argv[1:])
+    for flag in ("--json", "--md"):
+        if flag in given:
+            at = given.index(flag)
+            del given[at:at + 2]
+    command = shlex.join(["python", "-m", prog, *given])
+    for r in rows:
+        r["command"] = command
+    rep[section] = {"command": command, "date": datetime.date.today().isoformat(),
+                    "commit": _git("rev-parse", "--short", "HEAD"),
+                    "seconds": seconds + old.get("seconds", 0.0) * bool(keep),
+                    "rows": sorted(keep + rows, key=order), "notes": old.get("notes", "")}
+    path.write_text(json.dumps(rep, indent=1, default=float) + "\n")
+    Path(md_path).write_text(markdown(rep))
 
 
 def markdown(rep: dict[str, Any]) -> str:

@@ -307,12 +307,12 @@ class DeviceCall:
         self.stream = stream_of(ops.first, ops.first.device_id)
         self.scratch_slots = tuple(scratch_slots)
         self._scratch: dict[int, tuple[int, ...]] = {}
-        # The operands that must be 16-byte aligned, checked on every call: none, or two positions
-        # (one operand is given twice), so the check is one expression.
+        # The operands that must be 16-byte aligned, checked on every call: up to three positions
+        # (repeated to fill three), so the check is one expression.
         idx = [names.index(n) for n in aligned]
-        if len(idx) > 2:
-            raise ValueError("DeviceCall checks the alignment of at most two operands")
-        self.aligned = tuple((idx + idx)[:2])
+        if len(idx) > 3:
+            raise ValueError("DeviceCall checks the alignment of at most three operands")
+        self.aligned = tuple((idx * 3)[:3])
         self.align_message = align_message
         self.op = ops.op
         self.new_outs: list[Callable[[], Any] | None] = []
@@ -326,17 +326,17 @@ class DeviceCall:
                     tensors.new_output(first, shape, dtype)   # raises: no allocator for that kind
             self.new_outs.append(new)
         self.new_out = self.new_outs[0]
-        self.fast = self._compile() if len(self.new_outs) == 1 else self._compile_results()
+        self.fast = self._compile()
 
     def _compile(self) -> Callable[[Sequence[Any], list[int | None] | None], Any]:
         """This call as a plain function with everything it reads bound as locals (attribute loads
         and the method binding are a good part of a microsecond-scale call): what the call cache
-        stores (`fast`) and what ``__call__`` runs. ``objs``: the inputs, then ``out`` (None:
-        allocate one)."""
-        runs, stream, new_out, op, message = self.runs, self.stream, self.new_out, self.op, self.align_message
+        stores (`fast`) and what ``__call__`` runs. ``objs``: the inputs, then the results given
+        (None: allocate one); returns the result, or a tuple of them for an op with several."""
+        runs, stream, news, op, message = self.runs, self.stream, tuple(self.new_outs), self.op, self.align_message
         slots, per_stream, scratch_for = self.scratch_slots, self._scratch, self._scratch_for
-        a0, a1 = self.aligned if self.aligned else (-1, -1)
-        checked = bool(self.aligned)
+        a0, a1, a2 = self.aligned if self.aligned else (-1, -1, -1)
+        checked, n, new_out = bool(self.aligned), len(news), news[0]
 
         def call(objs: Sequence[Any], addresses: list[int | None] | None) -> Any:
             if addresses is None:        # torch tensors only (what a GPU call without DLPack producers is)
@@ -344,14 +344,23 @@ class DeviceCall:
             else:
                 ptrs = [0 if o is None else a if a is not None else o.data_ptr()
                         for o, a in zip(objs, addresses, strict=True)]
-            if checked and (ptrs[a0] | ptrs[a1]) & 15:
+            if checked and (ptrs[a0] | ptrs[a1] | ptrs[a2]) & 15:
                 raise InputValueError(f"{op} on a GPU tensor: {message} (host inputs have no layout limits)")
-            out = objs[-1]
-            if out is None:
-                out = new_out()  # type: ignore[misc]
-                ptrs[-1] = out.data_ptr()
+            if n == 1:
+                result = objs[-1]
+                if result is None:
+                    result = new_out()  # type: ignore[misc]
+                    ptrs[-1] = result.data_ptr()
+            else:
+                outs = list(objs[-n:])
+                first = len(ptrs) - n
+                for j, new in enumerate(news):
+                    if new is not None:
+                        outs[j] = new()
+                        ptrs[first + j] = outs[j].data_ptr()
+                result = tuple(outs)
             if not runs:
-                return out
+                return result
             s = stream()
             if slots:
                 ptrs += per_stream.get(s) or scratch_for(s)
@@ -360,41 +369,7 @@ class DeviceCall:
                     launcher([ptrs[i] for i in select], tail, s)
                 else:
                     launcher(ptrs if count == len(ptrs) else ptrs[:count], tail, s)
-            return out
-
-        call.bound = self  # type: ignore[attr-defined]
-        return call
-
-    def _compile_results(self) -> Callable[[Sequence[Any], list[int | None] | None], Any]:
-        """`_compile` for an op with several results (the last ``len(new_outs)`` objs): returns them
-        as a tuple, each taken from ``objs`` or allocated."""
-        runs, stream, news, op, message = self.runs, self.stream, tuple(self.new_outs), self.op, self.align_message
-        slots, per_stream, scratch_for = self.scratch_slots, self._scratch, self._scratch_for
-        a0, a1 = self.aligned if self.aligned else (-1, -1)
-        checked, n = bool(self.aligned), len(news)
-
-        def call(objs: Sequence[Any], addresses: list[int | None] | None) -> Any:
-            if addresses is None:
-                ptrs = [0 if o is None else o.data_ptr() for o in objs]
-            else:
-                ptrs = [0 if o is None else a if a is not None else o.data_ptr()
-                        for o, a in zip(objs, addresses, strict=True)]
-            if checked and (ptrs[a0] | ptrs[a1]) & 15:
-                raise InputValueError(f"{op} on a GPU tensor: {message} (host inputs have no layout limits)")
-            outs = list(objs[-n:])
-            first = len(ptrs) - n
-            for j, new in enumerate(news):
-                if new is not None:
-                    outs[j] = new()
-                    ptrs[first + j] = outs[j].data_ptr()
-            if runs:
-                s = stream()
-                if slots:
-                    ptrs += per_stream.get(s) or scratch_for(s)
-                for launcher, count, tail, select in runs:
-                    launcher([ptrs[i] for i in select] if select else ptrs if count == len(ptrs) else ptrs[:count],
-                             tail, s)
-            return tuple(outs)
+            return result
 
         call.bound = self  # type: ignore[attr-defined]
         return call

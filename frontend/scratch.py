@@ -71,6 +71,10 @@ class ScratchPool:
     def capacities(self) -> dict[str, int]:
         return {name: cap for name, (_, cap) in self._slots.items()}
 
+    def addresses(self) -> dict[str, int]:
+        """Each live slot's device address by name (for tools that name the buffers a launch read)."""
+        return {name: ptr for name, (ptr, _) in self._slots.items()}
+
     @property
     def retired_bytes(self) -> int:
         return sum(cap for _, cap in self._retired)

@@ -10,7 +10,8 @@
 // an online softmax. q's 16 head rows pass through LDS once (one global read per workgroup) into
 // per-wave registers. Per tile, with the gather double-buffered (LDS tile + registers):
 //   unpack   the tile's 16-byte chunks, loaded into registers during the previous tile's matrix
-//            work, into LDS as bf16: FP8 widened exactly (hipskinny/fp8.h) times the row's
+//            work, into LDS as bf16: FP8 decoded exactly (hipskinny/fp8.h: the hardware converter
+//            where it decodes the row's flavour, else integer widening) times the row's
 //            power-of-two scale (exact: 4 significant bits); rope lanes copied; rows past the
 //            chunk or whose slot is outside [0, rows) are zeros and flagged. Meanwhile 32
 //            threads resolve the next tile's rows (addresses, scales: one index load per row,
@@ -95,38 +96,51 @@ __device__ inline float ue8m0(uint32_t e) {
   return __builtin_bit_cast(float, e == 0 ? 0x00400000u : e == 255 ? 0x7fc00000u : e << 23);
 }
 
-// 4 FP8 bytes times the scale, as 2 dwords of bf16 pairs (exact; NaN encodings give NaN).
+// 4 FP8 bytes times the scale, as 2 dwords of bf16 pairs (exact; NaN encodings give NaN): the
+// hardware converter when the row's flavour is the one it decodes, else the integer widening.
 __device__ inline void dequant4(uint32_t w, bool fnuz, float scale, uint32_t& lo, uint32_t& hi) {
-  uint32_t a, b;
-  hs::widen_word(w, fnuz, a, b);   // fp16 of value * 2^-8 (OCP) or 2^-7 (FNUZ)
-  const float back = fnuz ? 128.0f : 256.0f;
-  float f[4] = {(float)__builtin_bit_cast(_Float16, (uint16_t)a), (float)__builtin_bit_cast(_Float16, (uint16_t)(a >> 16)),
-                (float)__builtin_bit_cast(_Float16, (uint16_t)b), (float)__builtin_bit_cast(_Float16, (uint16_t)(b >> 16))};
+  float f[4];
+#if HS_FP8_CVT
+  if (fnuz == hs::kCvtFnuz) {
+    hs::cvt4(w, f);
+  } else
+#endif
+  {
+    uint32_t a, b;
+    hs::widen_word(w, fnuz, a, b);   // fp16 of value * 2^-8 (OCP) or 2^-7 (FNUZ)
+    const float back = fnuz ? 128.0f : 256.0f;
+    f[0] = (float)__builtin_bit_cast(_Float16, (uint16_t)a) * back;
+    f[1] = (float)__builtin_bit_cast(_Float16, (uint16_t)(a >> 16)) * back;
+    f[2] = (float)__builtin_bit_cast(_Float16, (uint16_t)b) * back;
+    f[3] = (float)__builtin_bit_cast(_Float16, (uint16_t)(b >> 16)) * back;
+  }
 #pragma unroll
-  for (int i = 0; i < 4; ++i) f[i] = f[i] * back * scale;   // both exact (powers of two)
+  for (int i = 0; i < 4; ++i) f[i] *= scale;   // exact (a power of two)
   lo = __builtin_amdgcn_perm(__builtin_bit_cast(uint32_t, f[1]), __builtin_bit_cast(uint32_t, f[0]), 0x07060302u);
   hi = __builtin_amdgcn_perm(__builtin_bit_cast(uint32_t, f[3]), __builtin_bit_cast(uint32_t, f[2]), 0x07060302u);
 }
 
-// A tile row: `ref` = 2 x the token's byte offset in its list's cache + the list (0 or 1), -1 for
-// an invalid row (offsets, not addresses: loads through the kernel's cache pointers stay global
-// loads, where a pointer rebuilt from an integer would be a flat one); and its scales' address.
+// A tile row: `ref` = 2 x the token's byte offset from the lower of the two cache pointers +
+// its list's FNUZ flag, -1 for an invalid row (an offset from a kernel argument, not an address:
+// the loads stay global loads, where a pointer rebuilt from an integer would be a flat one); and
+// its scales' address.
 struct RowRef {
   int64_t ref;
   const uint8_t* scales;
 };
 
 // The row of position pos whose index entry is `slot` (-1 past the chunk); the list's fields are
-// selected one by one (a reference to either List would put them in scratch).
+// selected one by one (a reference to either List would put them in scratch). d0, d1: the lists'
+// cache pointers minus the base.
 template <bool V32>
-__device__ inline RowRef row_ref(const List& l0, const List& l1, int len0, int pos, int slot) {
+__device__ inline RowRef row_ref(const List& l0, const List& l1, int64_t d0, int64_t d1, int len0, int pos, int slot) {
   const bool first = pos < len0;
   const int rows = first ? l0.rows : l1.rows, bs = first ? l0.bs : l1.bs;
   if ((uint32_t)slot >= (uint32_t)rows) return RowRef{-1, nullptr};
   const int blk = slot / bs, off = slot - blk * bs;
   const int64_t block = blk * (first ? l0.bstride : l1.bstride), tok = block + (int64_t)off * Layout<V32>::kToken;
   const uint8_t* cache = first ? l0.cache : l1.cache;
-  return RowRef{2 * tok + (first ? 0 : 1),
+  return RowRef{2 * ((first ? d0 : d1) + tok) + (first ? l0.fnuz : l1.fnuz),
                 cache + (V32 ? tok + 512 : block + (int64_t)bs * Layout<V32>::kToken + off * 8)};
 }
 
@@ -151,31 +165,45 @@ __device__ inline void store_scales(float* dst, hs::u32x4 w, bool valid) {
   for (int c = 0; c < 7; ++c) dst[c] = valid ? ue8m0((w[c >> 2] >> (8 * (c & 3))) & 0xffu) : 0.0f;
 }
 
-// The gather moves a tile as 16-byte chunks: chunk c of a row is FP8 lanes 16c .. 16c + 15
-// (c < kNope), else rope lanes 8 (c - kNope) .. of the rope. Thread i owns chunk c = i % kRow of
-// rows i / kRow + kGroups * j: its column is fixed, so the loop keeps one offset per thread,
-// and neighbouring threads read neighbouring 16 bytes of a row.
+// The gather moves a tile as 16-byte chunks: FP8 lanes 16c .. 16c + 15 (c < kNope) or rope
+// lanes 8c .. 8c + 7 (c < 8). The first kNope * kGroups threads take the FP8 chunks, the next
+// 8 * kGroups the rope: a thread's chunk c is fixed, and it takes rows g + kGroups * j, so the
+// tile loop keeps one offset per thread, a wave (but the one at the boundary) runs one kind of
+// chunk, and neighbouring threads read neighbouring 16 bytes of a row.
 template <bool V32> struct Chunks {
-  static constexpr int kNope = Layout<V32>::kNope / 16;
-  static constexpr int kRow = kNope + 8;                        // 64 rope lanes = 8 chunks
-  static constexpr int kGroups = kThreads / kRow;               // rows in flight per round
+  static constexpr int kNope = Layout<V32>::kNope / 16;         // FP8 chunks per row (28 / 32)
+  static constexpr int kGroups = kThreads / (kNope + 8);        // rows per round (7 / 6)
+  static constexpr int kNopeThreads = kNope * kGroups;          // 196 / 192
   static constexpr int kRounds = (kRows + kGroups - 1) / kGroups;
-  __device__ static int src(int c) { return c < kNope ? 16 * c : Layout<V32>::kRopeAt + 16 * (c - kNope); }
 };
 
-// Issue the loads of a tile's chunks (rows from ref_s) into registers; invalid rows are zeros.
+// This thread's chunk: rope or FP8, its column c, its first row g (g >= kGroups: none).
+template <bool V32> struct Chunk {
+  bool rope;
+  int c, g;
+  __device__ Chunk() {
+    using C = Chunks<V32>;
+    rope = threadIdx.x >= C::kNopeThreads;
+    const int u = rope ? threadIdx.x - C::kNopeThreads : threadIdx.x, width = rope ? 8 : C::kNope;
+    g = u / width;
+    c = u - g * width;
+  }
+};
+
+// Issue the loads of a tile's chunks (rows from ref_s, addressed from base) into registers;
+// invalid rows are zeros.
 template <bool V32>
-__device__ inline void stage_tile(hs::u32x4 (&w)[Chunks<V32>::kRounds], const int64_t* ref_s, const uint8_t* c0,
-                                  const uint8_t* c1) {
+__device__ inline void stage_tile(hs::u32x4 (&w)[Chunks<V32>::kRounds], const int64_t* ref_s, const uint8_t* base) {
   using C = Chunks<V32>;
-  const int g = threadIdx.x / C::kRow, c = threadIdx.x - g * C::kRow;
+  const Chunk<V32> k;
+  const int src = k.rope ? Layout<V32>::kRopeAt + 16 * k.c : 16 * k.c;
 #pragma unroll
   for (int j = 0; j < C::kRounds; ++j) {
-    const int row = g + C::kGroups * j;
+    const int row = k.g + C::kGroups * j;
     w[j] = hs::u32x4{0u, 0u, 0u, 0u};
-    if (g < C::kGroups && row < kRows) {
+    if (k.g < C::kGroups && row < kRows) {
       const int64_t ref = ref_s[row];
-      if (ref >= 0) w[j] = hs::load16(((ref & 1) ? c1 : c0) + (ref >> 1) + C::src(c));
+      if (ref >= 0) w[j] = hs::load16(base + (ref >> 1) + src);
     }
   }
 }
@@ -183,7 +211,7 @@ __device__ inline void stage_tile(hs::u32x4 (&w)[Chunks<V32>::kRounds], const in
 // The staged chunks into the LDS tile as bf16: FP8 widened exactly times the row's scale.
 template <bool V32>
 __device__ inline void unpack_tile(uint16_t* ks, const hs::u32x4 (&w)[Chunks<V32>::kRounds], const int64_t* ref_s,
-                                   const float (*scale_s)[8], bool fnuz0, bool fnuz1) {
+                                   const float (*scale_s)[8]) {
   using C = Chunks<V32>;
   using L = Layout<V32>;
   // Every staged register is used here on every path: the compiler's wait tracking otherwise
@@ -191,26 +219,29 @@ __device__ inline void unpack_tile(uint16_t* ks, const hs::u32x4 (&w)[Chunks<V32
   // into them would first wait for every load (the scale and index prefetches included).
 #pragma unroll
   for (int j = 0; j < C::kRounds; ++j) asm volatile("" ::"v"(w[j]));
-  const int g = threadIdx.x / C::kRow, c = threadIdx.x - g * C::kRow;
-  if (g >= C::kGroups) return;
-  const bool rope = c >= C::kNope;
-  const int col = rope ? L::kNope + 8 * (c - C::kNope) : 16 * c, group = V32 ? c >> 3 : c >> 2;
+  const Chunk<V32> k;
+  if (k.g >= C::kGroups) return;
+  if (k.rope) {
+#pragma unroll
+    for (int j = 0; j < C::kRounds; ++j) {
+      const int row = k.g + C::kGroups * j;
+      if (row < kRows) *reinterpret_cast<hs::u32x4*>(ks + row * L::kStride + L::kNope + 8 * k.c) = w[j];
+    }
+    return;
+  }
+  const int group = V32 ? k.c >> 3 : k.c >> 2;   // the chunk's scale: per 128 (v32) / 64 (v4) lanes
 #pragma unroll
   for (int j = 0; j < C::kRounds; ++j) {
-    const int row = g + C::kGroups * j;
+    const int row = k.g + C::kGroups * j;
     if (row < kRows) {
-      hs::u32x4* dst = reinterpret_cast<hs::u32x4*>(ks + row * L::kStride + col);
-      if (rope) {
-        dst[0] = w[j];
-      } else {
-        const bool fnuz = (ref_s[row] & 1) ? fnuz1 : fnuz0;
-        const float scale = scale_s[row][group];
-        uint32_t o[8];
+      const bool fnuz = (ref_s[row] & 1) != 0;
+      const float scale = scale_s[row][group];
+      uint32_t o[8];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) dequant4(w[j][e], fnuz, scale, o[2 * e], o[2 * e + 1]);
-        dst[0] = hs::u32x4{o[0], o[1], o[2], o[3]};
-        dst[1] = hs::u32x4{o[4], o[5], o[6], o[7]};
-      }
+      for (int e = 0; e < 4; ++e) dequant4(w[j][e], fnuz, scale, o[2 * e], o[2 * e + 1]);
+      hs::u32x4* dst = reinterpret_cast<hs::u32x4*>(ks + row * L::kStride + 16 * k.c);
+      dst[0] = hs::u32x4{o[0], o[1], o[2], o[3]};
+      dst[1] = hs::u32x4{o[4], o[5], o[6], o[7]};
     }
   }
 }
@@ -287,6 +318,9 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
   const int total = len0 + len1;
   const int tiles = (total + kRows - 1) / kRows, per = (tiles + S - 1) / S;
   const int p_begin = s * per * kRows, p_end = min(total, (s + 1) * per * kRows);
+  // rows of both lists are addressed from the lower cache pointer (RowRef)
+  const uint8_t* base = l1.cache != nullptr && l1.cache < l0.cache ? l1.cache : l0.cache;
+  const int64_t d0 = l0.cache - base, d1 = l1.cache != nullptr ? l1.cache - base : 0;
   // the index entry at position pos (threads < kRows, one row each), -1 past the chunk
   auto index_at = [=](int pos) -> int {
     if (pos >= p_end) return -1;
@@ -303,7 +337,7 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
   int next_idx = -1;   // threads < kRows: the index entry of their row in the tile after next
   if (threadIdx.x < kRows && p_begin < p_end) {
     const int pos = p_begin + threadIdx.x;
-    const RowRef r = row_ref<V32>(l0, l1, len0, pos, index_at(pos));
+    const RowRef r = row_ref<V32>(l0, l1, d0, d1, len0, pos, index_at(pos));
     ref_s[0][threadIdx.x] = r.ref;
     store_scales<V32>(scale_s[0][threadIdx.x], load_scales<V32>(r), r.ref >= 0);
     next_idx = index_at(pos + kRows);
@@ -316,7 +350,7 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
   for (int i = 0; i < L::kSteps; ++i)
     if (wave + kSlices * i < L::kQkSteps) qf[i] = k_piece<L::kStride>(ks, lane & 15, (wave + kSlices * i) * sk::kStep, lane);
   hs::u32x4 staged[C::kRounds];   // the next tile's chunks, loading while this one is computed
-  if (p_begin < p_end) stage_tile<V32>(staged, ref_s[0], l0.cache, l1.cache);
+  if (p_begin < p_end) stage_tile<V32>(staged, ref_s[0], base);
   hs::lds_barrier();   // q is out of ks (tile 0's loads stay in flight)
 
   sk::accv acc[kVTiles];
@@ -332,19 +366,19 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
   int b = 0;
   for (int p0 = p_begin; p0 < p_end; p0 += kRows, b ^= 1) {
     const bool more = p0 + kRows < p_end;
-    unpack_tile<V32>(ks, staged, ref_s[b], scale_s[b], l0.fnuz, l1.fnuz);
+    unpack_tile<V32>(ks, staged, ref_s[b], scale_s[b]);
     hs::u32x4 next_scales = hs::u32x4{0u, 0u, 0u, 0u};
     bool next_valid = false;
     if (threadIdx.x < kRows && more) {
       const int pos = p0 + kRows + threadIdx.x;
-      const RowRef r = row_ref<V32>(l0, l1, len0, pos, next_idx);
+      const RowRef r = row_ref<V32>(l0, l1, d0, d1, len0, pos, next_idx);
       ref_s[b ^ 1][threadIdx.x] = r.ref;
       next_scales = load_scales<V32>(r);
       next_valid = r.ref >= 0;
       next_idx = index_at(pos + kRows);
     }
     hs::lds_barrier();   // ks holds this tile; the next tile's rows are known
-    if (more) stage_tile<V32>(staged, ref_s[b ^ 1], l0.cache, l1.cache);
+    if (more) stage_tile<V32>(staged, ref_s[b ^ 1], base);
 
     // QK partial sums over this wave's steps, both row tiles
     {

@@ -67,39 +67,11 @@ import ctypes, json, sys
 sys.path.insert(0, {tests!r})
 import numpy as np, torch, hipskinny
 from hip import hip
-from hipskinny import operands
 from fakehip.emulated import install
 from test_fused_moe import _experts16
+from fakehip.capture import Capture, dev, instantiate, ok
 
-def ok(result):
-    result = result if isinstance(result, tuple) else (result,)
-    assert int(result[0]) == 0, result
-    return result[1] if len(result) == 2 else result[1:]
-
-TORCH = {{"float16": torch.float16, "float32": torch.float32, "int32": torch.int32}}
-
-def dev(a):
-    a = np.ascontiguousarray(a)
-    ptr = int(ok(hip.hipMalloc(max(a.nbytes, 4))))
-    ctypes.memmove(ptr, a.ctypes.data, a.nbytes)
-    raw = (ctypes.c_uint8 * max(a.nbytes, 4)).from_address(ptr)
-    return torch.frombuffer(raw, dtype=torch.uint8)[:a.nbytes].view(TORCH[a.dtype.name]).view(a.shape)
-
-def instantiate(graph):
-    try:
-        result = hip.hipGraphInstantiate(graph, 0)
-    except TypeError:
-        result = hip.hipGraphInstantiate(graph, None, 0)
-    assert int(result[0]) == 0, result
-    return result[1]
-
-class Cap:
-    stream = 0
-    current = 0
-
-cap = Cap()
-cap.stream = int(ok(hip.hipStreamCreate()))
-operands.present_cpu_torch_as_gpu(0, lambda ordinal: cap.current, None)
+cap = Capture()
 runtime = install()
 e, k, h, i, n = 8, 2, 64, 32, 4
 w13, w2 = _experts16(e, h, i, np.float16, seed=5)

@@ -49,6 +49,10 @@ res["kernels"] = [s.kernel for s in list(runtime.device.launches)[-1:]]
 mis = dev_strided(qpad[:, :h, :512], offset=8)[0]
 res["misaligned"] = outcome(lambda: hipskinny.mla.sparse_decode(
     mis, c0d, i0d, p0d, scale=0.1, out=dev_nd(np.zeros((t, h, 512), ml_dtypes.bfloat16))[0]))
+c1mis = dev_strided(kw["extra_cache"], offset=8)[0]
+res["misaligned_extra"] = outcome(lambda: hipskinny.mla.sparse_decode(
+    qd, c0d, i0d, p0d, extra_cache=c1mis, extra_indices=i1d, extra_indptr=p1d, scale=0.1,
+    out=dev_nd(np.zeros((t, h, 512), ml_dtypes.bfloat16))[0]))
 res["errors"] = runtime.errors
 print("RES", json.dumps(res))
 """
@@ -66,6 +70,7 @@ def test_device_operands_strided_and_in_place(fakehip_run):
     lse = np.array(res["lse"][0], np.float32).reshape(3, 18)
     assert_close(o, lse, q, c0, i0, p0, kw, "v4", ("fnuz", "ocp"))
     assert "q and the caches must start at 16-byte aligned addresses" in res["misaligned"]
+    assert "q and the caches must start at 16-byte aligned addresses" in res["misaligned_extra"]
     assert not run.calls("hipMemcpyAsync", "hipMemcpy")     # GPU operands: nothing staged
 
 
@@ -74,39 +79,11 @@ import ctypes, json, sys
 sys.path.insert(0, {tests!r})
 import numpy as np, torch, hipskinny
 from hip import hip
-from hipskinny import operands
 from fakehip.emulated import install
 from test_sparse_mla import _case
+from fakehip.capture import Capture, dev, instantiate, ok
 
-def ok(result):
-    result = result if isinstance(result, tuple) else (result,)
-    assert int(result[0]) == 0, result
-    return result[1] if len(result) == 2 else result[1:]
-
-TORCH = {{"bfloat16": torch.bfloat16, "float32": torch.float32, "int32": torch.int32, "uint8": torch.uint8}}
-
-def dev(a):
-    a = np.ascontiguousarray(a)
-    ptr = int(ok(hip.hipMalloc(max(a.nbytes, 4))))
-    ctypes.memmove(ptr, a.ctypes.data, a.nbytes)
-    raw = (ctypes.c_uint8 * max(a.nbytes, 4)).from_address(ptr)
-    return torch.frombuffer(raw, dtype=torch.uint8)[:a.nbytes].view(TORCH[a.dtype.name]).view(a.shape)
-
-def instantiate(graph):
-    try:
-        result = hip.hipGraphInstantiate(graph, 0)
-    except TypeError:
-        result = hip.hipGraphInstantiate(graph, None, 0)
-    assert int(result[0]) == 0, result
-    return result[1]
-
-class Cap:
-    stream = 0
-    current = 0
-
-cap = Cap()
-cap.stream = int(ok(hip.hipStreamCreate()))
-operands.present_cpu_torch_as_gpu(0, lambda ordinal: cap.current, None)
+cap = Capture()
 runtime = install()
 rng = np.random.default_rng(31)
 q, c0, i0, p0, kw = _case(rng, "v4", 2, 16, [150, 60], bs0=64)

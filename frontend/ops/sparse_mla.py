@@ -176,7 +176,8 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
              | int(sv is not None) << 3)
     n_in, n_out = len(INPUTS), 2 if return_lse else 1
     select = (*range(n_in + 1), n_in + n_out - 1, n_in + n_out, n_in + n_out + 1)
-    scratch = ((PART_SLOT, max(16, t * hb * s * SLOT_FLOATS * 4 if s > 1 else 16)), (COUNTER_SLOT, max(16, 4 * t * hb)))
+    # fp32 partial slots only when the splits merge (S > 1); counters: one word per (token, head group)
+    scratch = ((PART_SLOT, max(16, 4 * SLOT_FLOATS * t * hb * s * (s > 1))), (COUNTER_SLOT, max(16, 4 * t * hb)))
 
     def launch(q_strides: tuple[int, int], b0: int, b1: int) -> list[Launch]:
         if t == 0:
@@ -191,22 +192,22 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
         return [Launch(device.launcher(_plan(device, layout, t, hb, s)), 0, tail, select=select)]
 
     if ops.on_host:
-        c0, c1 = ops["swa_cache"], ops["extra_cache"]
-        assert c0 is not None
-        p0 = -(-int(c0.shape[1]) // 16) * 16
-        p1 = 0 if c1 is None else -(-int(c1.shape[1]) // 16) * 16
-        staged: list[Staged | None] = [Staged("mla.q", t * h, d_qk, d_qk),
-                                       Staged("mla.swa_cache", int(c0.shape[0]), int(c0.shape[1]), p0)]
-        for name in INPUTS[2:]:
+        # q packed [T * H, d_qk]; a cache as its blocks' used bytes ([blocks, bytes] views) at a
+        # 16-byte pitch, which is the block stride the kernel gets; the rest flat
+        staged: list[Staged | None] = [Staged("mla.q", t * h, d_qk, d_qk)]
+        pitch = {"swa_cache": 0, "extra_cache": 0}
+        for name in INPUTS[1:]:
             v = ops[name]
-            if name == "extra_cache":
-                staged.append(None if c1 is None else Staged("mla.extra_cache", int(c1.shape[0]), int(c1.shape[1]), p1))
-            elif v is None:
+            if v is None:
                 staged.append(None)
+            elif name in pitch:
+                pitch[name] = -(-int(v.shape[1]) // 16) * 16
+                staged.append(Staged(f"mla.{name}", int(v.shape[0]), int(v.shape[1]), pitch[name]))
             else:
                 n = int(np.prod(v.shape, dtype=np.int64))
                 staged.append(Staged(f"mla.{name}", 1, n, n))
-        return HostCall(ops, launch((h * d_qk, d_qk), p0, p1), staged, out_shape=out_shape, out_dtype=_BF16,
+        return HostCall(ops, launch((h * d_qk, d_qk), pitch["swa_cache"], pitch["extra_cache"]), staged,
+                        out_shape=out_shape, out_dtype=_BF16,
                         out_slot="mla.out", scratch_slots=scratch,
                         more_outs=[((t, h), _F32, "mla.lse")] if return_lse else [])
     operands.require("sparse_decode", qv.strides[2] == 1 and qv.strides[0] % 8 == 0 and qv.strides[1] % 8 == 0,
@@ -226,7 +227,7 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
         v = ops[name]
         operands.require("sparse_decode", v is None or v.is_contiguous, f"{name} must be contiguous")
     return DeviceCall(ops, launch((int(qv.strides[0]), int(qv.strides[1])), strides[0], strides[1]),
-                      out_shape=out_shape, out_dtype=_BF16, aligned=("q", "swa_cache"),
+                      out_shape=out_shape, out_dtype=_BF16, aligned=("q", "swa_cache", "extra_cache"),
                       align_message="q and the caches must start at 16-byte aligned addresses",
                       scratch_slots=scratch, more_outs=more)
 

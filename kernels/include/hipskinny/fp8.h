@@ -62,4 +62,26 @@ template <> __device__ inline void widen4<bf16>(uint32_t w, uint32_t& lo, uint32
   hi = f16_pair_to_bf16(widen_pair<true>(w));
 }
 
+// The hardware FP8 converter, where there is one, decodes one flavour: FNUZ on gfx942, OCP on
+// gfx950 and gfx1201 (gfx11 has none). cvt4: four bytes of that flavour as four floats (exact;
+// NaN encodings give NaN).
+#if defined(__gfx942__) || defined(__gfx950__) || defined(__gfx1201__)
+#define HS_FP8_CVT 1
+#if defined(__gfx942__)
+constexpr bool kCvtFnuz = true;
+#else
+constexpr bool kCvtFnuz = false;
+#endif
+__device__ inline void cvt4(uint32_t w, float (&f)[4]) {
+  typedef float f32x2 __attribute__((ext_vector_type(2)));
+  const f32x2 a = __builtin_amdgcn_cvt_pk_f32_fp8(w, false), b = __builtin_amdgcn_cvt_pk_f32_fp8(w, true);
+  f[0] = a.x;
+  f[1] = a.y;
+  f[2] = b.x;
+  f[3] = b.y;
+}
+#else
+#define HS_FP8_CVT 0
+#endif
+
 }  // namespace hs
