@@ -183,6 +183,17 @@ def test_v32_one_list(arch, fp8):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+def test_one_token_fnuz(arch):
+    """T = 1 (plain decode), H = 8, both caches FNUZ (gfx942's converter decodes it; the other
+    archs widen in software), 300 SWA rows and 33 extra rows, a sink, the LSE."""
+    rng = np.random.default_rng(12)
+    fp8 = ("fnuz", "fnuz")
+    q, c0, i0, p0, kw = _case(rng, "v4", 1, 8, [300], [33], fp8=fp8, sink=True)
+    o, lse = _run(arch, q, c0, i0, p0, kw, scale=512**-0.5, fp8="fnuz", return_lse=True)
+    assert_close(o, lse, q, c0, i0, p0, kw, "v4", fp8)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_one_head_and_mtp_rows(arch):
     """H = 1 (15 of the tile's 16 head rows unused and never written), T = 7 (MTP: each speculative
     row its own lists) with SWA lengths 31, 32, 33 and block size 2 for the extra list."""

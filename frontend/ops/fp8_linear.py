@@ -57,15 +57,12 @@ from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
 from ..torch_ops import declare
 from .skinny_gemm import (
     MAX_GROUPS_PER_CU,
-    MAX_SPLITK_GROUPS_PER_CU,
     SPLITK_LDS,
-    SPLITK_ROWS,
     THREADS,
     groups_per_cu,
     k_chunk,
     lane_split_grid,
-    shard_len,
-    token_tiles,
+    splitk_plan,
 )
 
 FAMILY = "fp8_linear"
@@ -284,29 +281,12 @@ def _plan(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, k:
 
 
 def _plan_splitk(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, k: int) -> LaunchPlan:
-    """skinny_gemm's split-K rules (token tiles, shards from the flagship's CU count, grid), deterministic."""
-    info = device.arch
-    cu_count = device.properties.cu_count
-    key = (device, tag, flavor, block, n, m, k, cu_count)
-
-    def build() -> LaunchPlan:
-        nt = token_tiles(n)
-        length = shard_len(info.default_cu_count, nt, m, k)
-        shards = -(-k // length)
-        blocks = -(-m // SPLITK_ROWS)
-        name = f"{SPLITK_FAMILY}_{tag}_{flavor}{'_block' if block else ''}_t{nt}"
-        fn, meta = registry.load(device, SPLITK_FAMILY).kernel(name)
-        lds = SPLITK_LDS + (SCALES_LDS if block else 0)
-        groups = groups_per_cu(info, meta, lds, MAX_SPLITK_GROUPS_PER_CU)
-        units = blocks * shards
-        grid = max(1, min(units, cu_count * groups))
-        partial_bytes = 0 if shards == 1 else 4 * SPLITK_ROWS * 16 * nt * units
-        return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=lds,
-                         info={"kernel": name, "token_tiles": nt, "shard_len": length, "shards": shards,
-                               "units": units, "groups_per_cu": groups, "grid": grid, "lds_bytes": lds,
-                               "partial_bytes": partial_bytes, "counter_bytes": 4 * blocks if shards > 1 else 0})
-
-    return _plans.get(key, build)
+    """skinny_gemm's split-K configuration (`skinny_gemm.splitk_plan`), deterministic; block scales
+    take LDS too."""
+    key = (device, tag, flavor, block, n, m, k, device.properties.cu_count)
+    prefix = f"{SPLITK_FAMILY}_{tag}_{flavor}{'_block' if block else ''}"
+    return _plans.get(key, lambda: splitk_plan(device, SPLITK_FAMILY, lambda nt, _: f"{prefix}_t{nt}", n, m, k,
+                                               lds=SPLITK_LDS + (SCALES_LDS if block else 0)))
 
 
 def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int, *, w_flavor: str = "ocp", block: bool = False,

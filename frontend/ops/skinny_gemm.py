@@ -81,6 +81,7 @@ strides that are multiples of 8 elements and 16-byte aligned bases.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -373,31 +374,37 @@ def shard_len(default_cu_count: int, nt: int, m: int, k: int) -> int:
     return SPLITK_GROUP * -(-groups // shards)
 
 
-def _plan_splitk(device: Device, tag: str, n: int, m: int, k: int, atomic: bool) -> LaunchPlan:
+def splitk_plan(device: Device, family: str, kernel_name: Callable[[int, bool], str], n: int, m: int, k: int, *,
+                lds: int = SPLITK_LDS, atomic: bool = False) -> LaunchPlan:
+    """The split-K configuration every split-K family shares (this module's, fp8_linear's and the
+    4-bit ones'): token tiles for N, shards from the arch's flagship CU count (never the device's:
+    the same bits on every GPU), a persistent grid of this device's CUs x the workgroups per CU
+    the kernel's registers and ``lds`` allow. ``kernel_name(token_tiles, atomic)`` names the kernel
+    in ``family``; ``atomic`` asks for the atomic variant when there is more than one shard."""
     info = device.arch
-    cu_count = device.properties.cu_count
-    key = (device, tag, n, m, k, cu_count, atomic)
+    nt = token_tiles(n)
+    length = shard_len(info.default_cu_count, nt, m, k)
+    shards = -(-k // length)
+    blocks = -(-m // SPLITK_ROWS)
+    use_atomic = atomic and shards > 1
+    name = kernel_name(nt, use_atomic)
+    fn, meta = registry.load(device, family).kernel(name)
+    groups = groups_per_cu(info, meta, lds, MAX_SPLITK_GROUPS_PER_CU)
+    units = blocks * shards
+    grid = max(1, min(units, device.properties.cu_count * groups))
+    unit_floats = SPLITK_ROWS * 16 * nt
+    partial_bytes = 0 if shards == 1 else 4 * unit_floats * (blocks if use_atomic else units)
+    return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=lds,
+                     info={"kernel": name, "token_tiles": nt, "shard_len": length, "shards": shards,
+                           "units": units, "groups_per_cu": groups, "grid": grid, "lds_bytes": lds,
+                           "partial_bytes": partial_bytes, "counter_bytes": 4 * blocks if shards > 1 else 0})
 
-    def build() -> LaunchPlan:
-        nt = token_tiles(n)
-        length = shard_len(info.default_cu_count, nt, m, k)
-        shards = -(-k // length)
-        blocks = -(-m // SPLITK_ROWS)
-        use_atomic = atomic and shards > 1
-        name = f"{SPLITK_FAMILY}_{tag}_t{nt}{'_atomic' if use_atomic else ''}"
-        fn, meta = registry.load(device, SPLITK_FAMILY).kernel(name)
-        groups = groups_per_cu(info, meta, SPLITK_LDS, MAX_SPLITK_GROUPS_PER_CU)
-        units = blocks * shards
-        grid = max(1, min(units, cu_count * groups))
-        unit_floats = SPLITK_ROWS * 16 * nt
-        partial_bytes = 0 if shards == 1 else 4 * unit_floats * (blocks if use_atomic else units)
-        return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=SPLITK_LDS,
-                         info={"kernel": name, "token_tiles": nt, "shard_len": length, "shards": shards,
-                               "units": units, "groups_per_cu": groups, "grid": grid,
-                               "lds_bytes": SPLITK_LDS, "partial_bytes": partial_bytes,
-                               "counter_bytes": 4 * blocks if shards > 1 else 0})
 
-    return _plans.get(key, build)
+def _plan_splitk(device: Device, tag: str, n: int, m: int, k: int, atomic: bool) -> LaunchPlan:
+    key = (device, tag, n, m, k, device.properties.cu_count, atomic)
+    return _plans.get(key, lambda: splitk_plan(
+        device, SPLITK_FAMILY, lambda nt, at: f"{SPLITK_FAMILY}_{tag}_t{nt}{'_atomic' if at else ''}", n, m, k,
+        atomic=atomic))
 
 
 def plan_info(device: Device, dtype: Any, n: int, m: int, k: int, *, deterministic: bool = True) -> dict[str, Any]:

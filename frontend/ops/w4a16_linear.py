@@ -283,29 +283,10 @@ def _plan(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
 
 
 def _plan_splitk(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
-    """N = 9..64: skinny_gemm_splitk's configuration rules (token tiles, shards from the arch's
-    flagship CU count, persistent grid), the int4 kernel's registers and LDS."""
-    info = device.arch
-    cu_count = device.properties.cu_count
-    key = ("splitk", device, tag, n, m, k, cu_count)
-
-    def build() -> LaunchPlan:
-        nt = sg.token_tiles(n)
-        length = sg.shard_len(info.default_cu_count, nt, m, k)
-        shards = -(-k // length)
-        blocks = -(-m // sg.SPLITK_ROWS)
-        name = f"{SPLITK_FAMILY}_{tag}_t{nt}"
-        fn, meta = registry.load(device, SPLITK_FAMILY).kernel(name)
-        groups = sg.groups_per_cu(info, meta, sg.SPLITK_LDS, sg.MAX_SPLITK_GROUPS_PER_CU)
-        units = blocks * shards
-        grid = max(1, min(units, cu_count * groups))
-        return make_plan(fn, meta, (grid, 1, 1), (sg.THREADS, 1, 1), shared_mem=sg.SPLITK_LDS,
-                         info={"kernel": name, "token_tiles": nt, "shard_len": length, "shards": shards,
-                               "units": units, "groups_per_cu": groups, "grid": grid, "lds_bytes": sg.SPLITK_LDS,
-                               "partial_bytes": 0 if shards == 1 else 4 * sg.SPLITK_ROWS * 16 * nt * units,
-                               "counter_bytes": 4 * blocks if shards > 1 else 0})
-
-    return _plans.get(key, build)
+    """N = 9..64: skinny_gemm's split-K configuration (`skinny_gemm.splitk_plan`) for the int4 kernel."""
+    key = ("splitk", device, tag, n, m, k, device.properties.cu_count)
+    return _plans.get(key, lambda: sg.splitk_plan(device, SPLITK_FAMILY, lambda nt, _: f"{SPLITK_FAMILY}_{tag}_t{nt}",
+                                                  n, m, k))
 
 
 def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int) -> dict[str, Any]:
