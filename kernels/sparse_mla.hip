@@ -334,7 +334,7 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
     *reinterpret_cast<hs::u32x4*>(ks + r * L::kStride + 8 * c) =
         h0 + r < H ? hs::load16(qr + 8 * c) : hs::u32x4{0u, 0u, 0u, 0u};
   }
-  int next_idx = -1;   // threads < kRows: the index entry of their row in the tile after next
+  int next_idx = -1;   // threads < kRows: their row's index entry in the next tile not yet resolved
   if (threadIdx.x < kRows && p_begin < p_end) {
     const int pos = p_begin + threadIdx.x;
     const RowRef r = row_ref<V32>(l0, l1, d0, d1, len0, pos, index_at(pos));
