@@ -224,9 +224,10 @@ def test_sink_edges_and_empty_lists(arch):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_every_split_count_agrees_and_is_deterministic(arch):
-    """Forced splits 1..16 each within the bound; a split count's bits are the same across calls,
-    CU counts and seeded wave schedules; the default choice is split_count's."""
+def test_split_counts_agree_and_are_deterministic(arch):
+    """Forced splits 1, 3 and 16 each within the bound (every count: the next test); a split
+    count's bits are the same across calls, CU counts and seeded wave schedules; the default
+    choice is split_count's."""
     rng = np.random.default_rng(4)
     q, c0, i0, p0, kw = _case(rng, "v4", 2, 16, [300, 70], [40, 9], sink=True)
     for s in (1, 3, 16):
@@ -239,6 +240,17 @@ def test_every_split_count_agrees_and_is_deterministic(arch):
     capacity = len(i0) + len(kw["extra_indices"])
     info = op.plan_info(_device(arch), 2, 16, capacity)
     assert info["splits"] == op.split_count(2, 16, capacity) and info["grid"] == 2 * info["splits"]
+
+
+def test_every_split_count_agrees():
+    """Splits 1..16 over one token's 17 tiles (the chunking and the merge are the same code on
+    every arch; the arch-specific parts run in the test above): each within the bound."""
+    rng = np.random.default_rng(14)
+    q, c0, i0, p0, kw = _case(rng, "v4", 1, 16, [500], [30], sink=True)
+    dev = _device("gfx950")
+    for s in range(1, op.MAX_SPLITS + 1):
+        o = _run("gfx950", q, c0, i0, p0, kw, device=dev, scale=0.05, splits=s)
+        assert_close(o, None, q, c0, i0, p0, kw, "v4", scale=0.05)
 
 
 def test_split_count_is_a_function_of_host_shapes():
