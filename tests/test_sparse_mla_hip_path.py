@@ -32,11 +32,13 @@ t, h = 3, 18
 qpad = np.zeros((t, h + 1, 528), q.dtype)
 qpad[:, :h, :512] = q
 qd = dev_strided(qpad[:, :h, :512])[0]
-c0d, c1d = dev_strided(c0)[0], dev_strided(kw["extra_cache"])[0]
+c1d, c1addr = dev_strided(kw["extra_cache"])            # the extra cache below the SWA cache: rows are
+c0d, c0addr = dev_strided(c0)                            # addressed from the lower of the two
+res0 = {{"extra_below": c1addr < c0addr}}
 i0d, p0d = dev_nd(i0)[0], dev_nd(p0)[0]
 i1d, p1d = dev_nd(kw["extra_indices"])[0], dev_nd(kw["extra_indptr"])[0]
 sd = dev_nd(kw["sink"])[0]
-res = {{"o": [], "lse": []}}
+res = {{"o": [], "lse": [], **res0}}
 for _ in range(2):
     od, obase = dev_nd(np.zeros((t, h, 512), ml_dtypes.bfloat16))
     ld, lbase = dev_nd(np.zeros((t, h), np.float32))
@@ -61,7 +63,7 @@ print("RES", json.dumps(res))
 def test_device_operands_strided_and_in_place(fakehip_run):
     run = fakehip_run(DLPACK.format(tests=TESTS), env={"FAKEHIP_ARCH": "gfx942", "FAKEHIP_CU_COUNT": "3"})
     res = json.loads(run.stdout.split("RES ", 1)[1])
-    assert res["errors"] == [] and res["kernels"] == ["sparse_mla_v4"]
+    assert res["errors"] == [] and res["kernels"] == ["sparse_mla_v4"] and res["extra_below"]
     assert res["o"][0] == res["o"][1] and res["lse"][0] == res["lse"][1]
     rng = np.random.default_rng(21)
     q, c0, i0, p0, kw = _case(rng, "v4", 3, 18, [40, 0, 70], [9, 33, 1], bs0=61, pad=80, fp8=("fnuz", "ocp"),
