@@ -325,6 +325,58 @@ def test_out_in_place_and_empty_batch():
     assert np.asarray(empty).shape == (0, 3, 512)
 
 
+def _prefetch_overlaps(body, rounds: int) -> bool:
+    """Some barrier is followed by >= rounds 16-byte global loads, then matrix instructions and the
+    next barrier, with no wait for loads in between: the loads stay in flight across QK and the
+    barrier that ends it (a full __syncthreads would wait for them there)."""
+    for i, x in enumerate(body):
+        if "barrier" not in x.mnemonic:
+            continue
+        loads, matrix = 0, False
+        for y in body[i + 1:]:
+            if _vm_wait(y):
+                break
+            if "barrier" in y.mnemonic:
+                if matrix and loads >= rounds:
+                    return True
+                break
+            if y.mnemonic in ("global_load_dwordx4", "global_load_b128"):
+                loads += 1
+            elif y.mnemonic.startswith(("v_mfma", "v_wmma")):
+                matrix = True
+    return False
+
+
+def _vm_wait(inst) -> bool:
+    """An instruction that waits for vector-memory loads (gfx9/gfx11 vmcnt, gfx12 loadcnt)."""
+    return ((inst.mnemonic == "s_waitcnt" and any("vmcnt" in o for o in inst.operands))
+            or inst.mnemonic.startswith("s_wait_loadcnt"))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_gather_loads_overlap_the_matrix_work(arch):
+    """The double buffer in the code objects: the next tile's 16-byte chunk loads (one per round)
+    are in flight across QK and its barrier (`_prefetch_overlaps`); and no flat loads (they would
+    count against the LDS waits too)."""
+    from importlib import resources
+
+    from hipskinny import registry
+    from hipskinny.codeobject import CodeObject
+    from hipskinny.emulator.listing import parse_listing, read_listing
+
+    image, entry = registry.read_verified(arch, "sparse_mla")
+    code = CodeObject.parse(image, f"{arch}/sparse_mla")
+    listing = read_listing(resources.files("hipskinny.hsaco").joinpath(entry["listing"]).read_bytes())
+    insts, labels = parse_listing(listing, code)
+    starts = sorted(labels.values())
+    rounds = {"sparse_mla_v4": 5, "sparse_mla_v32": 6}          # Chunks<V32>::kRounds
+    for kern in code.kernels:
+        end = next((a for a in starts if a > kern.entry), 1 << 62)
+        body = [x for x in insts if kern.entry <= x.addr < end]
+        assert not any(x.mnemonic.startswith("flat_") for x in body), kern.name
+        assert _prefetch_overlaps(body, rounds[kern.name]), f"{arch} {kern.name}: no loads in flight across QK"
+
+
 def test_code_object_resources():
     """Both kernels on every arch: no spills, no scratch, static LDS within the arch's workgroup limit."""
     from hipskinny import registry

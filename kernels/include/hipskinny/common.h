@@ -40,9 +40,9 @@ __device__ inline u32x4 load16_stream(const void* p) {
 }
 __device__ inline u32x4 load16(const void* p) { return *reinterpret_cast<const u32x4*>(p); }
 
-// A workgroup barrier that orders LDS only. __syncthreads() fences every address space, which
-// makes each wave wait for all its global loads at the barrier; with this one, loads issued
-// before it (a prefetch) stay in flight across it.
+// A workgroup barrier that orders LDS only. __syncthreads() fences every address space, which on
+// gfx11/gfx12 (WGP mode: a workgroup spans two CUs' caches) makes each wave wait for all its
+// global loads at the barrier; with this one, loads issued before it (a prefetch) stay in flight.
 __device__ inline void lds_barrier() {
   __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup", "local");
   __builtin_amdgcn_s_barrier();
