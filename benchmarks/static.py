@@ -116,21 +116,30 @@ def _main_loop(insts: list[Inst]) -> tuple[int, int] | None:
     return max(inner, key=lambda lp: (sum(load_bytes(x.mnemonic) for x in insts[lp[0]:lp[1] + 1]), lp[1] - lp[0]))
 
 
-def family_static(arch: str, family: str) -> list[KernelStatic]:
-    """Every kernel of one shipped code object."""
-    load_all()
+def kernel_bodies(arch: str, family: str) -> tuple[dict[str, Any], list[tuple[Any, list[Inst]]]]:
+    """One shipped code object's manifest entry and each kernel (its descriptor record) with its
+    instructions in listing order (the listing verified against the binary)."""
     image, entry = registry.read_verified(arch, family)
     code = CodeObject.parse(image, f"{arch}/{family}")
     listing = read_listing(resources.files("hipskinny.hsaco").joinpath(entry["listing"]).read_bytes())
     insts, labels = parse_listing(listing, code)
     starts = sorted(labels.values())
+    out = []
+    for kern in code.kernels:
+        end = next((a for a in starts if a > kern.entry), 1 << 62)
+        out.append((kern, [x for x in insts if kern.entry <= x.addr < end]))
+    return entry, out
+
+
+def family_static(arch: str, family: str) -> list[KernelStatic]:
+    """Every kernel of one shipped code object."""
+    load_all()
+    entry, kernels = kernel_bodies(arch, family)
     manifest_kernels = {k["name"]: k for k in entry["kernels"]}
     out = []
     info = ARCHS[arch]
-    for kern in code.kernels:
+    for kern, body in kernels:
         start = kern.entry
-        end = next((a for a in starts if a > start), 1 << 62)
-        body = [x for x in insts if start <= x.addr < end]
         mk = manifest_kernels.get(kern.name, {})
         ks = KernelStatic(
             arch=arch, family=family, name=kern.name, config=dict(mk.get("config", {})),

@@ -325,7 +325,6 @@ class DeviceCall:
                 else:
                     tensors.new_output(first, shape, dtype)   # raises: no allocator for that kind
             self.new_outs.append(new)
-        self.new_out = self.new_outs[0]
         self.fast = self._compile()
 
     def _compile(self) -> Callable[[Sequence[Any], list[int | None] | None], Any]:

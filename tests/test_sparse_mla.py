@@ -358,21 +358,11 @@ def test_gather_loads_overlap_the_matrix_work(arch):
     """The double buffer in the code objects: the next tile's 16-byte chunk loads (one per round)
     are in flight across QK and its barrier (`_prefetch_overlaps`); and no flat loads (they would
     count against the LDS waits too)."""
-    from importlib import resources
+    from benchmarks.static import kernel_bodies
 
-    from hipskinny import registry
-    from hipskinny.codeobject import CodeObject
-    from hipskinny.emulator.listing import parse_listing, read_listing
-
-    image, entry = registry.read_verified(arch, "sparse_mla")
-    code = CodeObject.parse(image, f"{arch}/sparse_mla")
-    listing = read_listing(resources.files("hipskinny.hsaco").joinpath(entry["listing"]).read_bytes())
-    insts, labels = parse_listing(listing, code)
-    starts = sorted(labels.values())
     rounds = {"sparse_mla_v4": 5, "sparse_mla_v32": 6}          # Chunks<V32>::kRounds
-    for kern in code.kernels:
-        end = next((a for a in starts if a > kern.entry), 1 << 62)
-        body = [x for x in insts if kern.entry <= x.addr < end]
+    _, kernels = kernel_bodies(arch, "sparse_mla")
+    for kern, body in kernels:
         assert not any(x.mnemonic.startswith("flat_") for x in body), kern.name
         assert _prefetch_overlaps(body, rounds[kern.name]), f"{arch} {kern.name}: no loads in flight across QK"
 
