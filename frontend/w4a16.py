@@ -50,6 +50,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from . import dtypes
 from .errors import InputTypeError, InputValueError
 from .tensors import describe as _describe
 from .tensors import is_torch as _is_torch
@@ -76,9 +77,6 @@ ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 _SEQUENTIAL = tuple(range(8))
 SYMMETRIC_ZERO = 8          # uint4b8: value = q - 8
 
-_FLOAT_NAMES = ("float16", "bfloat16", "float32")
-_NP_FLOAT = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16),
-             "float32": np.dtype(np.float32)}
 _WORD_DTYPES = (np.dtype(np.int32), np.dtype(np.uint32))
 
 
@@ -133,25 +131,6 @@ def _host(x: Any, name: str) -> np.ndarray:
     raise InputTypeError(f"{name} must be a numpy array or a torch CPU tensor; got {_describe(x)}")
 
 
-def _float_dtype(dt: Any, what: str) -> np.dtype:
-    """The numpy dtype for float16 / bfloat16 / float32 given as a numpy or torch dtype or a name."""
-    name = None
-    torch = _torch()
-    if isinstance(dt, str):
-        name = dt.removeprefix("torch.")
-    elif torch is not None and isinstance(dt, torch.dtype):
-        name = str(dt).removeprefix("torch.")
-    else:
-        try:
-            npdt = np.dtype(dt)
-        except (TypeError, ValueError):
-            npdt = None
-        name = next((n for n, d in _NP_FLOAT.items() if npdt == d), None)
-    if name not in _FLOAT_NAMES:
-        raise InputTypeError(f"{what} must be float16, bfloat16 or float32; got {dt!r}")
-    return _NP_FLOAT[name]
-
-
 def _dims(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
@@ -204,7 +183,7 @@ def _checkpoint(qweight: Any, scales: Any, qzeros: Any, g_idx: Any, fmt: Any, gr
     stacked = qw.ndim == 3
     e = qw.shape[0] if stacked else 1
     sc = _host(scales, "scales")
-    if sc.dtype not in _NP_FLOAT.values():
+    if sc.dtype not in dtypes.FLOATS:
         raise InputTypeError(f"scales must be float16, bfloat16 or float32; got {sc.dtype}")
     qz = None if qzeros is None else _words(qzeros, "qzeros")
     gi = None if g_idx is None else _host(g_idx, "g_idx")
@@ -337,7 +316,7 @@ def prepare(qweight: Any, scales: Any, qzeros: Any = None, g_idx: Any = None, *,
     Bad inputs raise InputValueError / InputTypeError naming the expected shape or dtype.
     """
     ck = _checkpoint(qweight, scales, qzeros, g_idx, fmt, group_size, bits)
-    scale_dtype = ck.scales.dtype if dtype is None else _float_dtype(dtype, "dtype")
+    scale_dtype = ck.scales.dtype if dtype is None else dtypes.read(dtype, "dtype")
     n_e = ck.qweight.shape[0]
     z = _zero_points(ck)
     symmetric = z is None or bool((z == SYMMETRIC_ZERO).all())
@@ -375,7 +354,7 @@ def unprepare(prepared: Prepared, dtype: Any = np.float16) -> np.ndarray:
     """
     if not isinstance(prepared, Prepared):
         raise InputTypeError(f"unprepare takes a hipskinny.w4a16.Prepared; got {_describe(prepared)}")
-    out_dtype = _float_dtype(dtype, "dtype")
+    out_dtype = dtypes.read(dtype, "dtype")
     p = prepared
     m, k = p.shape
 

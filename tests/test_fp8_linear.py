@@ -226,7 +226,7 @@ def test_bad_input_messages():
             hipskinny.fp8_linear(ox, o8, os_, x_scale=oxs)
         with pytest.raises(InputTypeError, match="W8A8 needs one FP8 flavour"):
             hipskinny.fp8_linear(ox, w8, ws, x_scale=oxs)
-        with pytest.raises(InputValueError, match="out_dtype must be float16 or bfloat16"):
+        with pytest.raises(InputTypeError, match="out_dtype must be float16 or bfloat16 .*got 'float32'"):
             hipskinny.fp8_linear(x8, w8, ws, x_scale=xs, out_dtype="float32")
         with pytest.raises(InputValueError, match="the output is float16; got out_dtype=bfloat16"):
             hipskinny.fp8_linear(x, w8, ws, out_dtype="bfloat16")

@@ -49,7 +49,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .. import fp8, operands, registry, tensors
+from .. import dtypes, fp8, operands, registry, tensors
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
@@ -96,18 +96,15 @@ def fp8_linear(x: Any, w: Any, w_scale: Any, *, x_scale: Any = None, bias: Any =
     ``native``: W8A8 on the arch's FP8 instructions (None: where it has them; False: the widened
     kernels everywhere; True: an error on an arch without them)."""
     objs = (x, w, w_scale, x_scale, bias, out)
-    key, addresses = operands.signature(NAMES, objs, (_dtype_name(out_dtype), native))
+    odt = None if out_dtype is None else dtypes.read(out_dtype, "fp8_linear: out_dtype", dtypes.HALVES)
+    key, addresses = operands.signature(NAMES, objs, (odt, native))
     call = _calls.get(key)
     if call is None:
-        call = _calls.add(key, _bind(operands.gather("fp8_linear", NAMES, objs), out_dtype, native))
+        call = _calls.add(key, _bind(operands.gather("fp8_linear", NAMES, objs), odt, native))
     return call(objs, addresses)
 
 
-def _dtype_name(dtype: Any) -> str | None:
-    return None if dtype is None else str(dtype).rsplit(".", 1)[-1]
-
-
-def _bind(ops: Operands, out_dtype: Any, native: bool | None = None) -> Any:
+def _bind(ops: Operands, out_dtype: np.dtype | None, native: bool | None = None) -> Any:
     xv, wv, wsv, xsv, bv = ops["x"], ops["w"], ops["w_scale"], ops["x_scale"], ops["bias"]
     assert xv is not None and wv is not None and wsv is not None
     n, m, k, flags, odt, block = _check(ops, out_dtype)
@@ -169,7 +166,7 @@ def _scale_rows(slot: str, v: tensors.TensorView, block: bool, optional: bool = 
     return Staged(slot, rows, cols, cols, optional=optional)
 
 
-def _check(ops: Operands, out_dtype: Any) -> tuple[int, int, int, int, np.dtype, bool]:
+def _check(ops: Operands, out_dtype: np.dtype | None) -> tuple[int, int, int, int, np.dtype, bool]:
     """Shapes, dtypes and scale granularities; returns N, M, K, kernel flags, output dtype, block mode."""
     xv, wv, wsv, xsv, bv = ops["x"], ops["w"], ops["w_scale"], ops["x_scale"], ops["bias"]
     assert xv is not None and wv is not None and wsv is not None
@@ -199,9 +196,9 @@ def _check(ops: Operands, out_dtype: Any) -> tuple[int, int, int, int, np.dtype,
             raise InputValueError("fp8_linear: x_scale is for FP8 activations (W8A8); x is "
                                   f"{xv.dtype}, which is used as it is")
         odt = xv.dtype
-        if out_dtype is not None and np.dtype(_dtype_name(out_dtype)) != odt:   # type: ignore[arg-type]
+        if out_dtype is not None and out_dtype != odt:
             raise InputValueError(f"fp8_linear: with {xv.dtype} x (W8A16) the output is {xv.dtype}; "
-                                  f"got out_dtype={_dtype_name(out_dtype)}")
+                                  f"got out_dtype={out_dtype}")
         flags = OUT_BF16 if odt == _BF16 else 0
     else:                                                 # W8A8
         if x_flavor != w_flavor:
@@ -215,10 +212,7 @@ def _check(ops: Operands, out_dtype: Any) -> tuple[int, int, int, int, np.dtype,
                                   f"block weight scales go with per-token-group activation scales "
                                   f"[N, ceil(K/128)] = [{n}, {-(-k // 128)}], and per-tensor/per-channel "
                                   "weight scales with per-tensor/per-token activation scales")
-        name = _dtype_name(out_dtype) or "bfloat16"
-        if name not in ("float16", "bfloat16"):
-            raise InputValueError(f"fp8_linear: out_dtype must be float16 or bfloat16; got {name}")
-        odt = _F16 if name == "float16" else _BF16
+        odt = out_dtype or _BF16
         flags = X8 | (X_FNUZ if x_flavor == "fnuz" else 0) | (OUT_BF16 if odt == _BF16 else 0)
     if bv is not None and bv.dtype != odt:
         raise InputTypeError(f"fp8_linear: bias has dtype {bv.dtype}; it must be the output dtype {odt}")
@@ -293,7 +287,7 @@ def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int, *, w_flavor:
               x_scaled: bool = False, native: bool | None = None) -> dict[str, Any]:
     """The configuration a call of this shape gets on ``device`` (for tests and benchmarks; x_dtype
     is x's dtype: fp16/bf16 for W8A16, an FP8 dtype for W8A8)."""
-    tag = _tag(device, np.dtype(x_dtype), native)
+    tag = _tag(device, dtypes.read(x_dtype, "x_dtype", (*dtypes.HALVES, dtypes.E4M3FN, dtypes.E4M3FNUZ)), native)
     return dict(_plan(device, tag, w_flavor, block, n, m, k, x_scaled).info)
 
 
@@ -413,7 +407,8 @@ def fp8_linear_reference(x: Any, w: Any, w_scale: Any, x_scale: Any = None, bias
     it)."""
     y = fp8_linear_exact(x, w, w_scale, x_scale, bias)
     xa = np.asarray(x)
-    odt = np.dtype(_dtype_name(out_dtype) or ("bfloat16" if fp8.flavor_of(xa) else xa.dtype.name))
+    odt = (dtypes.read(out_dtype, "fp8_linear_reference: out_dtype", dtypes.HALVES) if out_dtype is not None
+           else _BF16 if fp8.flavor_of(xa) else xa.dtype)
     return y.astype(odt)
 
 

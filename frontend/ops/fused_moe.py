@@ -34,7 +34,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .. import operands, registry, w4a16
+from .. import dtypes, operands, registry, w4a16
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
@@ -287,7 +287,8 @@ def _ceil(a: int, b: int) -> int:
 def plan_info(device: Device, x_dtype: Any, n: int, h: int, i: int, e: int, k: int, *, int4: bool = True
               ) -> list[dict[str, Any]]:
     """The three launches' configurations for a call of this shape on ``device`` (tests, benchmarks)."""
-    return [dict(p.info, grid=p.grid[0]) for p in _plan(device, _TAG[np.dtype(x_dtype)], int4, int4, n, h, i, e, k)]
+    tag = _TAG[dtypes.read(x_dtype, "x_dtype", dtypes.HALVES)]
+    return [dict(p.info, grid=p.grid[0]) for p in _plan(device, tag, int4, int4, n, h, i, e, k)]
 
 
 def invalid_slots(device: Device | None = None, stream: int = 0) -> int:
@@ -315,7 +316,7 @@ def _require(ok: bool, what: str) -> None:
 
 def silu_and_mul_reference(gate: np.ndarray, up: np.ndarray, dtype: Any) -> np.ndarray:
     """vLLM's silu_and_mul on fp32 sums, in T = ``dtype``: cast, silu in fp32, cast, multiply in T."""
-    t = np.dtype(dtype)
+    t = dtypes.read(dtype, "dtype", dtypes.HALVES)
     g = gate.astype(np.float32).astype(t).astype(np.float32)
     u = up.astype(np.float32).astype(t).astype(np.float32)
     with np.errstate(over="ignore"):

@@ -49,7 +49,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .. import bnb, operands, registry
+from .. import bnb, dtypes, operands, registry
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
@@ -220,7 +220,7 @@ def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int) -> dict[str,
     if not fusible(n, k, CHUNK):
         raise InputValueError(f"matmul_4bit: the fused kernels serve N = 1..{FUSED_MAX_N} and K a multiple of "
                               f"the blocksize (>= {CHUNK}); got N={n}, K={k}")
-    return dict(_plan(device, _TAG[np.dtype(x_dtype)], n, m, k).info)
+    return dict(_plan(device, _TAG[dtypes.read(x_dtype, "x_dtype", dtypes.HALVES)], n, m, k).info)
 
 
 # The performance report measures NF4 with nested absmax at bitsandbytes' default blocksize 64

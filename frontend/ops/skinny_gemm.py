@@ -86,7 +86,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import operands, registry, tensors
+from .. import dtypes, operands, registry, tensors
 from ..devices.base import Device
 from ..errors import InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
@@ -409,7 +409,8 @@ def _plan_splitk(device: Device, tag: str, n: int, m: int, k: int, atomic: bool)
 
 def plan_info(device: Device, dtype: Any, n: int, m: int, k: int, *, deterministic: bool = True) -> dict[str, Any]:
     """The configuration a call of this shape gets on ``device`` (for tests and benchmarks)."""
-    return dict(_plan(device, DTYPE_TAG[np.dtype(dtype)], n, m, k, not deterministic and n > MAX_N).info)
+    tag = DTYPE_TAG[dtypes.read(dtype, "dtype", dtypes.HALVES)]
+    return dict(_plan(device, tag, n, m, k, not deterministic and n > MAX_N).info)
 
 
 def _require(ok: bool, what: str) -> None:

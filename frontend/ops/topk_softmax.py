@@ -27,7 +27,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .. import operands, registry
+from .. import dtypes, operands, registry
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
@@ -142,8 +142,9 @@ def _plan(device: Device, tag: str, n: int, e: int) -> LaunchPlan:
 
 def plan_info(device: Device, dtype: Any, n: int, e: int, k: int) -> dict[str, Any]:
     """The configuration a call of this shape gets on ``device`` (tests)."""
-    _check(np.dtype(dtype), (n, e), k)
-    plan = _plan(device, _TAG[np.dtype(dtype)], n, e)
+    dt = dtypes.read(dtype, "dtype", dtypes.FLOATS)
+    _check(dt, (n, e), k)
+    plan = _plan(device, _TAG[dt], n, e)
     return {**plan.info, "grid": plan.grid[0]}
 
 

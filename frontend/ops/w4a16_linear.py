@@ -58,7 +58,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .. import operands, registry, w4a16
+from .. import dtypes, operands, registry, w4a16
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
@@ -294,7 +294,7 @@ def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int) -> dict[str,
     if not 1 <= n <= FUSED_MAX_N or k % CHUNK:
         raise InputValueError(f"w4a16_linear: the fused kernels serve N = 1..{FUSED_MAX_N} and K a multiple of "
                               f"{CHUNK}; got N={n}, K={k}")
-    return dict(_plan(device, _TAG[np.dtype(x_dtype)], n, m, k).info)
+    return dict(_plan(device, _TAG[dtypes.read(x_dtype, "x_dtype", dtypes.HALVES)], n, m, k).info)
 
 
 def _require(ok: bool, what: str) -> None:
