@@ -80,8 +80,9 @@ def format_report(r: dict[str, Any]) -> str:
         lines.append(f"warning: {warning}")
     if hip.get("problem"):
         lines.append(f"problem: {hip['problem']}")
-    if not r["devices"]:
-        lines.append(f"devices: none ({r['no_devices_reason']})")
+    if not r["devices"]:    # the reason once: it is the problem line when there is one
+        reason = r["no_devices_reason"]
+        lines.append("devices: none" + ("" if reason == hip.get("problem") else f" ({reason})"))
     for d in r["devices"]:
         state = "supported" if d["supported"] else f"NOT SUPPORTED: {d['error']}"
         lines.append(f"device {d['ordinal']}: {d['name']} [{d['gcn_arch_name']}] {d['cu_count']} CUs — {state}")

@@ -4,6 +4,7 @@ capture and two GPUs: tests/test_call_path_hip.py.)"""
 
 from __future__ import annotations
 
+import re
 import threading
 
 import numpy as np
@@ -12,7 +13,7 @@ import torch
 
 import hipskinny
 from hipskinny import CaptureError, operands, scratch
-from hipskinny.devices import current_device
+from hipskinny.devices import current_device, parse_device
 from hipskinny.emulator import EmulatedDevice
 from hipskinny.ops import gemv as gemv_op
 from hipskinny.ops import skinny_gemm as sg_op
@@ -201,3 +202,37 @@ def test_signature_of_each_kind():
 def test_gemv_and_skinny_gemm_share_the_layer():
     assert gemv_op._calls is not sg_op._calls
     assert all(c in operands._caches for c in (gemv_op._calls, sg_op._calls))
+
+
+@pytest.mark.parametrize("spec", ["cuda:0", "cuda", "hip:abc", "hip:-1", "hip:0:1", "gpu", "", "emulator",
+                                  "emulator:", "emulator:gfx942:0", "emulator:gfx942:x"])
+def test_malformed_device_specs_are_value_errors(spec):
+    for select in (hipskinny.use_device, hipskinny.on_device, parse_device):
+        with pytest.raises(ValueError, match=f"bad device {re.escape(repr(spec))}") as info:
+            cm = select(spec)
+            if select is hipskinny.on_device:
+                cm.__enter__()
+        assert isinstance(info.value, hipskinny.InputValueError)
+    assert ("'hip:<ordinal>'" if spec.startswith("hip") else "'emulator:<arch>") in str(info.value)
+
+
+def test_malformed_hipskinny_device_names_the_variable(monkeypatch):
+    monkeypatch.setenv("HIPSKINNY_DEVICE", "cuda:0")
+    hipskinny.use_device(None)
+    try:
+        with pytest.raises(ValueError, match="bad HIPSKINNY_DEVICE 'cuda:0': expected 'hip:<ordinal>' or 'emulator:"):
+            current_device()
+    finally:
+        monkeypatch.delenv("HIPSKINNY_DEVICE")
+        hipskinny.use_device(None)
+
+
+def test_bare_emulator_is_refused_not_gfx942():
+    with pytest.raises(hipskinny.InputValueError, match="the emulator needs an arch, 'emulator:<arch>' with arch one "
+                                                        "of gfx942, gfx950, gfx1100, gfx1151, gfx1201"):
+        hipskinny.use_device("emulator")
+
+
+def test_device_spec_of_another_type_is_a_type_error():
+    with pytest.raises(hipskinny.InputTypeError, match="device must be a string .* got 0"):
+        hipskinny.use_device(0)

@@ -36,7 +36,22 @@ def test_probe_without_hip_runtime(fakehip_run):
     assert r["shipped_archs"] == SHIPPED
     assert all("gemv" in r["families"][a] for a in SHIPPED)
     assert r["hip"]["hip_python_installed"] and not r["hip"]["library_found"]
-    assert "devices: none (no HIP runtime" in text
+    assert "devices: none" in text
+
+
+def test_probe_text_states_the_no_runtime_reason_once(fakehip_run):
+    _, r, text = _parse(fakehip_run(SCENARIO, with_library=False).stdout)
+    assert r["no_devices_reason"] == r["hip"]["problem"]
+    assert text.count("no HIP runtime (libamdhip64.so) found") == 1, text
+
+
+def test_demo_on_hip_without_rocm_prints_one_message_and_no_traceback(fakehip_run):
+    run = fakehip_run("import sys\nfrom hipskinny.cli import main\nsys.exit(main(['demo', '--device', 'hip:0']))",
+                      with_library=False, check=False)
+    assert run.returncode == 2, (run.stdout, run.stderr)
+    assert "Traceback" not in run.stderr + run.stdout and run.stderr == ""
+    (line,) = run.stdout.splitlines()
+    assert line.startswith("demo not run on hip:0: no HIP runtime (libamdhip64.so) found")
 
 
 def test_probe_with_a_supported_gpu(fakehip_run, hip_python):

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..arch import SHIPPED_ARCHS, arch_info
-from ..errors import PROBE_HINT, HipRuntimeError, HipSkinnyError
+from ..errors import PROBE_HINT, HipRuntimeError, HipSkinnyError, InputTypeError, InputValueError
 from .base import Device, DeviceProperties
 
 __all__ = ["Device", "DeviceProperties", "current_device", "emulator_available", "hip_device", "on_device",
@@ -78,24 +78,36 @@ def _emulated_unlocked(arch: str, num_cus: int | None) -> Device:
     return dev
 
 
-def _parse_unlocked(spec: str) -> Device:
-    return parse_device(spec)   # the lock is re-entrant
+def _parse_unlocked(spec: str, source: str) -> Device:
+    return parse_device(spec, source)   # the lock is re-entrant
 
 
-def parse_device(spec: str | Device) -> Device:
+_SPEC_FORMS = "'hip:<ordinal>' or 'emulator:<arch>[:<CUs>]' with arch one of " + ", ".join(SHIPPED_ARCHS)
+
+
+def parse_device(spec: str | Device, source: str = "device") -> Device:
+    """The device a spec names: a Device as it is, ``"hip:<ordinal>"`` (``"hip"`` = ``"hip:0"``), or
+    ``"emulator:<arch>[:<CUs>]"``. A malformed spec raises `InputValueError` (a ValueError) naming
+    ``source`` (the argument, or the environment variable it came from)."""
     if isinstance(spec, Device):
         return spec
+    if not isinstance(spec, str):
+        raise InputTypeError(f"{source} must be a string ({_SPEC_FORMS}) or a hipskinny Device; got {spec!r}")
     kind, _, rest = spec.strip().partition(":")
     if kind == "hip":
-        try:
-            return hip_device(int(rest or 0))
-        except ValueError as e:
-            raise HipSkinnyError(f"bad device {spec!r}: expected 'hip:<ordinal>'") from e
+        if rest and not (rest.isdigit() and rest.isascii()):
+            raise InputValueError(f"bad {source} {spec!r}: expected 'hip:<ordinal>' (an ordinal >= 0)")
+        return hip_device(int(rest or 0))
     if kind == "emulator":
         arch, _, cus = rest.partition(":")
-        return emulated_device(arch or "gfx942", int(cus) if cus else None)
-    raise HipSkinnyError(f"bad device {spec!r}: expected 'hip:<ordinal>' or 'emulator:<arch>' with arch one of "
-                         + ", ".join(SHIPPED_ARCHS))
+        if not arch:        # the arch decides wave size, matrix units and FP8: no silent default
+            raise InputValueError(f"bad {source} {spec!r}: the emulator needs an arch, 'emulator:<arch>' with arch "
+                                  "one of " + ", ".join(SHIPPED_ARCHS))
+        if cus and not (cus.isdigit() and cus.isascii() and int(cus) > 0):
+            raise InputValueError(f"bad {source} {spec!r}: the CU count in 'emulator:<arch>:<CUs>' must be a "
+                                  f"positive integer; got {cus!r}")
+        return emulated_device(arch, int(cus) if cus else None)
+    raise InputValueError(f"bad {source} {spec!r}: expected {_SPEC_FORMS}")
 
 
 def use_device(spec: str | Device | None) -> Device | None:
@@ -145,7 +157,7 @@ def _find_default() -> None:
     global _default
     env = os.environ.get("HIPSKINNY_DEVICE")
     if env:
-        _default = _parse_unlocked(env)
+        _default = _parse_unlocked(env, "HIPSKINNY_DEVICE")
         return
     from .hip import hip_runtime_status
 
