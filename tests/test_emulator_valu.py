@@ -878,6 +878,76 @@ def test_fma_mix_f32() -> None:
     assert np.all(w11.v[4] == 0xAAAA0000 | int(h16(np.float16(5.75))))
 
 
+def _mix_f16_forms():
+    for arch in ARCH:
+        for half in ("lo", "hi"):
+            yield pytest.param(arch, f"v_fma_mix{half}_f16", id=f"{arch}-fma_mix{half}")
+            if arch.startswith("gfx9"):       # the emulator also takes the older CDNA spelling
+                yield pytest.param(arch, f"v_mad_mix{half}_f16", id=f"{arch}-mad_mix{half}")
+
+
+def _write_half(old: int, r: int, mnemonic: str) -> int:
+    """The destination word after a mixlo (bits 15:0) / mixhi (bits 31:16) write of f16 bits r."""
+    return (old & 0xFFFF0000) | r if "mixlo" in mnemonic else (r << 16) | (old & 0xFFFF)
+
+
+# The fma of a mixlo/mixhi is an f32 operation whose result is then rounded to f16 (two roundings).
+# Each case's exact value lies next to an f16 tie that the f32 rounding lands on exactly.
+@pytest.mark.parametrize("sources,s0,s1,s2,expect", [
+    # 1 + 2^-11 + 2^-40 -> f32 1 + 2^-11 (f16 tie) -> 1.0; rounded once: 0x3c01
+    pytest.param("v1, v2, v3", 2.0 ** -20, 2.0 ** -20, 1 + 2.0 ** -11, 0x3C00, id="2^-20*2^-20+(1+2^-11)=3c00"),
+    # 1 + 3*2^-11 - 2^-40 -> f32 1 + 3*2^-11 (tie) -> 1 + 2^-9; rounded once: 0x3c01 (S0 negated by modifier)
+    pytest.param("-v1, v2, v3", 2.0 ** -20, 2.0 ** -20, 1 + 3 * 2.0 ** -11, 0x3C02,
+                 id="-2^-20*2^-20+(1+3*2^-11)=3c02"),
+    # f16 sources (S1 from the high half): 1 + 2^-11 + 2^-24 -> f32 tie, even 1 + 2^-11 -> 1.0; once: 0x3c01
+    pytest.param("v5, v5, v3 op_sel:[0,1,0] op_sel_hi:[1,1,0]", None, None, 1 + 2.0 ** -11, 0x3C00,
+                 id="f16:2^-12*2^-12+(1+2^-11)=3c00"),
+])
+@pytest.mark.parametrize("arch,mnemonic", list(_mix_f16_forms()))
+def test_fma_mix_f16_rounds_to_f32_then_f16(arch, mnemonic, sources, s0, s1, s2, expect) -> None:
+    w = wave(arch)
+    if s0 is not None:
+        w.v[1][:], w.v[2][:] = f32(s0), f32(s1)
+    w.v[5][:] = h16(np.float16(2.0 ** -12)) * 0x10001
+    w.v[3][:] = f32(s2)
+    w.v[4][:] = 0xAAAA5555
+    run(f"{mnemonic} v4, {sources}", w, arch)
+    assert np.all(w.v[4] == _write_half(0xAAAA5555, expect, mnemonic))
+
+
+@pytest.mark.parametrize("arch", list(ARCH))
+def test_fma_mix_f16_two_roundings_random_wave_against_exact_reference(arch) -> None:
+    rng = np.random.default_rng(22)
+    n = ARCH[arch][1]
+    differs = 0                              # lanes where a single rounding would have given another f16
+    for _ in range(16):
+        # S2 within a few f32 ulps of an f16 tie (normal and denormal f16 results), S0 * S1 within a few f32
+        # ulps of S2, so both roundings matter; a quarter of the lanes are plain random values
+        m = np.float16(np.ldexp(1 + rng.integers(0, 1024, n) / 1024, rng.integers(-20, 15, n)))
+        tie = (m.astype(np.float64) + np.spacing(m).astype(np.float64) / 2).astype(np.float32)
+        ulp = np.spacing(tie).astype(np.float64)
+        c = (tie + rng.integers(-2, 3, n) * ulp).astype(np.float32) * np.where(rng.random(n) < .5, -1, 1)
+        a = np.ldexp(1 + rng.random(n), rng.integers(-12, 12, n)).astype(np.float32)
+        prod = ulp * np.ldexp(1 + rng.random(n), rng.integers(-3, 2, n)) * np.where(rng.random(n) < .5, -1, 1)
+        b = (prod / a).astype(np.float32)
+        plain = rng.random(n) < .25
+        a = np.where(plain, rng.uniform(-8, 8, n), a).astype(np.float32)
+        b = np.where(plain, rng.uniform(-8, 8, n), b).astype(np.float32)
+        c = np.where(plain, rng.uniform(-64, 64, n), c).astype(np.float32)
+        w = wave(arch)
+        w.v[1], w.v[2], w.v[3] = f32(a), f32(b), f32(c)
+        w.v[4][:] = 0x12345678
+        run("v_fma_mixlo_f16 v4, v1, v2, v3", w, arch)
+        run("v_fma_mixhi_f16 v4, v1, v2, v3", w, arch)
+        for i in range(n):
+            exact = Fraction(float(a[i])) * Fraction(float(b[i])) + Fraction(float(c[i]))
+            r = np.float16(_round_exact(Fraction(_round_exact(exact)), np.float16))
+            bits = int(h16(r))
+            assert w.v[4][i] == (bits << 16) | bits, (a[i], b[i], c[i])
+            differs += bits != int(h16(np.float16(_round_exact(exact, np.float16))))
+    assert differs >= 10, "too few lanes tell two roundings from one"
+
+
 # ---------------------------------------------------------------------------
 # cross-lane
 

@@ -230,7 +230,8 @@ def _pk_mov(inst: Inst, ctx: DecodeContext) -> Handler:
 
 
 # ---------------------------------------------------------------------------
-# v_fma_mix*: each source f16 (op_sel_hi[i] = 1, half op_sel[i]) or f32; one rounding
+# v_fma_mix*: each source f16 (op_sel_hi[i] = 1, half op_sel[i]) or f32; the fma rounds to f32,
+# mixlo/mixhi then round that to f16
 
 def _f32_reader(op: Operand, ctx: DecodeContext, inst: Inst) -> Callable[[Wave], np.ndarray]:
     """A whole 32-bit source register / constant (f32 operand of a mix op or dot accumulator)."""
@@ -283,12 +284,13 @@ def _mix_factory(result: str) -> Callable[[Inst, DecodeContext], Handler]:
             for r, width, neg, absm in readers:
                 raw = _flip(r(w), width, neg, absm)
                 vals.append(_d(to_typed(raw, "f16" if width == 16 else "f32")))
-            x = fp.fma_rto(*vals)
+            # the fma is an f32 operation on every arch (RDNA D.f16 = f32_to_f16(fma(S0, S1, S2)), CDNA mad_mix,
+            # LLVM's fptrunc(fmuladd.f32)): a round-to-odd f64 casts to the correctly rounded f32
+            r32 = fp.quiet(fp.fma_rto(*vals).astype(F32))
             if result == "f32":
-                res = fp.quiet(x.astype(F32))
-                out = float_omod_clamp(res, 1.0, True) if clamp else res
+                out = float_omod_clamp(r32, 1.0, True) if clamp else r32
                 return out.view(U32), w.exec_mask()
-            res16 = fp.to_f16(x)
+            res16 = fp.to_f16(r32)      # second rounding, f32 -> f16
             if sat:
                 res16 = fp.saturate_f16(res16, *vals)
             if clamp:
@@ -349,7 +351,10 @@ def _dot2c(typ: str) -> Callable[..., Callable[..., np.ndarray]]:
     return make
 
 
-# VOP2 forms accumulate into the destination: D = S0.lo*S1.lo + S0.hi*S1.hi + D
+# VOP2 forms accumulate into the destination: D = S0.lo*S1.lo + S0.hi*S1.hi + D.
+# Rounding is disputed: dot_f32 rounds the exact sum once (isa_notes §5.9, near AMD's gfx1100/gfx1201
+# characterisation); the pseudocode read literally rounds after each add, and public reports say gfx1151
+# silicon matches neither. Left as is until measured on hardware.
 vop("v_dot2c_f32_f16 v_dot2acc_f32_f16", Spec("f32", ("b32", "b32", "f32"), _dot2c("f16"), acc=True, ctx_fn=True))
 vop("v_dot2c_f32_bf16 v_dot2acc_f32_bf16", Spec("f32", ("b32", "b32", "f32"), _dot2c("bf16"), acc=True,
                                                 ctx_fn=True))
