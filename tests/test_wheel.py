@@ -8,6 +8,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -34,3 +36,30 @@ def test_wheel_contains_code_objects_and_imports_without_rocm(tmp_path):
         cwd=tmp_path, capture_output=True, text=True, check=True, timeout=120)
     path, size = out.stdout.split()
     assert path.startswith(str(site)) and int(size) > 1000
+
+
+def _setup_commands() -> list[str]:
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("## Set up", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line.split("#", 1)[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def test_test_command_keeps_an_installed_torch_in_the_supported_range():
+    """README's test command must not replace a user's torch (a ROCm build) with PyPI's: no pin, and
+    the test extra's torch range, stated in pyproject.toml, admits the torch installed here."""
+    import torch
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    tomllib = pytest.importorskip("tomllib", reason="reads pyproject.toml with tomllib (Python 3.11+)")
+
+    install, test = _setup_commands()
+    assert test.startswith("pip install '.[test]'") and "torch" not in test, test
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    for extra in ("torch", "test"):
+        (req,) = [Requirement(r) for r in project["optional-dependencies"][extra] if Requirement(r).name == "torch"]
+        assert req.specifier and req.specifier.contains(Version(torch.__version__.split("+")[0])), req
+    # CI runs these exact commands.
+    ci = (REPO / ".ci" / "run").read_text()
+    for command in (install, test):
+        assert command.replace("pip install", "pip install -q") in ci, command
