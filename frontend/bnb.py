@@ -1,9 +1,10 @@
 """bitsandbytes 4-bit weights (NF4 / FP4): quantize, dequantize, and read/write bitsandbytes' quant state.
 
 Reference quality, no GPU, and no bitsandbytes import: everything is computed with numpy, in float32
-exactly where bitsandbytes' CUDA kernel computes in float32, so numpy and torch inputs give the same
-bytes. torch is never imported here; torch tensors (any device) are copied to the host, processed,
-and returned as torch tensors on their own device.
+exactly where bitsandbytes computes in float32, so numpy and torch inputs give the same bytes (a torch
+weight's nested offset is torch's own float32 mean, which the numpy path reproduces). torch is never
+imported here; torch tensors (any device) are copied to the host, processed, and returned as torch
+tensors on their own device.
 
 Format (bitsandbytes ``quantize_4bit`` / ``Params4bit``):
 
@@ -24,26 +25,33 @@ Format (bitsandbytes ``quantize_4bit`` / ``Params4bit``):
   ``[(n+1)//2, 1]``.
 * Dequantization: ``LUT[code] * absmax[i // blocksize]`` in float32, rounded once to the original
   dtype.
-* ``compress_statistics=True`` ("nested"/double quantization): ``offset = mean(absmax)`` (float32),
-  ``r = absmax - offset`` is quantized in blocks of 256 against `DYNAMIC_MAP` (``x = r * (1/max|r|)``,
-  float32, then the CUDA kernel's binary search: nearest entry, judged against float32 midpoints,
-  an exact tie going to the EVEN index). ``absmax`` then holds the uint8 codes, ``state2.absmax`` the
-  float32 max ``|r|`` per 256 blocks, and ``absmax[b] = code2[q[b]] * state2.absmax[b // 256] + offset``
-  (float32 multiply, then float32 add).
+* ``compress_statistics=True`` ("nested"/double quantization), as ``bitsandbytes.functional.quantize_4bit``
+  computes it on the CPU, byte for byte: ``offset = absmax.mean()``, torch's float32 CPU mean (its
+  float32 sum in torch's order, see `_torch_cpu_mean`, then one float32 division by the count), and
+  ``r = absmax - offset`` (float32) quantized in blocks of 256 against `DYNAMIC_MAP` by bitsandbytes'
+  CPU library: ``x = r * (1/max|r|)`` (float32), clamped to [-1, 1], goes to the nearest of 65536
+  grid points ``2i/65535 - 1`` (``i = trunc(fma((x+1)*0.5, 65535, 0.5))``, float32), and a grid point
+  to its nearest entry (judged at the float32 midpoints, a tie to the lower). So a code is the nearest
+  entry only to within the grid's step: of the entries near 0, closer together than 2/65535, not all
+  are reachable, and 0.0 itself (code 127) is never chosen. ``absmax`` then holds the uint8 codes,
+  ``state2.absmax`` the float32 max ``|r|`` per 256 blocks, and
+  ``absmax[b] = code2[q[b]] * state2.absmax[b // 256] + offset`` (float32 multiply, then float32 add).
 
-Choices where bitsandbytes' backends disagree (they differ only in bytes, never in dequantized values
-beyond the sign of a zero and the last bit of a nested absmax):
+Choices where bitsandbytes' backends disagree:
 
 * All-zero block (absmax 0): its scaled values are taken as 0, so every element gets the code of 0.0
   (NF4 7 -> bytes 0x77, FP4 0) and dequantizes to 0. bitsandbytes' CPU/default backend gives the
   same bytes (it clamps absmax to 1e-38); its CUDA kernel computes 0 * (1/0) = NaN and stores NF4
-  code 0 (-1.0 * 0 = -0.0). An all-zero block of ``r`` in the nested step likewise gets code 127
-  (0.0), where both of bitsandbytes' backends store the NaN's code 0: it reconstructs to exactly
-  ``offset`` either way. A block whose reciprocal overflows (absmax < 1/FLT_MAX, only reachable
-  with bfloat16 or float32 weights that small) is divided instead of multiplied.
-* Nested 8-bit codes follow the CUDA kernel's search, ties included (to the even index). bitsandbytes'
-  CPU library divides, compares float32 distances, and its search does not always return the
-  nearest entry; ties there go to the lower index.
+  code 0 (-1.0 * 0 = -0.0). The stored absmax is 0, as the kernel stores it; the CPU backend stores
+  its 1e-38 for an all-zero partial last block. A block whose reciprocal overflows (absmax <
+  1/FLT_MAX, only reachable with bfloat16 or float32 weights that small) is divided instead of
+  multiplied. In the nested step an all-zero block of ``r`` is code 0, as both backends store it
+  (0 * inf = NaN): it reconstructs to exactly ``offset``.
+* Nested statistics follow bitsandbytes' CPU path, the reference its tests run: on a GPU,
+  bitsandbytes takes the mean in the GPU's summation order and its kernel picks the nearest entry by
+  binary search (a tie to the even index), so a state it made there may differ in nested codes and
+  the offset's last bits. Dequantization reads the stored codes, offset and map, so either kind of
+  state dequantizes bit for bit.
 * bitsandbytes' CPU/default backend divides (instead of multiplying by the reciprocal) in a partial
   last block, decides FP4 at float32 midpoints instead of the kernel's literals, and gives FP4
   zeros the opposite sign (small positive values code 8, small negative ones code 0).
@@ -51,8 +59,10 @@ beyond the sign of a zero and the last bit of a nested absmax):
   ``start + step*i`` once (a fused multiply-add); a torch build rounding twice gives 42 of the 256
   entries one ulp away. A checkpoint carries its own map (``nested_quant_map``): dequantization uses
   ``state.state2.code``, so only quantization depends on it.
-* The nested offset is the float64 mean rounded once to float32; bitsandbytes' float32 ``mean()``
-  may be an ulp away (the offset is stored, so nothing downstream depends on it).
+* torch's float32 sum depends on its SIMD width and, from 32768 blocks on, on its thread count (one
+  partial sum per thread's chunk). A torch weight's offset is torch's own mean, so it matches
+  bitsandbytes in the same process; for a numpy weight `_torch_cpu_mean` reads both from torch when
+  torch is loaded (16 lanes for its AVX512 kernels, else 8), else assumes 8 lanes on one thread.
 * Non-finite weights are rejected (InputValueError): the CUDA kernel's absmax skips NaN and the
   codes it gives them are meaningless.
 
@@ -75,6 +85,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from . import dtypes
 from .errors import InputTypeError, InputValueError
 from .tensors import describe as _describe
 from .tensors import is_torch as _is_torch
@@ -160,15 +171,15 @@ def _signed_dynamic_map() -> np.ndarray:
 
 DYNAMIC_MAP = _signed_dynamic_map()
 
-# The CUDA kernel's 8-bit binary search (dQuantize), vectorized: 7 halvings compare x with the
-# odd-index entries 1..253 (strict >), which leaves an even pivot p with map[p-1] < x <= map[p+1];
-# then x > map[p] picks p+1 if x > mid(p, p+1), else p; x <= map[p] picks p-1 if x < mid(p-1, p),
-# else p. Midpoints are (a + b) * 0.5 in float32, so a tie goes to the even index p.
-_DYN_ODD = _frozen(DYNAMIC_MAP[1:254:2])
-_DYN_EVEN = _frozen(DYNAMIC_MAP[0::2])
-_DYN_MID_UP = _frozen((DYNAMIC_MAP[0::2] + DYNAMIC_MAP[1::2]) * np.float32(0.5))
-_DYN_MID_DOWN = _frozen((np.concatenate([DYNAMIC_MAP[:1], DYNAMIC_MAP[1:255:2]]) + DYNAMIC_MAP[0::2])
-                        * np.float32(0.5))
+# bitsandbytes' CPU library codes 8-bit values through a table over a 65536-point grid: point i is the
+# float32 value 2i/65535 - 1 ((2*i) / 65535.0f - 1.0f, each step rounded), and its code the number of
+# float32 midpoints (a + b) * 0.5 of the map strictly below it (the nearest entry; a tie goes low).
+_DYN_GRID = 65535
+_DYN_TABLE = np.searchsorted(
+    (DYNAMIC_MAP[:-1] + DYNAMIC_MAP[1:]) * np.float32(0.5),
+    np.float32(2) * np.arange(_DYN_GRID + 1, dtype=np.float32) / np.float32(_DYN_GRID) - np.float32(1),
+    side="left").astype(np.uint8)
+_DYN_TABLE.flags.writeable = False
 
 _FLOAT_NAMES = ("float16", "bfloat16", "float32")
 _NP_DTYPE = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16),
@@ -199,18 +210,8 @@ def _like(a: np.ndarray, ref: Any) -> Any:
 
 
 def _dtype_name(dt: Any) -> str | None:
-    """``"float16"``/``"bfloat16"``/``"float32"`` for such a numpy or torch dtype or name, else None."""
-    if isinstance(dt, str):
-        name = dt.removeprefix("torch.")
-        return name if name in _FLOAT_NAMES else None
-    torch = _torch()
-    if torch is not None and isinstance(dt, torch.dtype):
-        return _dtype_name(str(dt))
-    try:
-        npdt = np.dtype(dt)
-    except (TypeError, ValueError):
-        return None
-    return next((n for n, d in _NP_DTYPE.items() if npdt == d), None)
+    """``"float16"``/``"bfloat16"``/``"float32"`` for such a dtype in any spelling (`hipskinny.dtypes`), else None."""
+    return dtypes.name_of(dt)
 
 
 def _dtype_in_kind(name: str, torch_kind: bool) -> Any:
@@ -312,13 +313,14 @@ def _codes_4bit(x: np.ndarray, quant_type: str) -> np.ndarray:
 
 
 def _dynamic_codes(x: np.ndarray) -> np.ndarray:
-    """8-bit codes of float32 ``x`` against `DYNAMIC_MAP`, as the CUDA kernel's binary search picks them."""
-    j = np.searchsorted(_DYN_ODD, x, side="left")          # odd entries < x: pivot p = 2j
-    p = 2 * j
-    up = x > _DYN_EVEN[j]
-    q = np.where(up, np.where(x > _DYN_MID_UP[j], p + 1, p),
-                 np.where((x < _DYN_MID_DOWN[j]) & (p > 0), p - 1, p))
-    return q.astype(np.uint8)
+    """8-bit codes of float32 ``x`` against `DYNAMIC_MAP`, as bitsandbytes' CPU library picks them: x clamped
+    to [-1, 1], grid point trunc(fma((x + 1) * 0.5, 65535, 0.5)) in float32 (float64 holds the fma's exact
+    value, so it is rounded once, as the fma does), then `_DYN_TABLE`. NaN lands on point 0 (the float-to-int
+    conversion gives 0x80000000, of which the table index keeps the low 16 bits)."""
+    with np.errstate(invalid="ignore"):
+        t = (np.clip(x, np.float32(-1), np.float32(1)) + np.float32(1)) * np.float32(0.5)
+        u = (t.astype(np.float64) * _DYN_GRID + 0.5).astype(np.float32)
+    return _DYN_TABLE[np.trunc(np.where(np.isnan(u), np.float32(0), u)).astype(np.intp)]
 
 
 def _absmax_blocks(a: np.ndarray, blocksize: int) -> tuple[np.ndarray, np.ndarray]:
@@ -342,22 +344,120 @@ def _unpack(raw: np.ndarray) -> np.ndarray:
     return codes
 
 
-def _nest(absmax: np.ndarray) -> tuple[np.ndarray, np.float32, np.ndarray]:
-    """Double quantization of float32 ``absmax``: (uint8 codes, offset, float32 absmax per 256)."""
-    # the float64 mean rounded once (bitsandbytes' float32 torch.mean may be an ulp away)
-    offset = np.float32(absmax.astype(np.float64).mean())
-    blocks, absmax2 = _absmax_blocks(absmax - offset, NESTED_BLOCKSIZE)
-    q = _dynamic_codes(_scaled(blocks, absmax2).reshape(-1))[: absmax.size]
+def _quantize_dynamic(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """bitsandbytes' CPU ``quantize_blockwise`` of float32 ``a`` in blocks of 256: (uint8 codes, float32 absmax
+    per block). x = a * (1/absmax) in float32; where that reciprocal is inf (an all-zero block, or absmax below
+    1/FLT_MAX) 0 * inf is NaN and codes 0, as bitsandbytes' zero-filled block does."""
+    blocks, absmax = _absmax_blocks(a, NESTED_BLOCKSIZE)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        x = blocks * (np.float32(1) / absmax)[:, None]
+    return _dynamic_codes(x).reshape(-1)[: a.size], absmax
+
+
+# torch's CPU float32 sum: bitsandbytes' offset is ``absmax.mean()``, that sum then one float32 division by n
+_TORCH_GRAIN = 32768        # at::internal::GRAIN_SIZE: a shorter sum, or one on a single thread, is serial
+
+
+def _running_sum(v: np.ndarray) -> np.ndarray:
+    """``v [..., k, L]`` summed over its k axis one float32 add at a time from 0 (zeros if k == 0)."""
+    if v.shape[-2] == 0:
+        return np.zeros(v.shape[:-2] + v.shape[-1:], np.float32)
+    return np.add.accumulate(v, axis=-2, dtype=np.float32)[..., -1, :]
+
+
+def _grouped_sums(v: np.ndarray, g: int) -> tuple[np.ndarray, np.ndarray]:
+    """Running sums of ``v [k, L]`` over whole groups of ``g`` rows, and over the rows left over."""
+    c = v.shape[0] // g
+    return _running_sum(v[: c * g].reshape(c, g, v.shape[1])), _running_sum(v[c * g:])
+
+
+def _cascade_sum(rows: np.ndarray) -> np.ndarray:
+    """torch's ``multi_row_sum`` of ``rows [size, L]``, per column: level 0 sums runs of 2**p rows
+    (p = max(4, ceil(log2 size) // 4)), each pushed into level 1; levels 1 and 2 pass their sum up every 2**p
+    pushes; at the end the rows past the last run, then levels 1, 2 and 3 are added in that order."""
+    size, lanes = rows.shape
+    step = 1 << max(4, (size - 1).bit_length() // 4)
+    c = size // step
+    runs = _running_sum(rows[: c * step].reshape(c, step, lanes))
+    level1, rest1 = _grouped_sums(runs, step)
+    level2, rest2 = _grouped_sums(level1, step)
+    return ((_running_sum(rows[c * step:]) + rest1) + rest2) + _running_sum(level2)
+
+
+def _row_sum(x: np.ndarray, width: int) -> np.ndarray:
+    """torch's ``row_sum`` over loads of ``width`` floats: four interleaved accumulators (cascaded), the
+    whole loads past the last four added to the first, then the other three added to it -> ``[width]``."""
+    v = x[: x.size // width * width].reshape(-1, width)
+    ilp = v.shape[0] // 4
+    acc = _cascade_sum(v[: ilp * 4].reshape(ilp, 4 * width)).reshape(4, width)
+    first = acc[0]
+    for row in (*v[ilp * 4:], *acc[1:]):
+        first = first + row
+    return first
+
+
+def _serial_sum(x: np.ndarray, lanes: int) -> np.float32:
+    """torch's float32 sum of contiguous ``x`` on one thread: with at least one whole vector, `_row_sum` over
+    ``lanes``-wide loads, then from 0 the elements past the last whole vector and the lanes one by one;
+    else `_row_sum` over single floats."""
+    if x.size < lanes:
+        return _row_sum(x, 1)[0]
+    total = np.float32(0)
+    for value in (*x[x.size // lanes * lanes:], *_row_sum(x, lanes)):
+        total = np.float32(total + value)
+    return total
+
+
+def _torch_cpu_mean(a: np.ndarray, lanes: int = 8, threads: int = 1) -> np.float32:
+    """``torch.from_numpy(a).mean()`` on the CPU for contiguous float32 ``a``, bit for bit: `_serial_sum`,
+    or (``threads`` > 1 and at least `_TORCH_GRAIN` elements) one `_serial_sum` per thread's chunk of
+    ceil(n / chunks) elements, chunks = min(threads, ceil(n / grain)), then `_serial_sum` of the ``threads``
+    slots (unused ones 0); then one float32 division by n."""
+    n = a.size
+    if n < _TORCH_GRAIN or threads == 1:
+        total = _serial_sum(a, lanes)
+    else:
+        chunk = -(-n // min(threads, -(-n // _TORCH_GRAIN)))
+        slots = np.zeros(threads, np.float32)
+        for t, s in enumerate(range(0, n, chunk)):
+            slots[t] = _serial_sum(a[s: s + chunk], lanes)
+        total = _serial_sum(slots, lanes)
+    return np.float32(total / np.float32(n))
+
+
+def _torch_cpu_reduction() -> tuple[int, int]:
+    """(SIMD lanes, threads) of torch's CPU float32 sum: read from torch if it is loaded, else 8 lanes (its
+    AVX2 and plain builds) on one thread."""
+    torch = _torch()
+    if torch is None:
+        return 8, 1
+    try:
+        lanes = 16 if torch.backends.cpu.get_cpu_capability() == "AVX512" else 8
+    except AttributeError:      # a torch without the query
+        lanes = 8
+    return lanes, torch.get_num_threads()
+
+
+def _nest(absmax: np.ndarray, torch_kind: bool) -> tuple[np.ndarray, np.float32, np.ndarray]:
+    """Double quantization of float32 ``absmax`` as bitsandbytes does it on the CPU: (uint8 codes, offset,
+    float32 absmax per 256). The offset is torch's float32 ``absmax.mean()``: torch's own for torch weights,
+    `_torch_cpu_mean` with torch's settings (`_torch_cpu_reduction`) for numpy ones."""
+    if torch_kind:
+        offset = np.float32(_torch().from_numpy(absmax).mean().item())
+    else:
+        offset = _torch_cpu_mean(absmax, *_torch_cpu_reduction())
+    q, absmax2 = _quantize_dynamic(absmax - offset)
     return q, offset, absmax2
 
 
-def quantize_4bit(w: Any, blocksize: int = 64, quant_type: str = "nf4",
-                  compress_statistics: bool = True) -> tuple[Any, QuantState]:
+def quantize_4bit(w: Any, blocksize: int = 64, quant_type: str = "fp4",
+                  compress_statistics: bool = False) -> tuple[Any, QuantState]:
     """``(packed, state)`` of weight ``w`` (float16/bfloat16/float32 numpy array or torch tensor, any
     shape), in bitsandbytes' format: see the module docstring for the rules. ``packed`` is uint8
     ``[(n+1)//2, 1]``; ``state.absmax`` float32 ``[ceil(n/blocksize)]``, or with
     ``compress_statistics`` uint8 codes with ``state.offset`` and ``state.state2``. numpy in -> numpy
-    out, torch in -> torch tensors on ``w``'s device."""
+    out, torch in -> torch tensors on ``w``'s device. The defaults are bitsandbytes' (FP4, blocks of 64,
+    no nested statistics)."""
     bs = _check_blocksize(blocksize)
     qt = _check_quant_type(quant_type)
     if not isinstance(compress_statistics, (bool, np.bool_)):
@@ -383,7 +483,7 @@ def quantize_4bit(w: Any, blocksize: int = 64, quant_type: str = "nf4",
     dtype = _dtype_in_kind(dtype_name, torch_kind)
     code = _like(_LUT[qt].copy(), w)
     if compress_statistics:
-        q, offset, absmax2 = _nest(absmax)
+        q, offset, absmax2 = _nest(absmax, torch_kind)
         state2 = QuantState(absmax=_like(absmax2, w), shape=_shape1(absmax.size, torch_kind),
                             code=_like(DYNAMIC_MAP.copy(), w), blocksize=NESTED_BLOCKSIZE,
                             dtype=_dtype_in_kind("float32", torch_kind))

@@ -5,8 +5,8 @@ bitsandbytes itself when it is installed."""
 from __future__ import annotations
 
 import functools
+import inspect
 import json
-import math
 import platform
 import subprocess
 import sys
@@ -98,8 +98,17 @@ def _oracle_codes(x, quant_type):
 
 
 def _oracle_dynamic(x):
-    # the CUDA binary search: the midpoints are float32 (a+b)*0.5, a tie goes to the even index
-    return _kernel_nearest(x, MAP_64, MAP_MID32, lambda i: i if i % 2 == 0 else i + 1).astype(np.uint8)
+    """bitsandbytes' CPU library: float32 ``x`` clamped to [-1, 1] lands on grid point
+    i = trunc(fma((x + 1) * 0.5, 65535, 0.5)) (float32 steps, the fma rounded once: float64 holds it
+    exactly), i.e. the float32 value g = 2i/65535 - 1, which takes the entry nearest to it judged at the
+    float32 midpoints (a+b)*0.5, a value on a midpoint going to the lower entry."""
+    x = np.asarray(x, np.float32)
+    with np.errstate(invalid="ignore"):
+        t = (np.clip(x, -1, 1) + np.float32(1)) * np.float32(0.5)
+        u = (t.astype(np.float64) * 65535 + 0.5).astype(np.float32)
+    i = np.where(np.isnan(u), 0, np.trunc(np.nan_to_num(u))).astype(np.int64)     # NaN: index 0
+    g = np.float32(2) * i.astype(np.float32) / np.float32(65535) - np.float32(1)
+    return _kernel_nearest(g, MAP_64, MAP_MID32, lambda i: i).astype(np.uint8)
 
 
 def _codes(packed, n):
@@ -252,9 +261,10 @@ def test_all_zero_block(quant_type):
         assert (out[0] == 0).all() and (out[2] == 0).all()
         if not nested:      # nested, the reconstructed absmax of a zero block is only near 0 (maybe < 0: -0.0)
             assert st.absmax[0] == st.absmax[2] == 0 and not np.signbit(out[[0, 2]]).any()
-    # the whole weight zero, nested: r is 0 everywhere, code 127 (0.0), absmax exactly offset = 0
-    packed, st = bnb.quantize_4bit(np.zeros(100, np.float16), quant_type=quant_type)
-    assert (st.absmax == 127).all() and st.offset == 0 and (st.state2.absmax == 0).all()
+    # the whole weight zero, nested: r is 0 everywhere, an all-zero block of r is code 0 as bitsandbytes
+    # stores it, and code2[0] * 0 + offset is exactly offset = 0
+    packed, st = bnb.quantize_4bit(np.zeros(100, np.float16), quant_type=quant_type, compress_statistics=True)
+    assert (st.absmax == 0).all() and st.offset == 0 and (st.state2.absmax == 0).all()
     assert (bnb.dequantize_4bit(packed, st) == 0).all()
 
 
@@ -269,7 +279,7 @@ def test_tiny_absmax_is_divided():
 
 
 def test_scalar_weight():
-    packed, st = bnb.quantize_4bit(np.float32(-2.5), quant_type="fp4")
+    packed, st = bnb.quantize_4bit(np.float32(-2.5), quant_type="fp4", compress_statistics=True)
     assert packed.tolist() == [[0xB0]] and st.shape == ()
     out = bnb.dequantize_4bit(packed, st)
     assert out.shape == () and out == -2.5
@@ -282,13 +292,17 @@ def test_scalar_weight():
 @pytest.mark.parametrize("quant_type", bnb.QUANT_TYPES)
 def test_nested_codes_match_the_oracle(quant_type):
     w = _data((601, 64), np.float32, 5)                   # 1202 blocks of 32: 5 nested blocks, one partial
-    packed, st = bnb.quantize_4bit(w, blocksize=32, quant_type=quant_type)
+    packed, st = bnb.quantize_4bit(w, blocksize=32, quant_type=quant_type, compress_statistics=True)
     plain, st0 = bnb.quantize_4bit(w, blocksize=32, quant_type=quant_type, compress_statistics=False)
     assert np.array_equal(packed, plain)                  # the 4-bit codes use the exact absmax
     am = st0.absmax
     assert st.nested and st.absmax.dtype == np.uint8 and st.absmax.shape == (1202,)
-    offset = np.float32(am.astype(np.float64).mean())
+    # the offset is torch's float32 mean (bitsandbytes' absmax.mean()), near the exact mean: a float32
+    # sum of n non-negative terms is within (n - 1) * 2**-24 relative, then one rounding
+    offset = np.float32(torch.from_numpy(am).mean().item())
     assert st.offset.dtype == np.float32 and st.offset.shape == () and st.offset == offset
+    exact = am.astype(np.float64).mean()
+    assert abs(float(offset) - exact) <= 1202 * 2.0**-24 * exact
     r = am - offset
     x, am2 = _blocks(r, 256)
     s2 = st.state2
@@ -300,22 +314,31 @@ def test_nested_codes_match_the_oracle(quant_type):
     rec = bnb.absmax_fp32(st)
     assert rec.dtype == np.float32
     assert np.array_equal(rec, bnb.DYNAMIC_MAP[st.absmax] * np.repeat(am2, 256)[:1202] + offset)
-    # |code - x| <= MAP_GAP/2 + float32 midpoint rounding (2**-24) + x's rounding; two final roundings
-    bound = np.repeat(am2, 256)[:1202] * (MAP_GAP / 2 + 2.0**-24 + X_ROUND) + 2.0**-23 * (am + am2.max())
+    # |code - x| <= MAP_GAP/2 + float32 midpoint rounding (2**-24) + the grid's half step 1/65535 and
+    # its roundings (4 * 2**-24) + x's rounding; two final roundings
+    bound = (np.repeat(am2, 256)[:1202] * (MAP_GAP / 2 + 1 / 65535 + 5 * 2.0**-24 + X_ROUND)
+             + 2.0**-23 * (am + am2.max()))
     assert (np.abs(rec.astype(np.float64) - am) <= bound).all()
 
 
-def test_nested_ties_go_to_the_even_index():
+def test_nested_codes_follow_the_cpu_table():
+    """The nested 8-bit codes are bitsandbytes' CPU library's: a 65536-point grid over [-1, 1], each
+    point coded by its nearest entry, so entries closer together than the grid step are not all used."""
     m = bnb.DYNAMIC_MAP
-    mid = (m[:-1] + m[1:]) * np.float32(0.5)                        # the kernel's float32 midpoints
-    lo = np.arange(255)
-    assert bnb._dynamic_codes(mid).tolist() == np.where(lo % 2 == 0, lo, lo + 1).tolist()
-    assert bnb._dynamic_codes(np.nextafter(mid, np.float32(2))).tolist() == (lo + 1).tolist()
-    assert bnb._dynamic_codes(np.nextafter(mid, np.float32(-2))).tolist() == lo.tolist()
-    assert bnb._dynamic_codes(m).tolist() == list(range(256))
-    assert bnb._dynamic_codes(np.float32([-1.5, -1.0, 1.0000001, 2.0])).tolist() == [0, 0, 255, 255]
+    grid = np.float32(2) * np.arange(65536, dtype=np.float32) / np.float32(65535) - np.float32(1)
+    assert np.array_equal(bnb._dynamic_codes(grid), _oracle_dynamic(grid))
+    assert np.array_equal(bnb._dynamic_codes(m), _oracle_dynamic(m))
+    assert (np.diff(bnb._dynamic_codes(grid).astype(int)) >= 0).all()           # monotone
+    assert bnb._dynamic_codes(np.float32([-1.5, -1.0, 1.0, 2.0, np.nan])).tolist() == [0, 0, 255, 255, 0]
+    used = np.unique(bnb._dynamic_codes(grid))
+    assert 0 in used and 255 in used and used.size < 256
+    # no grid point is 0: 0.0 itself (code 127) is never used, x = 0 lands on point 32768, 2**-16 in float32
+    assert 127 not in used
+    assert bnb._dynamic_codes(np.float32([0.0]))[0] == np.abs(MAP_64 - 2.0**-16).argmin()
+    mid = (m[:-1] + m[1:]) * np.float32(0.5)
     rng = np.random.default_rng(0)
-    x = np.concatenate([rng.uniform(-1, 1, 4000), rng.standard_normal(4000) * 1e-4]).astype(np.float32)
+    x = np.concatenate([rng.uniform(-1, 1, 4000), rng.standard_normal(4000) * 1e-4, mid,
+                        np.nextafter(mid, np.float32(2)), np.nextafter(grid, np.float32(-2))]).astype(np.float32)
     assert np.array_equal(bnb._dynamic_codes(x), _oracle_dynamic(x))
 
 
@@ -357,7 +380,7 @@ def test_chunks_change_nothing(monkeypatch):
         res = []
         for bs in (32, 4096):
             for qt in bnb.QUANT_TYPES:
-                packed, st = bnb.quantize_4bit(w, blocksize=bs, quant_type=qt)
+                packed, st = bnb.quantize_4bit(w, blocksize=bs, quant_type=qt, compress_statistics=True)
                 res += [packed.tobytes(), st.absmax.tobytes(), bnb.dequantize_4bit(packed, st).tobytes()]
         runs.append(res)
     assert runs[0] == runs[1]
@@ -394,7 +417,7 @@ def test_torch_matches_numpy(dtype):
 def test_quant_storage_views_are_accepted():
     """bitsandbytes' quant_storage=float16/bfloat16/float32 stores the same bytes viewed as that dtype."""
     w = torch.from_numpy(_data((8, 64), np.float32, 6))
-    packed, st = bnb.quantize_4bit(w)
+    packed, st = bnb.quantize_4bit(w, quant_type="nf4", compress_statistics=True)
     want = bnb.dequantize_4bit(packed, st)
     for dt in (torch.float16, torch.bfloat16, torch.float32):
         assert torch.equal(bnb.dequantize_4bit(packed.reshape(-1).view(dt).unsqueeze(1), st), want)
@@ -402,7 +425,8 @@ def test_quant_storage_views_are_accepted():
 
 
 def test_import_does_not_import_torch():
-    code = ("import sys, numpy as np, hipskinny.bnb as b; p, s = b.quantize_4bit(np.ones(3, np.float32)); "
+    code = ("import sys, numpy as np, hipskinny.bnb as b; p, s = b.quantize_4bit(np.ones(3, np.float32), "
+            "quant_type='nf4', compress_statistics=True); "
             "b.dequantize_4bit(p, s); b.as_state(b.state_dict(p, s)); assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -433,7 +457,8 @@ def test_state_dict_round_trip(kind, nested):
     assert all(isinstance(v, torch.Tensor) == (kind == "torch") for v in sd.values())
     assert sd[prefix + "quant_state.bitsandbytes__nf4"].dtype in (np.uint8, torch.uint8)
     # read back, among another layer's entries, with the prefix with or without its dot
-    other = bnb.state_dict(*bnb.quantize_4bit(np.ones(6, np.float32), quant_type="fp4"), prefix="lm_head.weight.")
+    other = bnb.state_dict(*bnb.quantize_4bit(np.ones(6, np.float32), quant_type="fp4", compress_statistics=True),
+                           prefix="lm_head.weight.")
     full = {**other, **sd, "model.norm.weight": np.ones(3)}
     for p in (prefix, prefix[:-1]):
         back = bnb.as_state(full, prefix=p)
@@ -450,7 +475,7 @@ def test_state_dict_round_trip(kind, nested):
 
 def test_state_dict_unpacked_entries():
     """bitsandbytes' as_dict() without packing: plain quant_type/blocksize/dtype/shape entries."""
-    packed, st = bnb.quantize_4bit(_data((4, 64), np.float16, 8), quant_type="fp4")
+    packed, st = bnb.quantize_4bit(_data((4, 64), np.float16, 8), quant_type="fp4", compress_statistics=True)
     sd = {"absmax": st.absmax, "quant_map": st.code, "nested_absmax": st.state2.absmax,
           "nested_quant_map": st.state2.code, "quant_type": "fp4", "blocksize": 64, "dtype": "float16",
           "shape": (4, 64), "nested_blocksize": 256, "nested_dtype": "float32", "nested_offset": float(st.offset)}
@@ -526,8 +551,8 @@ def test_bad_quantize_inputs():
 
 def test_bad_states():
     w = _data((3, 70), np.float32, 11)             # 210 elements: 105 bytes, 4 blocks of 64
-    packed, st = bnb.quantize_4bit(w, compress_statistics=False)
-    _, nst = bnb.quantize_4bit(w)
+    packed, st = bnb.quantize_4bit(w, quant_type="nf4", compress_statistics=False)
+    _, nst = bnb.quantize_4bit(w, quant_type="nf4", compress_statistics=True)
 
     def dq(**changes):
         return bnb.dequantize_4bit(packed, bnb.QuantState(**{**vars(st), **changes}))
@@ -588,7 +613,7 @@ def test_bad_states():
 
 
 def test_bad_state_dicts():
-    packed, st = bnb.quantize_4bit(_data((2, 64), np.float32, 12), quant_type="fp4")
+    packed, st = bnb.quantize_4bit(_data((2, 64), np.float32, 12), quant_type="fp4", compress_statistics=True)
     sd = bnb.state_dict(packed, st, "a.weight.")
     key = "a.weight.quant_state.bitsandbytes__fp4"
 
@@ -655,6 +680,44 @@ def _bnb_functional():
     return F
 
 
+def _excused(w, bs, quant_type, cb, ch):
+    """Where bitsandbytes' CPU backend may code differently from the GPU kernel hipskinny follows
+    (``cb``/``ch``: its codes and ours): a partial last block divided instead of multiplied by the
+    reciprocal (where the two give different x); for FP4 the sign of zero codes, and its float32
+    midpoints instead of the kernel's literals."""
+    w32 = w.float().numpy().reshape(-1)
+    n = w32.size
+    x, am = _blocks(w32, bs)
+    excused = np.zeros(n, bool)
+    full = n - n % bs
+    if n % bs:
+        excused[full:] = (w32[full:] / am[-1]) != x[full:]
+    if quant_type == "fp4":
+        excused |= ((cb & 7) == 0) & ((ch & 7) == 0)                  # +-0 codes
+        # bitsandbytes' CPU decides at float32 midpoints (a + b) / 2 (ties: the lower entry of the
+        # sorted table, i.e. the larger magnitude for negatives); the kernel at its literals
+        ax = np.abs(x.astype(np.float64))
+        s = np.sort(FP4_MAG_64)
+        s32 = s.astype(np.float32)
+        m32 = ((s32[:-1] + s32[1:]) / np.float32(2)).astype(np.float64)
+        for m, m_, k in zip((s[:-1] + s[1:]) / 2, m32, FP4_CONST, strict=True):
+            excused |= (ax >= min(m, m_, k)) & (ax <= max(m, m_, k))
+    return excused
+
+
+def _stats(st):
+    """A state's statistics as (dtype, shape, bytes): absmax, and if nested the offset, state2.absmax
+    and state2.code."""
+    def raw(x):
+        a = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+        return a.dtype.str, a.shape, a.tobytes()
+
+    out = {"absmax": raw(st.absmax)}
+    if st.state2 is not None:
+        out |= {"offset": raw(st.offset), "state2.absmax": raw(st.state2.absmax), "state2.code": raw(st.state2.code)}
+    return out
+
+
 def test_bnb_tables():
     bnbF = _bnb_functional()
     assert np.array_equal(bnbF.get_4bit_type("nf4", device="cpu").numpy(), bnb.NF4)
@@ -678,22 +741,8 @@ def test_bnb_bytes_and_absmax(quant_type, tdtype):
         assert torch.equal(sb.absmax, sh.absmax)
         n = w.numel()
         cb, ch = _codes(pb.numpy(), n), _codes(ph.numpy(), n)
-        x, am = _blocks(w.float().numpy(), bs)
-        excused = np.zeros(n, bool)
+        excused = _excused(w, bs, quant_type, cb, ch)
         full = n - n % bs
-        if n % bs:
-            tail = w.float().numpy().reshape(-1)[full:]
-            excused[full:] = (tail / am[-1]) != x[full:]
-        if quant_type == "fp4":
-            excused |= ((cb & 7) == 0) & ((ch & 7) == 0)                  # +-0 codes
-            # bitsandbytes' CPU decides at float32 midpoints (a + b) / 2 (ties: the lower entry of the
-            # sorted table, i.e. the larger magnitude for negatives); the kernel at its literals
-            ax = np.abs(x.astype(np.float64))
-            s = np.sort(FP4_MAG_64)
-            s32 = s.astype(np.float32)
-            m32 = ((s32[:-1] + s32[1:]) / np.float32(2)).astype(np.float64)
-            for m, m_, k in zip((s[:-1] + s[1:]) / 2, m32, FP4_CONST, strict=True):
-                excused |= (ax >= min(m, m_, k)) & (ax <= max(m, m_, k))
         assert np.array_equal(cb[~excused], ch[~excused]), (bs, shape)
         if quant_type == "nf4" and n == full:
             assert not excused.any()
@@ -703,7 +752,7 @@ def test_bnb_bytes_and_absmax(quant_type, tdtype):
 @pytest.mark.parametrize("tdtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_bnb_states_interoperate(quant_type, tdtype):
     """bitsandbytes' states dequantize here bit for bit as bitsandbytes does, both ways through the
-    state dict, and its nested codes are never nearer than ours."""
+    state dict."""
     bnbF = _bnb_functional()
     w = torch.randn((300, 256), generator=torch.Generator().manual_seed(1)).to(tdtype)
     for nested in (False, True):
@@ -721,15 +770,155 @@ def test_bnb_states_interoperate(quant_type, tdtype):
         assert all(torch.equal(mine[k], theirs[k]) for k in theirs)          # the JSON bytes included
         if nested:
             assert torch.equal(bnb.absmax_fp32(sb), bnbF.dequantize_blockwise(sb.absmax, sb.state2) + sb.offset)
-            # offsets: bitsandbytes' float32 torch.mean vs the correctly rounded mean; a float32 sum of
-            # n terms is within log2(n) * 2**-24 relative for non-negative terms, then one rounding
-            nb_ = sb.absmax.numel()
-            assert abs(sb.offset.item() - sh.offset.item()) <= (math.ceil(math.log2(nb_)) + 1) * 2.0**-24 * (
-                sh.offset.item())
-            if sb.offset.item() == sh.offset.item():
-                assert torch.equal(sb.state2.absmax, sh.state2.absmax)
-                am = bnb.quantize_4bit(w, quant_type=quant_type, compress_statistics=False)[1].absmax.numpy()
-                x, _ = _blocks(am - sh.offset.numpy(), 256)
-                d = np.abs(x.astype(np.float64)[:, None] - MAP_64[None, :])
-                rows = np.arange(x.size)
-                assert (d[rows, sh.absmax.numpy()] <= d[rows, sb.absmax.numpy()]).all()
+            assert _stats(sh) == _stats(sb)         # byte for byte (test_bnb_statistics_byte_parity_*)
+
+
+# bitsandbytes' statistics byte for byte. Its CPU path is the reference: the offset is torch's float32
+# absmax.mean() and the nested codes come from its CPU library's table (its CUDA kernel sums in the
+# GPU's order and searches the map instead, so GPU-made states may differ in those bytes).
+
+
+def test_quantize_4bit_defaults_are_bitsandbytes_defaults():
+    bnbF = _bnb_functional()
+    theirs = inspect.signature(bnbF.quantize_4bit).parameters
+    ours = inspect.signature(bnb.quantize_4bit).parameters
+    for name in ("quant_type", "compress_statistics"):
+        assert ours[name].default == theirs[name].default, name
+    bs = theirs["blocksize"].default
+    if bs is None:                  # bitsandbytes' body turns None into 64
+        bs = bnbF.quantize_4bit(torch.ones(128))[1].blocksize
+    assert ours["blocksize"].default == bs == 64
+    w = torch.randn((8, 256), generator=torch.Generator().manual_seed(0))
+    pb, sb = bnbF.quantize_4bit(w)
+    ph, sh = bnb.quantize_4bit(w)
+    assert (sh.quant_type, sh.blocksize, sh.nested) == (sb.quant_type, sb.blocksize, sb.nested) == ("fp4", 64, False)
+    assert _stats(sh) == _stats(sb)
+
+
+def test_bnb_nested_parity_issue_example():
+    """Issue 22's case: the offset was 0.025870082899928093 (the float64 mean rounded), bitsandbytes'
+    float32 torch mean is one ulp above, and one of the 768 nested codes differed."""
+    bnbF = _bnb_functional()
+    w = torch.randn((96, 512), generator=torch.Generator().manual_seed(2)) * 0.01
+    pb, sb = bnbF.quantize_4bit(w, blocksize=64, quant_type="nf4", compress_statistics=True)
+    for src in (w, w.numpy()):
+        ph, sh = bnb.quantize_4bit(src, blocksize=64, quant_type="nf4", compress_statistics=True)
+        assert _stats(sh) == _stats(sb)
+        assert np.asarray(ph).tobytes() == pb.numpy().tobytes()
+
+
+PARITY_SHAPES = {64: [(96, 512), (75, 640)], 128: [(150, 384)], 256: [(200, 768)], 4096: [(75, 4096)]}
+
+
+@pytest.mark.parametrize("quant_type", bnb.QUANT_TYPES)
+@pytest.mark.parametrize("blocksize", sorted(PARITY_SHAPES))
+@pytest.mark.parametrize("tdtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_bnb_statistics_byte_parity_with_and_without_nesting(quant_type, blocksize, tdtype):
+    """absmax, and nested the codes, offset, state2.absmax and state2.code, are bitsandbytes' bytes from
+    torch and from numpy input (whole 4-bit blocks; 768, 750, 450, 600 and 75 of them). NF4's packed
+    bytes too. FP4's codes follow the GPU kernel, not bitsandbytes' CPU backend, where the two differ:
+    the sign of zero codes and the kernel's literals for float32 midpoints (`_excused`)."""
+    bnbF = _bnb_functional()
+    shapes = PARITY_SHAPES[blocksize]
+    for seed in range(3):
+        shape = shapes[seed % len(shapes)]
+        g = torch.Generator().manual_seed(100 * blocksize + seed)
+        scale = torch.exp2(torch.randint(-16, 3, (shape[0], 1), generator=g).float())    # rows of varied scale
+        w = (torch.randn(shape, generator=g) * scale).to(tdtype)
+        wn = w.view(torch.int16).numpy().view(BF16) if tdtype == torch.bfloat16 else w.numpy()
+        for nested in (False, True):
+            pb, sb = bnbF.quantize_4bit(w, blocksize=blocksize, quant_type=quant_type, compress_statistics=nested)
+            for src in (w, wn):
+                ph, sh = bnb.quantize_4bit(src, blocksize=blocksize, quant_type=quant_type,
+                                           compress_statistics=nested)
+                where = (shape, seed, nested, type(src).__name__)
+                assert _stats(sh) == _stats(sb), where
+                if quant_type == "nf4":
+                    assert np.asarray(ph).tobytes() == pb.numpy().tobytes(), where
+                else:
+                    cb, ch = _codes(pb.numpy(), w.numel()), _codes(np.asarray(ph), w.numel())
+                    excused = _excused(w, blocksize, quant_type, cb, ch)
+                    assert np.array_equal(cb[~excused], ch[~excused]), where
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_bnb_nested_parity_above_torch_parallel_grain(threads):
+    """From 32768 blocks on, torch sums the absmax in one chunk per thread, then sums the chunks: the
+    offset depends on torch's thread count, which the numpy path reads from torch once it is loaded."""
+    bnbF = _bnb_functional()
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        w = torch.randn((1120, 2000), generator=torch.Generator().manual_seed(threads))   # 70000 blocks of 32
+        pb, sb = bnbF.quantize_4bit(w, blocksize=32, quant_type="nf4", compress_statistics=True)
+        for src in (w, w.numpy()):
+            ph, sh = bnb.quantize_4bit(src, blocksize=32, quant_type="nf4", compress_statistics=True)
+            assert _stats(sh) == _stats(sb), type(src).__name__
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_numpy_offset_is_torch_cpu_float32_mean():
+    """The numpy path's mean is torch's CPU float32 mean bit for bit (a cascade sum over SIMD lanes and
+    four accumulators, per thread chunk from 32768 elements on, then one division), at every length."""
+    rng = np.random.default_rng(7)
+    old = torch.get_num_threads()
+    try:
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            lanes, got_threads = bnb._torch_cpu_reduction()
+            assert got_threads == threads and lanes in (8, 16)
+            for m in [*range(1, 70), 255, 256, 511, 512, 513, 4095, 4097, 8191, 16385, 32767, 32768, 40000, 65537,
+                      100003, 300001]:
+                x = (rng.random(m) * np.exp2(rng.integers(-8, 8))).astype(np.float32)
+                want = np.float32(torch.from_numpy(x).mean().item())
+                assert bnb._torch_cpu_mean(x, lanes, threads) == want, (threads, m)
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_nested_codes_match_bnb_cpu_quantize_blockwise():
+    """Blocks of 256 against the dynamic map, as bitsandbytes' CPU quantize_blockwise codes them: random
+    values, values on and next to its grid's edges and the map's float32 midpoints, an all-zero block
+    (code 0) and a block whose 1/absmax overflows (0 * inf is NaN: code 0)."""
+    bnbF = _bnb_functional()
+    rng = np.random.default_rng(11)
+    m = bnb.DYNAMIC_MAP
+    mid = (m[:-1] + m[1:]) * np.float32(0.5)
+    edges = ((np.arange(65536) - 0.5) / 65535 * 2 - 1).astype(np.float32)       # grid index changes here
+    pts = np.concatenate([mid, np.nextafter(mid, np.float32(2)), np.nextafter(mid, np.float32(-2)),
+                          edges, np.nextafter(edges, np.float32(2)), np.nextafter(edges, np.float32(-2))])
+    pts = np.clip(pts, -1, 1)
+    per = 255
+    blocks = -(-pts.size // per)
+    a = np.zeros(blocks * 256, np.float32).reshape(blocks, 256)
+    a[:, 0] = 1.0                                                                   # absmax 1: x = a
+    flat = np.zeros(blocks * per, np.float32)
+    flat[: pts.size] = pts
+    a[:, 1:] = flat.reshape(blocks, per)
+    a = np.concatenate([a.reshape(-1), rng.standard_normal(3000).astype(np.float32), np.zeros(256, np.float32),
+                        np.float32([2.0**-140, 0.0, -(2.0**-141)] + [0.0] * 253), rng.random(77).astype(np.float32)])
+    qb, sb = bnbF.quantize_blockwise(torch.from_numpy(a), blocksize=256)
+    q, absmax2 = bnb._quantize_dynamic(a)
+    assert np.array_equal(absmax2, sb.absmax.numpy())
+    assert np.array_equal(q, qb.numpy())
+
+
+def test_numpy_only_process_gives_bnb_nested_bytes(tmp_path):
+    """Without torch in the process the numpy path still gives bitsandbytes' bytes (below 32768 blocks
+    the thread count does not matter)."""
+    bnbF = _bnb_functional()
+    w = (torch.randn((75, 640), generator=torch.Generator().manual_seed(5)) * 0.02).to(torch.float16)
+    np.save(tmp_path / "w.npy", w.numpy())
+    code = ("import sys, numpy as np, hipskinny.bnb as b; w = np.load(sys.argv[1]); "
+            "p, s = b.quantize_4bit(w, blocksize=64, quant_type='nf4', compress_statistics=True); "
+            "assert 'torch' not in sys.modules; np.savez(sys.argv[2], packed=p, absmax=s.absmax, offset=s.offset, "
+            "absmax2=s.state2.absmax, code2=s.state2.code)")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "w.npy"), str(tmp_path / "out.npz")], check=True)
+    got = np.load(tmp_path / "out.npz")
+    pb, sb = bnbF.quantize_4bit(w, blocksize=64, quant_type="nf4", compress_statistics=True)
+    want = _stats(sb)
+    mine = {"absmax": got["absmax"], "offset": got["offset"], "state2.absmax": got["absmax2"],
+            "state2.code": got["code2"]}
+    assert {k: (v.dtype.str, v.shape, v.tobytes()) for k, v in mine.items()} == want
+    assert got["packed"].tobytes() == pb.numpy().tobytes()
