@@ -78,10 +78,17 @@ def torch_on_device(shape):
     return torch.frombuffer(raw, dtype=torch.uint8).view(torch.float16).view(shape)
 
 
-def dlpack_on_device(shape):
+class Pre10(HandMade):
+    """A producer from before DLPack 1.0: no max_version keyword, legacy capsules."""
+
+    def __dlpack__(self, stream=None):
+        return super().__dlpack__()
+
+
+def dlpack_on_device(shape, version=(1, 0), kind=HandMade):
     ptr = device_bytes(int(np.prod(shape)) * 2)
     strides = (shape[1], 1) if len(shape) == 2 else (1,)
-    return HandMade(None, ptr, shape, strides, code=2, bits=16, device=(DL_ROCM, 0), version=(1, 0))
+    return kind(None, ptr, shape, strides, code=2, bits=16, device=(DL_ROCM, 0), version=version)
 
 
 res = {{"cases": {{}}}}
@@ -100,6 +107,11 @@ if hasattr(torch.ops, "hipskinny") and hasattr(torch.ops.hipskinny, "skinny_gemm
     cases["torch_ops_skinny_gemm"] = lambda: torch.ops.hipskinny.skinny_gemm(x1, w)
 dx, dw, do = dlpack_on_device((N1, K)), dlpack_on_device((M, K)), dlpack_on_device((N1, M))
 cases["skinny_gemm_dlpack_out"] = lambda: hipskinny.skinny_gemm(dx, dw, out=do)
+# The same with legacy 'dltensor' capsules: from a producer that takes max_version, and from one before DLPack 1.0.
+lx, lw, lo = (dlpack_on_device(shape, version=None) for shape in ((N1, K), (M, K), (N1, M)))
+cases["skinny_gemm_dlpack_legacy_out"] = lambda: hipskinny.skinny_gemm(lx, lw, out=lo)
+px, pw, po = (dlpack_on_device(shape, version=None, kind=Pre10) for shape in ((N1, K), (M, K), (N1, M)))
+cases["skinny_gemm_dlpack_pre10_out"] = lambda: hipskinny.skinny_gemm(px, pw, out=po)
 hx, hw = np.ones((N1, K), np.float16), np.ones((M, K), np.float16)
 cases["skinny_gemm_numpy"] = lambda: hipskinny.skinny_gemm(hx, hw)
 cases["gemv_numpy"] = lambda: hipskinny.gemv(hx[0], hw)

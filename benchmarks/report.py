@@ -527,7 +527,12 @@ _PER_CALL_ROWS = (
     ("gemv_torch_out", "hipskinny.gemv(x, w, out=o), torch GPU tensors", "torch", 5.0),
     ("gemv_torch", "hipskinny.gemv(x, w), torch GPU tensors (output allocated)", "torch", 5.0),
     ("torch_ops_skinny_gemm", "torch.ops.hipskinny.skinny_gemm(x, w), torch GPU tensors, N=1", "torch.ops", None),
-    ("skinny_gemm_dlpack_out", "hipskinny.skinny_gemm(x, w, out=o), other DLPack GPU objects, N=1", "dlpack", 10.0),
+    ("skinny_gemm_dlpack_out", "hipskinny.skinny_gemm(x, w, out=o), other DLPack GPU objects, N=1 (DLPack 1.x: "
+     "'dltensor_versioned' capsules)", "dlpack", 10.0),
+    ("skinny_gemm_dlpack_legacy_out", "the same, legacy 'dltensor' capsules (the producer takes max_version)", "dlpack",
+     (1.2, "skinny_gemm_dlpack_out", "versioned")),
+    ("skinny_gemm_dlpack_pre10_out", "the same, producers from before DLPack 1.0 (no max_version keyword, legacy "
+     "capsules)", "dlpack", (1.2, "skinny_gemm_dlpack_out", "versioned")),
     ("skinny_gemm_numpy", "hipskinny.skinny_gemm(x, w), numpy host inputs, N=1, with its copies", "numpy", None),
     ("skinny_gemm_numpy_no_copies", "the same, hipMemcpyAsync calls made no-ops (copies excluded)", "numpy", 25.0),
     ("gemv_numpy", "hipskinny.gemv(x, w), numpy host inputs, with its copies", "numpy", None),
@@ -550,8 +555,12 @@ def _overhead(rep: dict[str, Any]) -> list[str]:
            "| call | µs | target |", "|---|---|---|"]
     for key, label, _, target in _PER_CALL_ROWS:
         if key in o["cases"]:
-            limit = f"≤ {target:g}" if target else ""
-            out.append(f"| {label} | {o['cases'][key]:.1f} | {limit} |")
+            us = o["cases"][key]
+            if isinstance(target, tuple):     # at most target[0] times the row target[1] (named target[2])
+                cell, limit = f"{us:.1f} ({us / o['cases'][target[1]]:.2f}×)", f"≤ {target[0]:g}× {target[2]}"
+            else:
+                cell, limit = f"{us:.1f}", f"≤ {target:g}" if target else ""
+            out.append(f"| {label} | {cell} | {limit} |")
     out += [f"| one prepared hip-python launch of the same kernel (the floor inside every row above) | "
             f"{o['bare_launch_us']:.1f} | |",
             f"| bare torch op: torch.add on 1-element CPU tensors (torch {o['torch_version']}) | "

@@ -398,29 +398,46 @@ _PyCapsule_GetName = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(
 _PyCapsule_GetPointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
     ("PyCapsule_GetPointer", ctypes.pythonapi))
 
+_VERSIONED = b"dltensor_versioned"
+_LEGACY = b"dltensor"          # DLPack before 1.0: a bare DLManagedTensor, dl_tensor its first member
 
-def _capsule_pointer(capsule: Any, name: bytes) -> int:
-    """The pointer a capsule named ``name`` holds, or 0 when it has another name."""
-    try:
-        return _PyCapsule_GetPointer(capsule, name) or 0
-    except ValueError:          # named otherwise (PyCapsule_GetPointer set ValueError)
-        return 0
+# How each producer type exported last: whether its __dlpack__ took max_version and the capsule's name.
+# The per-call path asks the same way and takes the pointer under that name: a TypeError retry, or a
+# pointer asked under the wrong name (an exception through ctypes), cost more than the rest of the read.
+_habits: dict[type, tuple[bool, bytes | None]] = {}
+
+
+def _remember(tp: type, takes_max_version: bool, capsule_name: bytes | None) -> None:
+    if len(_habits) >= 256:     # bounded: types made on the fly must not pile up
+        _habits.clear()
+    _habits[tp] = (takes_max_version, capsule_name)
+
+
+def _capsule_pointer(capsule: Any) -> tuple[int, bytes | None]:
+    """The pointer a DLPack capsule holds (0 when it is named otherwise, e.g. already consumed) and its name."""
+    name = _PyCapsule_GetName(capsule)   # read, not guessed: a wrong guess raises
+    if name != _VERSIONED and name != _LEGACY:
+        return 0, name
+    return _PyCapsule_GetPointer(capsule, name) or 0, name
 
 
 def _is_capsule(obj: object) -> bool:
     return type(obj).__name__ == "PyCapsule" and type(obj).__module__ == "builtins"
 
 
-def _export_capsule(obj: Any, name: str, device_type: int, stream: int | None) -> Any:
+def _export_capsule(obj: Any, name: str, device_type: int, stream: int | None) -> tuple[Any, bool]:
+    """A fresh export of ``obj``, and whether its ``__dlpack__`` took max_version."""
     kwargs: dict[str, Any] = {}
     if stream is not None and device_type not in HOST_DEVICE_TYPES:
         kwargs["stream"] = stream  # host producers must not be given a stream
+    habit = _habits.get(type(obj))
     try:
-        try:
-            return obj.__dlpack__(max_version=_DLPACK_MAX_VERSION, **kwargs)
-        except TypeError:
-            # Producers older than DLPack 1.0 have no max_version keyword.
-            return obj.__dlpack__(**kwargs)
+        if habit is None or habit[0]:
+            try:
+                return obj.__dlpack__(max_version=_DLPACK_MAX_VERSION, **kwargs), True
+            except TypeError:
+                pass                # producers older than DLPack 1.0 have no max_version keyword
+        return obj.__dlpack__(**kwargs), False
     except (BufferError, ValueError, NotImplementedError) as e:
         raise InputTypeError(f"{name}: its __dlpack__() refused to export: {e}") from e
 
@@ -430,15 +447,18 @@ def _view_dlpack(obj: Any, name: str, stream: int | None) -> TensorView:
         dev_type = int(obj.__dlpack_device__()[0])
     except Exception as e:  # a broken producer: say which operand
         raise InputTypeError(f"{name}: __dlpack_device__() failed: {e}") from e
-    capsule = _export_capsule(obj, name, dev_type, stream)
+    capsule, takes_max_version = _export_capsule(obj, name, dev_type, stream)
     if not _is_capsule(capsule):
         raise InputTypeError(f"{name}: __dlpack__() returned {type(capsule).__name__}, "
                              "not a DLPack capsule")
     readonly = False
     # The structs are read with struct.unpack_from on their memory: field by field through ctypes
     # costs several µs per operand, and DLPack producers are exported afresh on every call.
-    address = _capsule_pointer(capsule, b"dltensor_versioned")
-    if address:
+    address, capsule_name = _capsule_pointer(capsule)
+    if not address:
+        raise InputTypeError(f"{name}: __dlpack__() returned a capsule named {capsule_name!r}, "
+                             "not an unconsumed 'dltensor' or 'dltensor_versioned'")
+    if capsule_name == _VERSIONED:
         major, minor, flags = _read(_VERSIONED_HEAD, address)
         if major != _DLPACK_MAJOR:
             # The layout below the header may differ: refuse rather than misread.
@@ -448,10 +468,8 @@ def _view_dlpack(obj: Any, name: str, stream: int | None) -> TensorView:
         readonly = bool(flags & _FLAG_READ_ONLY)
         tensor_address = address + _VERSIONED_HEAD.size
     else:
-        tensor_address = _capsule_pointer(capsule, b"dltensor")   # dl_tensor is the first member
-        if not tensor_address:
-            raise InputTypeError(f"{name}: __dlpack__() returned a capsule named {_PyCapsule_GetName(capsule)!r}, "
-                                 "not an unconsumed 'dltensor' or 'dltensor_versioned'")
+        tensor_address = address
+    _remember(type(obj), takes_max_version, capsule_name)
     (data, device_type, device_id, ndim, code, bits, lanes, shape_ptr, strides_ptr,
      byte_offset) = _read(_DLTENSOR, tensor_address)
     dtype = _FROM_DLPACK.get((code, bits)) if lanes == 1 else None
@@ -481,19 +499,33 @@ def _view_dlpack(obj: Any, name: str, stream: int | None) -> TensorView:
 def dlpack_signature(obj: Any) -> tuple[tuple, int] | None:
     """A DLPack producer's layout key and data address, read straight from a fresh export (the
     per-call path of ops: about half the cost of `view`). None when the export is not a plain
-    DLPack >= 1.0 one (the caller then takes `view`, which also says what is wrong)."""
+    DLPack one (the caller then takes `view`, which also says what is wrong)."""
+    habit = _habits.get(type(obj))
     try:
         # Held until the reads below are done: dropping the capsule runs the export's deleter, which
         # may free the shape and strides (the data stays: the producer, alive in the caller, owns it).
-        capsule = obj.__dlpack__(max_version=_DLPACK_MAX_VERSION)
-        address = _PyCapsule_GetPointer(capsule, b"dltensor_versioned")
+        if habit is None:           # a type not seen yet: learn how it exports
+            capsule, takes_max_version = _export_capsule(obj, "", DL_CPU, None)
+            address, capsule_name = _capsule_pointer(capsule)
+            if not address:
+                return None
+            _remember(type(obj), takes_max_version, capsule_name)
+        else:
+            takes_max_version, capsule_name = habit
+            capsule = obj.__dlpack__(max_version=_DLPACK_MAX_VERSION) if takes_max_version else obj.__dlpack__()
+            # Raises only if this export is named otherwise than the type's last: `view` then relearns.
+            address = _PyCapsule_GetPointer(capsule, capsule_name)
     except Exception:  # noqa: BLE001 - anything unusual: the full view decides
         return None
-    if _MEMORY is None or address + 96 > _MEMORY_END:
+    if _MEMORY is None or address + 96 > _MEMORY_END:   # room for either layout
         return None
-    major, _minor, flags = _VERSIONED_HEAD.unpack_from(_MEMORY, address)
+    if capsule_name == _VERSIONED:
+        major, _minor, flags = _VERSIONED_HEAD.unpack_from(_MEMORY, address)
+        address += 32
+    else:
+        major, flags = _DLPACK_MAJOR, 0   # no version, no flags before DLPack 1.0
     (data, device_type, device_id, ndim, code, bits, lanes, shape_ptr, strides_ptr,
-     byte_offset) = _DLTENSOR.unpack_from(_MEMORY, address + 32)
+     byte_offset) = _DLTENSOR.unpack_from(_MEMORY, address)
     if major != _DLPACK_MAJOR or not 0 < ndim < len(_DIMS) or not strides_ptr:
         return None
     dims = _DIMS[ndim]

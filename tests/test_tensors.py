@@ -13,11 +13,13 @@ import numpy as np
 import pytest
 import torch
 
+from hipskinny import tensors
 from hipskinny.errors import DeviceMismatchError, InputTypeError, InputValueError
 from hipskinny.tensors import (
     DL_CPU,
     DL_ROCM,
     TensorView,
+    dlpack_signature,
     new_output,
     same_device,
     to_kind,
@@ -381,6 +383,77 @@ def test_dlpack_capsule_kept_alive_then_released(wrapper: type[Wrapper]) -> None
     del h
     gc.collect()
     assert alive() is None  # the capsule's destructor released the producer's tensor
+
+
+def counting_raises(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The names under which tensors' PyCapsule_GetPointer raised (ctypes turns a wrong name into an exception)."""
+    raised: list[bytes] = []
+    real = tensors._PyCapsule_GetPointer
+
+    def get_pointer(capsule: Any, name: bytes) -> int:
+        try:
+            return real(capsule, name)
+        except Exception:
+            raised.append(name)
+            raise
+
+    monkeypatch.setattr(tensors, "_PyCapsule_GetPointer", get_pointer)
+    return raised
+
+
+@pytest.mark.parametrize("versioned", [False, True])
+def test_dlpack_legacy_dltensor_capsule_read_without_raising(monkeypatch: pytest.MonkeyPatch, versioned: bool) -> None:
+    """A legacy 'dltensor' capsule is read as cheaply as a versioned one: its name is looked at, not
+    guessed at the price of an exception, on the first export of a type as on later ones."""
+    class Producer(HandMade):   # a type not seen before
+        pass
+
+    raised = counting_raises(monkeypatch)
+    backing = ramp((3, 4), np.float16)
+    hm = Producer(backing, np_ptr(backing), (3, 4), (4, 1), code=2, bits=16,
+                  version=(1, 0) if versioned else None)
+    for _ in range(3):
+        found = dlpack_signature(hm)
+        assert found is not None and found[1] == np_ptr(backing)
+        check_matches(view(hm, "x"), backing)
+    assert raised == []
+
+
+def test_dlpack_pre_1_0_producer_on_the_per_call_path() -> None:
+    """A producer from before DLPack 1.0 (no max_version keyword) has its layout and address read by
+    `dlpack_signature` like any other, and is asked with max_version once, not on every call."""
+    class Pre10(Wrapper):
+        def __dlpack__(self, **kwargs: Any) -> Any:
+            self.calls.append(kwargs)
+            if "max_version" in kwargs:
+                raise TypeError("__dlpack__() got an unexpected keyword argument 'max_version'")
+            return self.inner.__dlpack__()   # numpy: a legacy 'dltensor' capsule
+
+    a = ramp((3, 4), np.float16)[:, 1:]
+    w = Pre10(a)
+    first = dlpack_signature(w)
+    assert first is not None and first[1] == np_ptr(a)
+    assert [dlpack_signature(w) for _ in range(3)] == [first] * 3
+    check_matches(view(w, "x"), a)
+    assert w.calls == [{"max_version": (1, 3)}] + [{}] * 5   # the refused ask, its retry, 3 signatures, the view
+
+
+def test_dlpack_type_whose_capsule_name_changes() -> None:
+    """Exports of one type that switch between versioned and legacy capsules are still read right: the
+    per-call path gives up once on a switch (the caller then views it, which relearns the type)."""
+    class Producer(HandMade):
+        pass
+
+    backing = ramp((2, 8), np.float16)
+    versioned, legacy = (Producer(backing, np_ptr(backing), (2, 8), (8, 1), code=2, bits=16, version=v, flags=1)
+                         for v in ((1, 0), None))
+    assert dlpack_signature(versioned) is not None and view(versioned, "x").readonly
+    assert dlpack_signature(legacy) is None                    # named otherwise than the type's last export
+    assert not view(legacy, "x").readonly                      # no flags before DLPack 1.0
+    found = dlpack_signature(legacy)
+    assert found is not None and found[1] == np_ptr(backing)
+    assert dlpack_signature(versioned) is None
+    assert view(versioned, "x").readonly and dlpack_signature(versioned) is not None
 
 
 # --- unsupported objects -------------------------------------------------------------------
