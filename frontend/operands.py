@@ -394,6 +394,10 @@ class Staged:
     cols: int
     pitch: int
     optional: bool = False        # an input that may be absent (bias)
+    # Checks the values of a host input before anything is launched (index lists, permutations): the
+    # contents of host arrays are checked on every call, as the kernels cannot trust them (device-
+    # resident ones cannot be checked without a sync: the kernels clip what they read instead).
+    check: Callable[[np.ndarray], None] | None = None
 
 
 class HostCall:
@@ -434,6 +438,9 @@ class HostCall:
         with pool.lock, _capture_errors(self.op):   # staged inputs are this call's until it has synchronized
             hosts = [None if how is None or obj is None else _rows(self._host(i, obj), how)
                      for i, (how, obj) in enumerate(zip(self.staged, objs, strict=True))]
+            for how, h in zip(self.staged, hosts, strict=True):
+                if h is not None and how.check is not None:     # type: ignore[union-attr]
+                    how.check(h)                                # type: ignore[union-attr]
             # Slots of the required inputs and of the output first, then their copies, then the
             # optional inputs (bias): the order of HIP calls the ops have always made.
             ptrs = [0 if h is None or how.optional else pool.buffer(how.slot, h.nbytes)  # type: ignore[union-attr]

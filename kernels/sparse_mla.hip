@@ -42,10 +42,12 @@
 //
 // Arguments (block (256, 1, 1), grid T * HB * S, static LDS only):
 //   sparse_mla_<v4|v32>(q, c0, idx0, ptr0, c1, idx1, ptr1, sink, out, lse, part, counters,
-//                       q_st, q_sh, bstride0, bs0, rows0, bstride1, bs1, rows1, scale, o_st, o_sh,
-//                       T, H, S, flags)
+//                       q_st, q_sh, bstride0, bs0, rows0, n0, bstride1, bs1, rows1, n1, scale, o_st,
+//                       o_sh, T, H, S, flags)
 //   q bf16 with element strides (t, h), lanes contiguous, 16-byte aligned rows; caches 16-byte
-//   aligned with block strides a multiple of 16; list 1 absent: ptr1 = null (len1 = 0); sink
+//   aligned with block strides a multiple of 16; list 1 absent: ptr1 = null (len1 = 0); n0 / n1:
+//   the index arrays' lengths, which clip each token's range [ptr[t], ptr[t + 1]) to [0, n) (lists
+//   on the device are never checked by the host: whatever they hold, no read leaves idx); sink
 //   fp32 [>= H] (read when flags bit 3); out bf16 [T, H, 512] with element strides (t, h), lanes
 //   contiguous; lse fp32 [T, H] (written when flags bit 2); part: S > 1 only, T * HB * S slots
 //   of kSlotFloats; counters: T * HB words, zero between calls (S > 1 only).
@@ -292,9 +294,12 @@ __device__ inline sk::frag p_piece(const uint16_t* ps, int r0, int lane) {
 #endif
 }
 
+// an indptr entry clipped to [0, n]
+__device__ inline int clip(int p, int n) { return min(max(p, 0), n); }
+
 template <bool V32>
 __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t q_sh, List l0, const int32_t* ptr0,
-                           List l1, const int32_t* ptr1, const float* __restrict__ sink, float scale,
+                           int n0, List l1, const int32_t* ptr1, int n1, const float* __restrict__ sink, float scale,
                            uint16_t* __restrict__ out, int64_t o_st, int64_t o_sh, float* __restrict__ lse, int T,
                            int H, int S, float* __restrict__ part, uint32_t* __restrict__ counters) {
   using L = Layout<V32>;
@@ -313,8 +318,10 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
   const int h0 = hb * kHeads;
 
   // Token t's positions: list 0 then list 1; this split's chunk of whole tiles.
-  const int b0 = ptr0[t], len0 = max(ptr0[t + 1] - b0, 0);   // a decreasing indptr: empty
-  const int b1 = ptr1 != nullptr ? ptr1[t] : 0, len1 = ptr1 != nullptr ? max(ptr1[t + 1] - b1, 0) : 0;
+  // each range clipped to its index array (a decreasing indptr, or one clipped to nothing: empty)
+  const int b0 = clip(ptr0[t], n0), len0 = max(clip(ptr0[t + 1], n0) - b0, 0);
+  const int b1 = ptr1 != nullptr ? clip(ptr1[t], n1) : 0;
+  const int len1 = ptr1 != nullptr ? max(clip(ptr1[t + 1], n1) - b1, 0) : 0;
   const int total = len0 + len1;
   const int tiles = (total + kRows - 1) / kRows, per = (tiles + S - 1) / S;
   const int p_begin = s * per * kRows, p_end = min(total, (s + 1) * per * kRows);
@@ -564,10 +571,11 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
       const uint8_t* c1, const int32_t* idx1, const int32_t* ptr1, const float* __restrict__ sink,             \
       uint16_t* __restrict__ out, float* __restrict__ lse, float* __restrict__ part,                          \
       uint32_t* __restrict__ counters, int64_t q_st, int64_t q_sh, int64_t bstride0, int bs0, int rows0,        \
-      int64_t bstride1, int bs1, int rows1, float scale, int64_t o_st, int64_t o_sh, int T, int H, int S,       \
-      int flags) {                                                                                            \
-    sparse_mla<V32>(q, q_st, q_sh, List{c0, bstride0, bs0, rows0, idx0, (flags & 1) != 0}, ptr0,              \
-                    List{c1, bstride1, bs1, rows1, idx1, (flags & 2) != 0}, ptr1, (flags & 8) ? sink : nullptr, \
+      int n0, int64_t bstride1, int bs1, int rows1, int n1, float scale, int64_t o_st, int64_t o_sh, int T,      \
+      int H, int S, int flags) {                                                                              \
+    sparse_mla<V32>(q, q_st, q_sh, List{c0, bstride0, bs0, rows0, idx0, (flags & 1) != 0}, ptr0, n0,          \
+                    List{c1, bstride1, bs1, rows1, idx1, (flags & 2) != 0}, ptr1, n1,                         \
+                    (flags & 8) ? sink : nullptr,                                                             \
                     scale, out, o_st, o_sh, (flags & 4) ? lse : nullptr, T, H, S, part, counters);             \
   }
 HS_SPARSE_MLA(v4, false)

@@ -15,6 +15,8 @@ LSE is fp32 m + log(l): FlashMLA's abs 1e-6 + rel 8.01 / 65536.
 
 from __future__ import annotations
 
+import re
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -312,6 +314,38 @@ def test_bad_inputs():
     v32_cache = mla.pack_cache(np.zeros((4, 576)), layout="v32", block_size=4)
     with pytest.raises(InputValueError, match="'v32' has one list and no sink"):
         call(layout="v32", q=np.zeros((2, 3, 576), BF16), swa_cache=v32_cache, sink=np.zeros(3, np.float32))
+
+
+@pytest.mark.parametrize(("which", "indptr", "rule"), [
+    ("swa", [-4, 2], "swa_indptr must start at 0 or more; got swa_indptr[0] = -4"),
+    ("swa", [0, 5], "swa_indptr must end at most at len(swa_indices) = 4; got swa_indptr[1] = 5"),
+    ("swa", [0, 3, 1], "swa_indptr must never decrease; got swa_indptr[1] = 3 > swa_indptr[2] = 1"),
+    ("extra", [0, 2, 9], "extra_indptr must end at most at len(extra_indices) = 4; got extra_indptr[2] = 9"),
+    ("extra", [-1, 0, 4], "extra_indptr must start at 0 or more"),
+], ids=["starts-below-0", "ends-past-indices", "decreases", "extra-ends-past", "extra-starts-below-0"])
+def test_host_lists_that_leave_their_buffers_are_refused_before_any_launch(which, indptr, rule):
+    """The issue's cases (indptr [-4, 2] read before the index buffer; [0, 5] with 4 indices was accepted):
+    host lists are checked on every call, before anything is launched, and the reference agrees."""
+    rng = np.random.default_rng(8)
+    t = len(indptr) - 1
+    q, c0, _, _, kw = _case(rng, "v4", t, 3, [4] * t, [2] * t)
+    idx = np.int32([0, 1, 2, 3])
+    good = np.int32(np.linspace(0, 4, t + 1).astype(int))
+    lists = {"swa_indices": idx, "swa_indptr": good, "extra_indices": idx, "extra_indptr": good}
+    lists[f"{which}_indptr"] = np.int32(indptr)
+    dev = _device("gfx942")
+    with hipskinny.on_device(dev):
+        op.sparse_decode(q, c0, idx, good, extra_cache=kw["extra_cache"], extra_indices=idx, extra_indptr=good,
+                         scale=0.1)          # a good call first: the same signature is then bound
+        launches = list(dev.launches)
+        assert launches, "the good call ran"
+        with pytest.raises(InputValueError, match=re.escape(rule)):
+            op.sparse_decode(q, c0, lists["swa_indices"], lists["swa_indptr"], extra_cache=kw["extra_cache"],
+                             extra_indices=lists["extra_indices"], extra_indptr=lists["extra_indptr"], scale=0.1)
+        assert list(dev.launches) == launches
+    with pytest.raises(ValueError):
+        sparse_decode_reference(q, c0, lists["swa_indices"], lists["swa_indptr"], extra_cache=kw["extra_cache"],
+                                extra_indices=lists["extra_indices"], extra_indptr=lists["extra_indptr"], scale=0.1)
 
 
 def test_out_in_place_and_empty_batch():

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import ml_dtypes
 import numpy as np
+import pytest
 from test_sparse_mla import _case, assert_close
 
 TESTS = str(Path(__file__).parent)
@@ -129,3 +130,56 @@ def test_captured_call_follows_the_lists_on_replay(fakehip_run):
     p0_b = np.array([3, 63, 213], np.int32)
     o = np.array(res["o_b"], np.uint16).view(BF16).reshape(2, 16, 512)
     assert_close(o, None, q, np.ascontiguousarray(c0), i0_b, p0_b, kw, "v4", scale=0.05)
+
+
+BAD_LISTS = """
+import ctypes, json, sys
+sys.path.insert(0, {tests!r})
+import numpy as np, ml_dtypes, hipskinny
+from device_arrays import dev_nd, dev_strided
+from fakehip.emulated import install
+from test_sparse_mla import _case
+
+runtime = install()
+rng = np.random.default_rng(41)
+q, c0, i0, p0, kw = _case(rng, "v4", 3, 4, [20, 9, 30], [5, 6, 7], bs0=16)
+res = {{"o": []}}
+for p0_bad, p1_bad in {cases!r}:
+    od, obase = dev_nd(np.zeros((3, 4, 512), ml_dtypes.bfloat16))
+    hipskinny.mla.sparse_decode(dev_strided(q)[0], dev_strided(c0)[0], dev_nd(i0)[0],
+                                dev_nd(np.array(p0_bad, np.int32))[0], extra_cache=dev_strided(kw["extra_cache"])[0],
+                                extra_indices=dev_nd(kw["extra_indices"])[0],
+                                extra_indptr=dev_nd(np.array(p1_bad, np.int32))[0], scale=0.05, out=od)
+    res["o"].append(np.frombuffer(ctypes.string_at(obase, 2 * 3 * 4 * 512), np.uint16).tolist())
+res["errors"] = runtime.errors
+print("RES", json.dumps(res))
+"""
+
+
+def _clipped(idx: np.ndarray, ptr: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The lists the kernel reads from a device-resident indptr: each range clipped to [0, len(idx)]."""
+    clip = [min(max(p, 0), len(idx)) for p in ptr]
+    parts = [idx[a:max(a, b)] for a, b in zip(clip[:-1], clip[1:], strict=True)]
+    lens = np.cumsum([0] + [len(p) for p in parts])
+    return np.concatenate(parts).astype(np.int32), lens.astype(np.int32)
+
+
+@pytest.mark.parametrize("arch", ["gfx950", "gfx1201"])
+def test_device_lists_that_leave_their_buffers_are_clipped(fakehip_run, arch):
+    """indptr entries before the index array, past its end and decreasing, on the GPU (unchecked by the
+    host): the kernel clips each token's range to the array and never reads outside it (the emulator
+    bounds-checks every access), giving the clipped lists' result."""
+    rng = np.random.default_rng(41)
+    q, c0, i0, p0, kw = _case(rng, "v4", 3, 4, [20, 9, 30], [5, 6, 7], bs0=16)
+    n0, n1 = len(i0), len(kw["extra_indices"])
+    cases = [([-4, 2, 9, n0 + 1000], [0, 5, 11, 18]),                  # before the start, past the end
+             ([-2**31, -7, 2**31 - 1, 2**31 - 1], [n1 + 3, 2, -1, n1])]   # extremes, decreasing
+    run = fakehip_run(BAD_LISTS.format(tests=TESTS, cases=cases), env={"FAKEHIP_ARCH": arch, "FAKEHIP_CU_COUNT": "2"})
+    res = json.loads(run.stdout.split("RES ", 1)[1])
+    assert res["errors"] == []
+    for (p0_bad, p1_bad), o in zip(cases, res["o"], strict=True):
+        i0c, p0c = _clipped(i0, p0_bad)
+        i1c, p1c = _clipped(kw["extra_indices"], p1_bad)
+        kwc = {**kw, "extra_indices": i1c, "extra_indptr": p1c}
+        o = np.array(o, np.uint16).view(BF16).reshape(3, 4, 512)
+        assert_close(o, None, q, c0, i0c, p0c, kwc, "v4", scale=0.05)

@@ -15,8 +15,11 @@ block_size, 656]`` (512 FP8, 4 fp32 scales, 64 bf16 rope; QK over 576 lanes, PV 
 list and no sink. ``fp8``: the caches' flavour, ``"ocp"`` (e4m3fn) or ``"fnuz"`` (e4m3fnuz), or a
 pair ``(swa, extra)`` when they differ; decoded in software where the hardware has no converter.
 Lists: int32 ``indices`` (flat) and ``indptr`` ``[T + 1]``: token t owns ``indices[indptr[t] :
-indptr[t + 1]]`` (indptr is read on the device and need not start at 0; a decreasing pair is an
-empty list; its entries must lie within ``indices``, which nothing can check without a host sync).
+indptr[t + 1]]``. Host lists are checked before anything is launched: indptr starts at 0 or more,
+never decreases and ends at most at ``len(indices)`` (`InputValueError` naming the rule). Lists on
+the GPU cannot be checked without a host sync, so the kernel clips each token's range to ``[0,
+len(indices)]`` (a pair that is decreasing after clipping is an empty list): whatever they hold, no
+read leaves the index arrays, and slots outside the cache contribute nothing.
 
 One launch (kernels/sparse_mla.hip): workgroups of (token, 16 heads, split); the split count comes
 from host-known shapes only (T, H and the index arrays' lengths: `split_count`; never the lists'
@@ -127,6 +130,25 @@ def _cache_bytes(cache: Any, name: str, layout: str) -> tuple[Any, int]:
                                            writeable=False), bs
 
 
+def _indptr_check(name: str, idx_name: str, n: int) -> Any:
+    """The rules a host indptr must follow (the kernel would clip a device one)."""
+
+    def check(a: np.ndarray) -> None:
+        p = a.reshape(-1)
+        if p[0] < 0:
+            raise InputValueError(f"sparse_decode: {name} must start at 0 or more; got {name}[0] = {p[0]}")
+        drops = np.flatnonzero(p[1:] < p[:-1])
+        if drops.size:
+            i = int(drops[0])
+            raise InputValueError(f"sparse_decode: {name} must never decrease; got {name}[{i}] = {p[i]} > "
+                                  f"{name}[{i + 1}] = {p[i + 1]}")
+        if p[-1] > n:
+            raise InputValueError(f"sparse_decode: {name} must end at most at len({idx_name}) = {n}; got "
+                                  f"{name}[{p.size - 1}] = {p[-1]}")
+
+    return check
+
+
 def split_count(t: int, h: int, capacity: int) -> int:
     """Splits per (token, head group), from host-known shapes only (not the device: the same call
     gives the same bits on every GPU): about WORKGROUPS workgroups in all, at least two 32-row
@@ -150,6 +172,7 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
     if h < 1:
         raise InputValueError(f"sparse_decode: q has H={h} heads; at least one is needed")
     caps = []
+    checks = {}         # host indptr: its values, on every call
     for cache, idx, ptr in (INPUTS[1:4], INPUTS[4:7]):
         iv, pv = ops[idx], ops[ptr]
         if ops[cache] is None:
@@ -160,6 +183,8 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
         if pv.dtype != _I32 or pv.shape != (t + 1,):
             raise InputTypeError(f"sparse_decode: {ptr} must be int32 [T + 1] = [{t + 1}]; got {pv.dtype} {pv.shape}")
         caps.append(int(iv.shape[0]))
+        checks[ptr] = _indptr_check(ptr, idx, caps[-1])
+    n_idx = (*caps, 0)[:2]
     sv = ops["sink"]
     if sv is not None and (sv.dtype != _F32 or len(sv.shape) != 1 or sv.shape[0] < h):
         raise InputValueError(f"sparse_decode: sink must be float32 [>= H] = [>= {h}] (one logit per head); got "
@@ -188,7 +213,7 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
         rows1 = 0 if c1 is None else int(c1.shape[0]) * bs1
         # by-value arguments are packed as integers of their size: the fp32 scale as its bits
         bits = int(np.array(scale, np.float32).view(np.uint32))
-        tail = (*q_strides, b0, bs0, rows0, b1, bs1, rows1, bits, h * D_V, D_V, t, h, s, flags)
+        tail = (*q_strides, b0, bs0, rows0, n_idx[0], b1, bs1, rows1, n_idx[1], bits, h * D_V, D_V, t, h, s, flags)
         return [Launch(device.launcher(_plan(device, layout, t, hb, s)), 0, tail, select=select)]
 
     if ops.on_host:
@@ -205,7 +230,7 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
                 staged.append(Staged(f"mla.{name}", int(v.shape[0]), int(v.shape[1]), pitch[name]))
             else:
                 n = int(np.prod(v.shape, dtype=np.int64))
-                staged.append(Staged(f"mla.{name}", 1, n, n))
+                staged.append(Staged(f"mla.{name}", 1, n, n, check=checks.get(name)))
         return HostCall(ops, launch((h * d_qk, d_qk), pitch["swa_cache"], pitch["extra_cache"]), staged,
                         out_shape=out_shape, out_dtype=_BF16,
                         out_slot="mla.out", scratch_slots=scratch,
