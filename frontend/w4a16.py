@@ -300,6 +300,25 @@ def _act_order_perm(g_idx: np.ndarray, group_size: int, expert: int | None) -> n
     return np.argsort(g_idx, kind="stable").astype(np.int32)
 
 
+def check_perm(perm: np.ndarray, k: int, what: str, *, experts: bool = False) -> None:
+    """InputValueError ``"<what>; <reason>"`` unless every row of an int32 ``[.., K]`` perm is a
+    permutation of 0..K-1 (the ops check host perms so before every launch: the kernels index x and
+    W by it). ``experts``: the rows are a stack's, named in the message."""
+    rows = np.ascontiguousarray(perm).reshape(-1, k)
+    where = (lambda e: f"expert {e}: ") if experts else (lambda e: "")
+    out = rows.view(np.uint32) >= k                      # negative entries too
+    if out.any():
+        e, j = (int(i) for i in np.argwhere(out)[0])
+        raise InputValueError(f"{what}; {where(e)}perm[{j}] = {rows[e, j]} is outside [0, {k})")
+    seen = np.zeros(rows.shape, bool)
+    seen[np.arange(rows.shape[0])[:, None], rows] = True
+    if not seen.all():                                  # K entries in range and one missing: one repeats
+        e = int(np.argwhere(~seen)[0][0])
+        counts = np.bincount(rows[e], minlength=k)
+        v = int(np.argmax(counts > 1))
+        raise InputValueError(f"{what}; {where(e)}{v} appears {counts[v]} times")
+
+
 # ----------------------------------------------------------------------------------------------
 # the public functions
 

@@ -9,9 +9,10 @@
 //
 // Weights: int4 prepared (frontend/w4a16.py: qweight uint32 [E, rows, K/8] ExLlama-shuffled,
 // scales T [E, rows, K/G], zeros uint8 [E, rows, K/G] or null = symmetric, perm int32 [E, K] or
-// null; the int4 pieces are hipskinny/int4.h, the exactness notes kernels/w4a16.hip) or plain
-// T [E, rows, K]. w13 has rows 2I (gate rows 0..I-1, up rows I..2I-1) over K = H; w2 has rows H
-// over K = I. Experts no slot routes to are never read.
+// null (never checked on the GPU: an entry outside [0, K) reads column K - 1 of x / act); the int4
+// pieces are hipskinny/int4.h, the exactness notes kernels/w4a16.hip) or plain T [E, rows, K].
+// w13 has rows 2I (gate rows 0..I-1, up rows I..2I-1) over K = H; w2 has rows H over K = I.
+// Experts no slot routes to are never read; ids outside [0, E) are skipped by the route.
 //
 // Scratch `meta`, one buffer (one pointer: the kernels are short of scalar registers): GEMM2's
 // row-block counters (kCounters words: always at the start, so a call of another shape never finds
@@ -192,6 +193,8 @@ __device__ void gemm1(const uint16_t* __restrict__ x, const void* __restrict__ w
   const int lane = threadIdx.x % hs::kWave, wave = threadIdx.x / hs::kWave;
   const int items = route[0] * blocks;
   const int rows = 2 * I;
+  uint32_t kmax = H - 1;   // perm's clamp (hipskinny/int4.h), in a VGPR: no scalar register to spare
+  asm volatile("" : "+v"(kmax));
 
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     const int u = item / blocks, b = item - u * blocks;
@@ -199,7 +202,7 @@ __device__ void gemm1(const uint16_t* __restrict__ x, const void* __restrict__ w
     __syncthreads();   // every wave is done reading the previous item's rows
     hs::int4::stage<T, NP, kThreads>(
         xs, xsum, [&](int n) { return x + (int64_t)(slot_of(route, un, n) / topk) * x_stride; },
-        perm == nullptr ? nullptr : perm + (int64_t)un.expert * H, 0, H, H);
+        perm == nullptr ? nullptr : perm + (int64_t)un.expert * H, 0, H, H, kmax);
     __syncthreads();
 
     // int4: the expert's rows by 32-bit row index from the stack's base (E * rows * K / 8 < 2^32,
@@ -252,6 +255,12 @@ __device__ void gemm2(const void* __restrict__ w, const uint16_t* __restrict__ s
   const int lane = threadIdx.x % hs::kWave, wave = threadIdx.x / hs::kWave;
   const int sg = lane / L, li = lane % L;
   const int units = route[0];
+  // perm's clamp I - 1 (hipskinny/int4.h) and the topk weights' address in VGPRs: gfx9 has no
+  // scalar register to spare here (the weights are read once per output).
+  uint32_t kmax = I - 1;
+  asm volatile("" : "+v"(kmax));
+  const float* wts = weights;
+  asm volatile("" : "+v"(wts));
 
   if (units == 0) {   // no valid slot: every output is an empty sum
     for (int i = blockIdx.x * kThreads + threadIdx.x; i < N * H; i += gridDim.x * kThreads) out[i] = 0;
@@ -263,7 +272,7 @@ __device__ void gemm2(const void* __restrict__ w, const uint16_t* __restrict__ s
     __syncthreads();
     hs::int4::stage<T, NP, kThreads>(
         xs, xsum, [&](int n) { return act + (int64_t)slot_of(route, un, n) * I; },
-        perm == nullptr ? nullptr : perm + (int64_t)un.expert * I, 0, I, I);
+        perm == nullptr ? nullptr : perm + (int64_t)un.expert * I, 0, I, I, kmax);
     __syncthreads();
 
     const void* we = W4 ? w : expert_w<W4>(w, un.expert, H, I);
@@ -284,7 +293,7 @@ __device__ void gemm2(const void* __restrict__ w, const uint16_t* __restrict__ s
       const int j = li / kLanes, n = j / YT, h = m0 + j % YT;
       if (li % kLanes == 0 && j < NP * YT && n < un.count && h < h_end) {
         const int p = slot_of(route, un, n);
-        part[(int64_t)p * H + h] = weights[p] * sum;
+        part[(int64_t)p * H + h] = wts[p] * sum;
       }
     }
 

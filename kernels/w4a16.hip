@@ -13,7 +13,8 @@
 //   w        qweight (row m at word m * K / 8); 16-byte aligned
 //   scales   T [M, K/G]: scales[m * (K >> log2_g) + g]
 //   zeros    null (symmetric, z = 8) or uint8 [M, K/G] true zero points 0..16
-//   perm     null, or int32 [K]: column k multiplies x[n, perm[k]] (applied while staging x)
+//   perm     null, or int32 [K]: column k multiplies x[n, perm[k]] (applied while staging x; an
+//            entry outside [0, K) reads x[n, K - 1]: a GPU perm is never checked)
 //   bias     null, or bias[n * bias_stride + m] in T (stride 0: one [M] row), added in fp32
 //   y        [N, M] contiguous, T
 //   K        a multiple of 32 and of G
@@ -112,7 +113,7 @@ __device__ void w4a16(const uint16_t* __restrict__ x, const uint32_t* __restrict
   const bool leader = !grouped || (lane & 3) == 0;
 
   if (staged_once) {
-    hs::int4::stage<T, NP, kThreads>(xs, xsum, x_row, perm, 0, K, kc);
+    hs::int4::stage<T, NP, kThreads>(xs, xsum, x_row, perm, 0, K, kc, K - 1u);
     __syncthreads();
   }
 
@@ -140,7 +141,7 @@ __device__ void w4a16(const uint16_t* __restrict__ x, const uint32_t* __restrict
       const int len = min(kc, K - k0);
       if (!staged_once) {
         __syncthreads();   // every wave is done reading the previous pass
-        hs::int4::stage<T, NP, kThreads>(xs, xsum, x_row, perm, k0, len, kc);
+        hs::int4::stage<T, NP, kThreads>(xs, xsum, x_row, perm, k0, len, kc, K - 1u);
         __syncthreads();
       }
       if (!active) continue;
@@ -205,7 +206,8 @@ __device__ void w4a16(const uint16_t* __restrict__ x, const uint32_t* __restrict
 // 8 dividing K, so a word's 8 columns share one group. One thread per word (8 columns, one
 // 16-byte store without perm, 8 scattered 2-byte stores with it) in a grid-stride loop over
 // M * K / 8 words, 32-bit word indices (M * K / 8 < 2^32, checked by the op). Each output element is
-// written exactly once: perm is a permutation of 0..K-1.
+// written exactly once when perm is a permutation of 0..K-1. A GPU perm is never checked: an
+// entry outside [0, K) writes column K - 1 (one unsigned min per store), never outside the row.
 template <typename T>
 __device__ void dequantize(const uint32_t* __restrict__ w, const uint16_t* __restrict__ scales,
                            const uint8_t* __restrict__ zeros, const int32_t* __restrict__ perm,
@@ -236,10 +238,11 @@ __device__ void dequantize(const uint32_t* __restrict__ w, const uint16_t* __res
           hs::u32x4{v[0] | v[1] << 16, v[2] | v[3] << 16, v[4] | v[5] << 16, v[6] | v[7] << 16};
     } else {
       const hs::u32x4 p0 = hs::load16(perm + 8 * j), p1 = hs::load16(perm + 8 * j + 4);
+      const uint32_t kmax = (uint32_t)K - 1u;
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        row[p0[c]] = (uint16_t)v[c];
-        row[p1[c]] = (uint16_t)v[c + 4];
+        row[min(p0[c], kmax)] = (uint16_t)v[c];
+        row[min(p1[c], kmax)] = (uint16_t)v[c + 4];
       }
     }
   }

@@ -14,7 +14,8 @@
 //   scales   T [M, row_groups]: scales[m * row_groups + g]
 //   zeros    null (symmetric, z = 8) or uint8 [M, row_groups] true zero points 0..16
 //   perm     null, or int32 [K] (16-byte aligned): column k multiplies x[n, perm[k]] (act-order,
-//            applied while x is staged)
+//            applied while x is staged; an entry outside [0, K) reads x[n, K - 1]: a GPU perm is
+//            never checked)
 //   bias     null, or bias[n * bias_stride + m] in T (stride 0: one [M] row), added in fp32
 //   y        [N, M] T, contiguous; one rounding of sum + bias
 //   partials fp32 scratch, shards * ceil(M / 128) * 128 * 16 * NT floats; unused (may be null)

@@ -16,6 +16,7 @@ and the top-k adds, plus half an ulp of T for out's rounding.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import ml_dtypes
@@ -201,6 +202,51 @@ def test_routing_corner_cases(arch):
     assert np.all(np.asarray(y0).astype(np.float64) == 0)
     assert op.invalid_slots(_dev(arch)) == n * k
 
+
+
+def test_invalid_ids_with_int4_act_order_experts():
+    """Ids outside [0, E) (negative, E, huge, INT32_MIN) with int4 act-order stacks, whose expert
+    index also picks the perm row: skipped and counted, no access outside any buffer."""
+    arch, dt, e, k, h, i, n = "gfx1151", F16, 4, 2, 64, 32, 3
+    w13, p13, _ = _stack(e, 2 * i, h, 32, "gptq", False, True, dt, seed=21)
+    w2, p2, _ = _stack(e, h, i, 32, "gptq_v2", True, True, dt, seed=22)
+    x = np.random.default_rng(23).standard_normal((n, h)).astype(dt)
+    tw = np.random.default_rng(24).uniform(0.1, 1, (n, k)).astype(np.float32)
+    ids = np.array([[1, -1], [e, 3], [2**30, -(2**31)]], np.int32)
+    y = _run(arch, x, p13, p2, tw, ids)
+    assert_moe(y, x, w13, w2, tw, ids, int4=(True, True))
+    assert np.all(np.asarray(y)[2].astype(np.float64) == 0)
+    assert op.invalid_slots(_dev(arch)) == 4
+
+
+@pytest.mark.parametrize("name", ["w13", "w2"])
+def test_host_perm_not_a_permutation_is_refused_on_every_call(name):
+    """The kernels gather x (act) through each expert's perm row: host perms are checked on every
+    call, before any launch, also when only their contents changed since the signature was bound."""
+    dt, e, k, h, i, n = F16, 4, 2, 64, 64, 2
+    _, p13, _ = _stack(e, 2 * i, h, 32, "gptq", False, True, dt, seed=31)
+    _, p2, _ = _stack(e, h, i, 32, "gptq", False, True, dt, seed=32)
+    x = np.random.default_rng(33).standard_normal((n, h)).astype(dt)
+    tw, ids = _routing(n, k, e, seed=34)
+    kdim = h if name == "w13" else i
+    perm = (p13 if name == "w13" else p2).perm.copy()
+    ws = {"w13": p13, "w2": p2}
+    ws[name] = dataclasses.replace(ws[name], perm=perm)
+    dev = _dev("gfx1201")
+    good = _run("gfx1201", x, ws["w13"], ws["w2"], tw, ids)
+    for j, v, reason in ((7, -3, rf"perm\[7\] = -3 is outside \[0, {kdim}\)"),
+                         (0, kdim, rf"perm\[0\] = {kdim} is outside \[0, {kdim}\)"),
+                         (5, int(perm[2, 4]), f"{perm[2, 4]} appears 2 times")):
+        was = perm[2, j]
+        perm[2, j] = v
+        last = dev.launches[-1]
+        with pytest.raises(InputValueError, match=rf"fused_moe: {name}'s prepared perm must be a permutation of 0..K-1 "
+                                                  rf"for every expert \(K={kdim}\); expert 2: " + reason):
+            _run("gfx1201", x, ws["w13"], ws["w2"], tw, ids)
+        assert dev.launches[-1] is last                       # refused before any launch
+        perm[2, j] = was
+        y = _run("gfx1201", x, ws["w13"], ws["w2"], tw, ids)
+        np.testing.assert_array_equal(np.asarray(y).view(np.uint16), np.asarray(good).view(np.uint16))
 
 def test_unrouted_experts_are_not_read():
     """Appending experts no slot routes to leaves every byte count of the call unchanged."""

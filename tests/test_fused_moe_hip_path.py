@@ -6,10 +6,12 @@ is decided on the host."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from test_fused_moe import _experts16, _routing, _stack, assert_moe
 
 TESTS = str(Path(__file__).parent)
@@ -114,3 +116,63 @@ def test_captured_call_follows_the_routing_on_replay(fakehip_run):
     ids_b = np.array([[7, 6], [6, 6], [-1, 3], [7, 2]], np.int32)
     y = np.array(res["y_b"], np.uint16).view(np.float16)
     assert_moe(y, x, w13.astype(np.float64), w2.astype(np.float64), tw, ids_b)
+
+
+BAD_LISTS = """
+import json, sys
+sys.path.insert(0, {tests!r})
+import numpy as np, hipskinny
+from device_arrays import dev_array, dev_nd, outcome, read
+from fakehip.emulated import install
+from test_fused_moe_hip_path import bad_lists
+from hipskinny.ops import fused_moe as op
+
+runtime = install()
+x, p13, p2, tw, ids = bad_lists()[:5]
+d13, d2 = p13.map(lambda a: dev_nd(a)[0]), p2.map(lambda a: dev_nd(a)[0])
+od, obase = dev_array(np.zeros(x.shape, np.float16))
+res = {{"outcome": outcome(lambda: hipskinny.moe.fused_moe(dev_array(x)[0], d13, d2, dev_nd(tw)[0], dev_nd(ids)[0],
+                                                          out=od))}}
+res["y"] = read(obase, x.shape).view(np.uint16).tolist()
+res["invalid"] = op.invalid_slots()
+res["errors"] = runtime.errors
+print("RES", json.dumps(res))
+"""
+
+
+def bad_lists():
+    """x, int4 act-order stacks whose perm rows hold entries outside [0, K) for the routed experts
+    1 and 2, topk weights, ids with four outside [0, E); and the float64 weights the documented
+    rule amounts to (an entry outside [0, K) reads column K - 1 of x / act)."""
+    e, k, h, i, n = 4, 2, 64, 64, 3
+    dense, prepared = [], []
+    for rows, kdim, seed, breaks in ((2 * i, h, 41, {1: {0: -1, 5: h, 9: 2**30}, 2: {3: -(2**31), 40: 2**31 - 1}}),
+                                     (h, i, 42, {1: {2: i, 63: -5}, 2: {1: 2**30}})):
+        w, p, _ = _stack(e, rows, kdim, 32, "gptq", False, True, np.float16, seed=seed)
+        perm = p.perm.copy()
+        for ex, entries in breaks.items():
+            perm[ex, list(entries)] = list(entries.values())
+        eff = np.zeros_like(w)
+        for ex in range(e):
+            # prepared column j carries checkpoint column p.perm[ex, j] and multiplies x[clamp(perm[ex, j])]
+            np.add.at(eff[ex].T, np.minimum(perm[ex].view(np.uint32), kdim - 1), w[ex][:, p.perm[ex]].T)
+        dense.append(eff)
+        prepared.append(dataclasses.replace(p, perm=perm))
+    x = np.random.default_rng(43).standard_normal((n, h)).astype(np.float16)
+    tw = np.random.default_rng(44).uniform(0.1, 1, (n, k)).astype(np.float32)
+    ids = np.array([[1, -1], [e, 2], [2**30, -(2**31)]], np.int32)
+    return x, prepared[0], prepared[1], tw, ids, dense[0], dense[1]
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950", "gfx1100", "gfx1151", "gfx1201"])
+def test_device_bad_perm_and_ids_do_not_fault(fakehip_run, arch):
+    """GPU-resident lists are not checked (no sync): ids outside [0, E) are skipped and counted,
+    perm entries outside [0, K) clamped to K - 1, and nothing is read outside a buffer."""
+    run = fakehip_run(BAD_LISTS.format(tests=TESTS), env={"FAKEHIP_ARCH": arch, "FAKEHIP_CU_COUNT": "2"})
+    res = json.loads(run.stdout.split("RES ", 1)[1])
+    assert res["errors"] == [], res["errors"][0]
+    assert res["outcome"] == "ok" and res["invalid"] == 4
+    x, _, _, tw, ids, w13, w2 = bad_lists()
+    y = np.array(res["y"], np.uint16).view(np.float16)
+    assert np.all(y[2] == 0)
+    assert_moe(y, x, w13, w2, tw, ids, int4=(True, True))

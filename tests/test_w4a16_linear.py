@@ -12,6 +12,7 @@ add c * 143 * sum_k |x_k| |s(m, g(k))|. Then one rounding to the output type: ha
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import ml_dtypes
@@ -131,3 +132,32 @@ def test_bad_input_messages():
         stack = w4a16.prepare(*(np.stack([ck[n]] * 2) for n in ("qweight", "scales")), fmt="gptq", group_size=32)
         with pytest.raises(InputValueError, match="a stack of 2 experts"):
             w4a16.linear(np.zeros((1, 64), F16), stack)
+
+
+# A host perm that is not a permutation of 0..K-1: (how it is broken, the message's reason).
+BAD_PERMS = [(lambda p: p.__setitem__(3, -1), r"perm\[3\] = -1 is outside \[0, 256\)"),
+             (lambda p: p.__setitem__(5, 256), r"perm\[5\] = 256 is outside \[0, 256\)"),
+             (lambda p: p.__setitem__(0, 2**31 - 1), r"perm\[0\] = 2147483647 is outside \[0, 256\)"),
+             (lambda p: p.__setitem__(1, p[0]), r"\d+ appears 2 times")]
+
+
+@pytest.mark.parametrize("n, fused", [(2, None), (12, None), (3, False)], ids=["lane_split", "splitk", "route"])
+def test_host_perm_not_a_permutation_is_refused_on_every_call(n, fused):
+    """Every kernel indexes x (or W, the route) by perm: a host perm is checked on every call,
+    before any launch, also when only its contents changed since the signature was bound."""
+    _, p = _layer(16, 256, 64, "gptq", False, True, F16, seed=4)
+    x = np.random.default_rng(1).standard_normal((n, 256)).astype(F16)
+    dev = _dev("gfx1100", 2)
+    with hipskinny.on_device(dev):
+        for breaks, reason in BAD_PERMS:
+            perm = p.perm.copy()
+            mine = dataclasses.replace(p, perm=perm)
+            good = w4a16.linear(x, mine, fused=fused)            # binds the signature
+            breaks(perm)
+            last = dev.launches[-1]
+            with pytest.raises(InputValueError, match=r"w4a16_linear: the prepared perm must be a permutation of "
+                                                      r"0..K-1 \(K=256\); " + reason):
+                w4a16.linear(x, mine, fused=fused)
+            assert dev.launches[-1] is last                       # refused before any launch
+            perm[:] = p.perm                                       # repaired: the same result
+            np.testing.assert_array_equal(w4a16.linear(x, mine, fused=fused).view(np.uint16), good.view(np.uint16))

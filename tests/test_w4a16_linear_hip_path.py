@@ -166,3 +166,58 @@ def test_torch_tensors_above_128_tokens_take_f_linear(fakehip_run):
     assert res["errors"] == [] and res["shape"] == [130, 24]
     assert res["kernels"] == ["w4a16_dequantize_f16"]
     assert res["err"] <= 1.0, res
+
+
+BAD_PERM = """
+import dataclasses, json, sys
+sys.path.insert(0, {tests!r})
+import numpy as np, hipskinny
+from device_arrays import dev_array, outcome, read
+from hipskinny import w4a16
+from fakehip.emulated import install
+
+runtime = install()
+rng = np.random.default_rng(11)
+m, k, g = 16, 256, 64
+codes = rng.integers(0, 16, (m, k))
+zeros = rng.integers(1, 17, (m, k // g))
+scales = rng.uniform(-0.02, 0.02, (m, k // g)).astype(np.float16)
+g_idx = (rng.permutation(k) // g).astype(np.int32)
+ckpt = w4a16.pack_checkpoint(codes, zeros, scales, fmt="gptq", group_size=g, g_idx=g_idx)
+p = w4a16.prepare(**ckpt, fmt="gptq", group_size=g)
+bad = p.perm.copy()
+bad[[0, 5, 9, 17, 30, 200]] = [-1, k, 2**30, -(2**31), 2**31 - 1, -7]
+d = lambda a: dev_array(a)[0]
+pd = dataclasses.replace(p, qweight=d(p.qweight), scales=d(p.scales), zeros=d(p.zeros), perm=d(bad))
+wp = w4a16.dequantize_checkpoint(**ckpt, fmt="gptq", group_size=g)[:, p.perm]   # prepared column order
+res = {{"errors_before": list(runtime.errors)}}
+for name, n, fused in (("lane_split", 2, None), ("splitk", 12, None), ("route", 3, False)):
+    x = rng.standard_normal((n, k)).astype(np.float16)
+    od, obase = dev_array(np.zeros((n, m), np.float16))
+    got = outcome(lambda: w4a16.linear(dev_array(x, row_stride=k + 8)[0], pd, out=od, fused=fused))
+    y = read(obase, (n, m)).astype(np.float64)
+    # the documented rule: an entry outside [0, K) reads column K - 1
+    xg = x[:, np.minimum(bad.view(np.uint32), k - 1)].astype(np.float64)
+    want = xg @ wp.T
+    # as above: split-K rounds each weight to fp16, fp32 sums, half an fp16 ulp of the result
+    bound = (2.0**-11 + (k + 10) * 2.0**-24) * (np.abs(xg) @ np.abs(wp).T) + 2.0**-11 * np.abs(want) + 2.0**-25
+    launched = list(runtime.device.launches)
+    res[name] = {{"outcome": got, "kernel": launched[-1].kernel if launched else None,
+                  "err": float(np.max(np.abs(y - want) / bound))}}
+res["errors"] = runtime.errors
+print("RES", json.dumps(res))
+"""
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950", "gfx1100", "gfx1151", "gfx1201"])
+def test_device_perm_out_of_range_is_clamped_not_faulting(fakehip_run, arch):
+    """A GPU-resident perm is not checked (no sync): every kernel clamps an entry outside [0, K)
+    to K - 1 (negative ones too), so nothing reads or writes outside x or the pooled weights.
+    The fused kernels then read x's column K - 1 for it; the route's result is unspecified."""
+    run = fakehip_run(BAD_PERM.format(tests=TESTS), env={"FAKEHIP_ARCH": arch, "FAKEHIP_CU_COUNT": "2"})
+    res = json.loads(run.stdout.split("RES ", 1)[1])
+    assert res["errors"] == [], res["errors"][0]
+    for name, kernel in (("lane_split", "w4a16_f16_n2"), ("splitk", "w4a16_splitk_f16_t1"),
+                         ("route", "skinny_gemm_f16_n3")):
+        assert res[name]["outcome"] == "ok" and res[name]["kernel"].startswith(kernel), (name, res[name])
+    assert res["lane_split"]["err"] <= 1.0 and res["splitk"]["err"] <= 1.0, res

@@ -14,7 +14,12 @@ act-order; group size a power of two >= 32) or a plain array of x's dtype. x ``[
 bf16; ``topk_ids`` int32 ``[N, k]``, ``topk_weights`` float32 ``[N, k]`` (as
 `hipskinny.moe.topk_softmax` returns them); ``N * k <= 1024``, ``k <= 16``, ``E <= 512``, H and I
 multiples of 32. An id outside ``[0, E)`` is skipped (its slot contributes nothing) and counted:
-`invalid_slots` reads the count of the last call on a device and stream (that read synchronizes).
+`invalid_slots` reads the count of the last call on a device and stream (that read synchronizes);
+this holds for ids on the GPU too (vLLM's expert-parallel masking passes -1). An int4 stack's
+act-order ``perm`` rows must be permutations of 0..K-1: host perms are checked on every call before
+anything is launched (InputValueError); a perm on the GPU is not (no sync): the kernels read x's
+(act's) column K - 1 for an entry outside ``[0, K)`` (one unsigned min per index), so it gives
+wrong results, never an access outside a buffer.
 
 Three launches, nothing allocated per call (scratch from the pool, counters self-cleaning):
 ``moe_route`` sorts the slots by expert on the device (no host sync; units of up to NP slots of
@@ -117,7 +122,9 @@ def _bind(ops: Operands, p13: tuple | None, p2: tuple | None) -> Any:
     ]
     scratch = ((META_SLOT, scratch_bytes(slots, h, i)),)
     if ops.on_host:
-        staged = [None if ops[name] is None else Staged(f"moe.{name}", 1, ops[name].numel, ops[name].numel)
+        staged = [None if ops[name] is None else Staged(f"moe.{name}", 1, ops[name].numel, ops[name].numel,
+                                                        check=_perm_check(name, h if name == "w13_perm" else i)
+                                                        if name.endswith("_perm") else None)
                   for name in NAMES[:-1]]
         return HostCall(ops, launches, staged, out_shape=(n, h), out_dtype=xv.dtype, out_slot="moe.y",
                         scratch_slots=scratch)
@@ -208,6 +215,13 @@ def _weight(ops: Operands, name: str, prepared: tuple | None, dtype: np.dtype) -
     if e * rows * (k // 8) >= 2**32:
         raise InputValueError(f"fused_moe: {name} holds {e * rows * k // 8} words; the kernels index below 2**32")
     return e, rows, k, g.bit_length() - 1
+
+
+def _perm_check(name: str, k: int) -> Any:
+    """A host perm stack's check, made on every call before anything is launched (its contents may
+    change between calls of one signature; a GPU perm is not checked: the kernels clamp it)."""
+    what = f"fused_moe: {name[:-5]}'s prepared perm must be a permutation of 0..K-1 for every expert (K={k})"
+    return lambda a: w4a16.check_perm(a, k, what, experts=True)
 
 
 def expected_experts(n: int, k: int, e: int) -> float:

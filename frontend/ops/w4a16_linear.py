@@ -46,6 +46,13 @@ fused split-K kernel's bytes at N = 16 and 1.9-3.6x at N = 64 (large layers: med
 shapes, matrix-bound, and the route on gfx950 at N = 64, VALU-bound): it writes and reads back the
 16-bit weights (4.5 bytes per weight against 0.5).
 
+The act-order ``perm`` indexes x (fused kernels) and W's columns (the route), so it must be a
+permutation of 0..K-1: a host perm is checked on every call before anything is launched
+(InputValueError naming the first entry outside [0, K) or a repeated value). A perm on the GPU
+cannot be checked without a sync, so the kernels clamp each entry to K - 1 (one unsigned min per
+index: negative entries too): such a perm gives wrong results (the fused kernels read x's column
+K - 1 for it; the route's are unspecified), never an access outside x or the weights.
+
 Both paths are bitwise reproducible across calls, schedules and CU counts. GPU tensors need unit
 strides along K, 16-byte aligned x and qweight, x rows a multiple of 16 bytes apart, and the
 prepared arrays contiguous on x's device.
@@ -150,11 +157,18 @@ def _staged(ops: Operands, n: int, m: int, k: int) -> list[Staged | None]:
 
     def flat(name: str) -> Staged | None:
         v = ops[name]
-        return None if v is None else Staged(f"w4a16.{name}", 1, v.numel, v.numel)
+        return None if v is None else Staged(f"w4a16.{name}", 1, v.numel, v.numel,
+                                             check=_check_perm(k) if name == "perm" else None)
 
     b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
     return [Staged("w4a16.x", n, k, k), flat("w"), flat("scales"), flat("zeros"), flat("perm"),
             None if bv is None else Staged("w4a16.bias", b_rows, m, m, optional=True)]
+
+
+def _check_perm(k: int) -> Any:
+    """A host perm's check, made on every call before anything is launched (its contents may change
+    between calls of one signature; a GPU perm is not checked: the kernels clamp it)."""
+    return lambda h: w4a16.check_perm(h, k, f"w4a16_linear: the prepared perm must be a permutation of 0..K-1 (K={k})")
 
 
 def _x_stride(xv: Any, n: int, k: int) -> int:

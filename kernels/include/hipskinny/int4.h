@@ -18,12 +18,14 @@ template <> constexpr bool kBf16<hs::bf16> = true;
 
 // x rows row(0..NP-1)[k0 : k0 + len] into LDS, 8 columns (one 16-byte slot) per thread and step,
 // rows kc columns apart: as they are without perm, else gathered x[perm[k]] element by element.
+// perm is not trusted (one on the GPU is never checked): an entry outside [0, K) (K the row's
+// length, kmax = K - 1) reads column K - 1, one unsigned min per element.
 // bf16 also stores each 32-column chunk's fp32 sum (xsum, kc / 32 per row): a chunk is the 4
 // slots of one lane quad, summed by a fixed tree: 8 values in order per lane, then quad xor 1,
 // xor 2. len and kc are multiples of 32.
 template <typename T, int NP, int kThreads, typename Row>
 __device__ void stage(hs::u32x4* xs, float* xsum, Row row, const int32_t* __restrict__ perm, int k0, int len,
-                      int kc) {
+                      int kc, uint32_t kmax) {
   const int slots = len >> 3;
 #pragma unroll 1  // rolled: keeps N row addresses out of the main loop's registers
   for (int n = 0; n < NP; ++n) {
@@ -35,8 +37,9 @@ __device__ void stage(hs::u32x4* xs, float* xsum, Row row, const int32_t* __rest
         v = hs::load16(xr + k);
       } else {
         const hs::u32x4 p0 = hs::load16(perm + k), p1 = hs::load16(perm + k + 4);
-        const uint32_t e[8] = {xr[(int)p0[0]], xr[(int)p0[1]], xr[(int)p0[2]], xr[(int)p0[3]],
-                               xr[(int)p1[0]], xr[(int)p1[1]], xr[(int)p1[2]], xr[(int)p1[3]]};
+        const auto at = [kmax](uint32_t i) { return (int)min(i, kmax); };
+        const uint32_t e[8] = {xr[at(p0[0])], xr[at(p0[1])], xr[at(p0[2])], xr[at(p0[3])],
+                               xr[at(p1[0])], xr[at(p1[1])], xr[at(p1[2])], xr[at(p1[3])]};
         v = hs::u32x4{e[0] | e[1] << 16, e[2] | e[3] << 16, e[4] | e[5] << 16, e[6] | e[7] << 16};
       }
       xs[n * (kc >> 3) + c] = v;

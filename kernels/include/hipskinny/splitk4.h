@@ -197,11 +197,13 @@ __device__ inline void group(accv (&acc)[kTiles][NT], const W& wt, const typenam
 // (The 4-bit weights give each pass 4x less work than 16-bit ones, so its staging shows.)
 // PERM (a family that takes act-order) and perm not null: column k of the pass is x[n, perm[k]],
 // gathered element by element with the chunk's 8 indices loaded once; x then needs no alignment.
+// perm is not trusted (one on the GPU is never checked): an entry outside [0, K) reads column
+// K - 1, one unsigned min per index.
 // (A uniform branch here rather than a template parameter of the whole kernel: one copy of the
 // main loop per variant, not two.)
 template <int NT, int KC, bool PERM>
 __device__ void stage(hs::u32x4* xs, const uint16_t* __restrict__ x, const int32_t* __restrict__ perm,
-                      int64_t x_stride, int N, int k0, int len) {
+                      int64_t x_stride, int N, int k0, int len, int K) {
   constexpr int kRowChunks = KC / 8;
   constexpr int kRowsPerRound = kThreads / kRowChunks;
   constexpr int kRounds = 16 * NT / kRowsPerRound;
@@ -213,8 +215,14 @@ __device__ void stage(hs::u32x4* xs, const uint16_t* __restrict__ x, const int32
   if (PERM && perm != nullptr) {
     hs::u32x4 p0 = {0u, 0u, 0u, 0u}, p1 = {0u, 0u, 0u, 0u};
     if (in_k) {
+      const uint32_t kmax = (uint32_t)K - 1u;
       p0 = hs::load16(perm + k0 + 8 * c);
       p1 = hs::load16(perm + k0 + 8 * c + 4);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        p0[i] = min(p0[i], kmax);
+        p1[i] = min(p1[i], kmax);
+      }
     }
     const uint16_t* src = x + n0 * x_stride;
 #pragma unroll
@@ -228,6 +236,7 @@ __device__ void stage(hs::u32x4* xs, const uint16_t* __restrict__ x, const int32
     }
   } else {
     (void)perm;
+    (void)K;
     const uint16_t* src = x + n0 * x_stride + k0 + 8 * c;
 #pragma unroll
     for (int r = 0; r < kRounds; ++r, src += step) {
@@ -315,7 +324,7 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
       const int k0 = ks + 128 * g;
       if (g % kGroupsPerPass == 0) {
         __syncthreads();   // every wave is done with the previous pass (or unit); tables are written
-        stage<NT, KC, PERM>(xs, x, perm, x_stride, N, k0, min(KC, ke - k0));
+        stage<NT, KC, PERM>(xs, x, perm, x_stride, N, k0, min(KC, ke - k0), K);
         __syncthreads();
       }
       if (!active) continue;
