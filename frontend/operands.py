@@ -300,7 +300,7 @@ class DeviceCall:
     def __init__(self, ops: Operands, launches: Sequence[Launch], *, out_shape: tuple[int, ...], out_dtype: Any,
                  aligned: Sequence[str] = (), align_message: str = "", scratch_slots: Sequence[tuple[str, int]] = (),
                  more_outs: Sequence[tuple[tuple[int, ...], Any]] = ()) -> None:
-        names = list(ops.views)
+        names = [*ops.views, "out"]         # the pointers' positions: inputs, then the (first) result
         self.device = ops.device
         self.launches = tuple(launches)
         self.runs = tuple((launch.launcher, launch.pointers, launch.tail, launch.select) for launch in launches)

@@ -138,21 +138,32 @@ def _bind(ops: Operands, st: bnb.QuantState, fused: bool | None) -> Any:
 
 def _check(ops: Operands, st: bnb.QuantState) -> tuple[int, int, int, int]:
     """Shapes and dtypes of x, the weight and its state; returns N, M, K, log2(blocksize)."""
-    xv, wv, bv = ops["x"], ops["w"], ops["bias"]
-    assert xv is not None and wv is not None
+    xv, bv = ops["x"], ops["bias"]
+    assert xv is not None
     if xv.dtype not in _TAG:
         raise InputTypeError(f"matmul_4bit: x has dtype {xv.dtype}; supported: float16, bfloat16 (cast fp32 "
                              "activations, or use hipskinny.bnb.dequantize_4bit)")
-    shape = tuple(int(d) for d in st.shape)
-    if len(shape) != 2:
-        raise InputValueError(f"matmul_4bit: the state's shape must be the 2-D weight [M, K]; got {shape}")
-    m, k = shape
+    m, k, log2_bs = _check_weight(ops, st, "matmul_4bit")
     if len(xv.shape) < 1 or xv.shape[-1] != k:
         raise InputValueError(f"matmul_4bit: x must be [..., K] with K={k} (the weight is [M={m}, K={k}]); "
                               f"got shape {xv.shape}")
     n = int(np.prod(xv.shape[:-1], dtype=np.int64))
+    if bv is not None and (bv.dtype != xv.dtype or bv.shape not in ((m,), (1, m), (n, m))):
+        raise InputValueError(f"matmul_4bit: bias must be {xv.dtype} [M], [1, M] or [N, M] with N={n}, M={m}; "
+                              f"got {bv.dtype} {bv.shape}")
+    return n, m, k, log2_bs
+
+
+def _check_weight(ops: Operands, st: bnb.QuantState, op: str) -> tuple[int, int, int]:
+    """The packed weight and its state's arrays against the state's shape; returns M, K, log2(blocksize)."""
+    wv = ops["w"]
+    assert wv is not None
+    shape = tuple(int(d) for d in st.shape)
+    if len(shape) != 2:
+        raise InputValueError(f"{op}: the state's shape must be the 2-D weight [M, K]; got {shape}")
+    m, k = shape
     if wv.dtype != np.dtype(np.uint8) or wv.numel != (m * k + 1) // 2:
-        raise InputValueError(f"matmul_4bit: packed must hold (M*K+1)//2 = {(m * k + 1) // 2} uint8 bytes for "
+        raise InputValueError(f"{op}: packed must hold (M*K+1)//2 = {(m * k + 1) // 2} uint8 bytes for "
                               f"the state's shape {shape}; got {wv.dtype} of shape {wv.shape}")
     bs = int(st.blocksize)
     blocks = -(-m * k // bs)
@@ -161,28 +172,25 @@ def _check(ops: Operands, st: bnb.QuantState) -> tuple[int, int, int, int]:
     assert av is not None
     want = np.dtype(np.uint8) if nested else _F32
     if av.dtype != want or av.numel != blocks:
-        raise InputValueError(f"matmul_4bit: absmax must be {want} [{blocks}] ({'nested' if nested else 'plain'}, "
+        raise InputValueError(f"{op}: absmax must be {want} [{blocks}] ({'nested' if nested else 'plain'}, "
                               f"blocksize {bs}); got {av.dtype} of shape {av.shape}")
     cv = ops["code"]
     if cv is None or cv.dtype != _F32 or cv.numel != 16:
-        raise InputValueError("matmul_4bit: the state's code must be the 16-entry float32 codebook")
+        raise InputValueError(f"{op}: the state's code must be the 16-entry float32 codebook")
     if nested:
         a2, c2, off = ops["absmax2"], ops["code2"], ops["offset"]
         if a2 is None or a2.dtype != _F32 or a2.numel != -(-blocks // 256):
-            raise InputValueError(f"matmul_4bit: nested state2.absmax must be float32 [{-(-blocks // 256)}]")
+            raise InputValueError(f"{op}: nested state2.absmax must be float32 [{-(-blocks // 256)}]")
         if int(st.state2.blocksize) != 256:
-            raise InputValueError(f"matmul_4bit: nested absmax must use blocksize 256 (bitsandbytes' fused "
+            raise InputValueError(f"{op}: nested absmax must use blocksize 256 (bitsandbytes' fused "
                                   f"kernels need the same); got {st.state2.blocksize}")
         if c2 is None or c2.dtype != _F32 or c2.numel != 256:
-            raise InputValueError("matmul_4bit: nested state2.code must be the 256-entry float32 map")
+            raise InputValueError(f"{op}: nested state2.code must be the 256-entry float32 map")
         if off is None or off.dtype != _F32 or off.numel != 1:
-            raise InputValueError("matmul_4bit: a nested state needs a float32 scalar offset")
-    if bv is not None and (bv.dtype != xv.dtype or bv.shape not in ((m,), (1, m), (n, m))):
-        raise InputValueError(f"matmul_4bit: bias must be {xv.dtype} [M], [1, M] or [N, M] with N={n}, M={m}; "
-                              f"got {bv.dtype} {bv.shape}")
+            raise InputValueError(f"{op}: a nested state needs a float32 scalar offset")
     if m * k >= 2**31:
-        raise InputValueError(f"matmul_4bit: M*K must be below 2**31; got {m * k}")
-    return n, m, k, bs.bit_length() - 1
+        raise InputValueError(f"{op}: M*K must be below 2**31; got {m * k}")
+    return m, k, bs.bit_length() - 1
 
 
 def _launch(device: Device, tag: str, n: int, m: int, k: int, x_stride: int, b_stride: int, log2_bs: int,
@@ -356,6 +364,50 @@ def _dequantize_launch(device: Device, tag: str, m: int, k: int, pitch: int, log
 
     plan = _plans.get(key, build)
     return Launch(device.launcher(plan), 0, (m, k, pitch, log2_bs, flags), (1, 2, 3, 4, 5, 6, out_at))
+
+
+_dequantize_calls = operands.CallCache()
+
+
+def dequantize(packed: Any, state: Any, dtype: Any = None, *, out: Any = None) -> Any:
+    """The weight ``[M, K]`` as ``dtype`` (float16 or bfloat16; default: the state's dtype) on the
+    kernel that the route uses: ``T(code[q] * absmax)``, the fp32 product rounded once, nested
+    absmax decoded in the kernel -- bit for bit what bitsandbytes' dequantize gives, and
+    `hipskinny.bnb.dequantize_4bit` (the host reference, any K and dtype). K must be a multiple of
+    8 (the kernel stores 8 weights at a time). GPU tensors: the state's arrays and ``out``
+    (contiguous, 16-byte aligned, like the packed bytes) on one device."""
+    st = state if type(state) is bnb.QuantState else bnb.as_state(state)
+    s2 = st.state2
+    want = dtypes.read(st.dtype if dtype is None else dtype, "dtype", dtypes.HALVES)
+    objs = (None, packed, st.absmax, None if s2 is None else s2.absmax, None if s2 is None else s2.code,
+            st.offset if s2 is not None else None, st.code, None, out)
+    key, addresses = operands.signature(NAMES, objs, (tuple(int(d) for d in st.shape), int(st.blocksize),
+                                                      s2 is not None, want))
+    call = _dequantize_calls.get(key)
+    if call is None:
+        call = _dequantize_calls.add(key, _bind_dequantize(operands.gather("dequantize", NAMES, objs), st, want))
+    return call(objs, addresses)
+
+
+def _bind_dequantize(ops: Operands, st: bnb.QuantState, dtype: np.dtype) -> Any:
+    m, k, log2_bs = _check_weight(ops, st, "dequantize")
+    if k % 8:
+        raise InputValueError(f"dequantize: K must be a multiple of 8 (the kernel stores 8 weights at a time); "
+                              f"got K={k} (hipskinny.bnb.dequantize_4bit takes any K)")
+    operands.check_out(ops, (m, k), dtype)
+    flags = NESTED if st.state2 is not None else 0
+    if m == 0:
+        return DeviceCall(ops, [], out_shape=(m, k), out_dtype=dtype) if not ops.on_host else \
+            HostCall(ops, [], [None] * (len(NAMES) - 1), out_shape=(m, k), out_dtype=dtype, out_slot="dequantize.w")
+    launch = _dequantize_launch(ops.device, _TAG[dtype], m, k, k, log2_bs, flags, len(NAMES) - 1)
+    if ops.on_host:
+        return HostCall(ops, [launch], _staged(ops, 0, m, k, k), out_shape=(m, k), out_dtype=dtype,
+                        out_slot="dequantize.w")
+    for name in ("w", "absmax", "absmax2", "code2", "offset", "code"):
+        v = ops[name]
+        _require(v is None or v.is_contiguous, f"{name} must be contiguous")
+    return DeviceCall(ops, [launch], out_shape=(m, k), out_dtype=dtype, aligned=("w", "out"),
+                      align_message="the packed weights and out must start at 16-byte aligned addresses")
 
 
 def _staged(ops: Operands, n: int, m: int, k: int, pitch: int) -> list[Staged | None]:

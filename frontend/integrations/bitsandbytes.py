@@ -1,0 +1,269 @@
+"""hipskinny's kernels behind bitsandbytes' 4-bit torch ops.
+
+    import hipskinny.integrations.bitsandbytes as hsbnb
+    hsbnb.enable()          # ROCm torch: "cuda" tensors on a shipped arch
+
+bitsandbytes runs its 4-bit work through torch custom ops with a kernel per device type:
+``bitsandbytes::gemm_4bit`` (its ``matmul_4bit``, ``Linear4bit`` and the forward of its autograd
+function, for every N), ``gemv_4bit`` (``bitsandbytes.functional.gemv_4bit``) and
+``dequantize_4bit`` (the QLoRA backward, ``Params4bit`` dequantization). `enable` registers
+hipskinny's kernels for those ops, and their ``.out`` twins, on one torch device type; `disable`
+puts back the kernels that were registered before.
+
+What is served, and where the rest goes:
+
+* ``gemm_4bit`` / ``gemv_4bit``: `hipskinny.matmul_4bit`'s fused kernels, for fp16/bf16 activations,
+  N = 1..64 tokens, K a multiple of the blocksize, NF4 or FP4 in uint8 storage, any of
+  bitsandbytes' blocksizes. Nested statistics (``absmax_8bit``, ``absmax_code``, ``absmax_offset``
+  with float32 per-256 ``absmax``) are decoded in the kernel, as passed: nothing is converted per
+  call.
+* ``dequantize_4bit``: the 16-bit dequantize kernel (bit for bit bitsandbytes' values) for
+  float16/bfloat16 results with a last dimension that is a multiple of 8.
+* Everything else -- fp32 activations or results, more tokens, other storage dtypes, non-uint8
+  packing, unaligned or non-contiguous tensors on a GPU -- calls the kernel bitsandbytes had
+  registered for the device type when `enable` ran (an ``.out`` op without one: its functional
+  kernel, then a copy into ``out``). ``quantize_4bit`` is not taken over: quantizing happens once,
+  at load time, and hipskinny has no kernel for it.
+
+No host synchronization, and no allocation beyond the result and hipskinny's scratch pool: the
+calls can be captured in a HIP graph once warmed up (the first call on a device puts the two
+codebooks there).
+
+Device types: ``"cuda"`` (the default) is ROCm torch's; `enable` checks torch is a ROCm build and
+every visible GPU has an arch hipskinny ships. ``"cpu"`` serves CPU tensors on hipskinny's current
+device (the emulator on a machine without a GPU): that is how the tests run bitsandbytes on
+hipskinny. Needs torch >= 2.9 (``torch.library.get_kernel``, to call the previous kernels).
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .. import bnb, operands
+from ..errors import HipSkinnyError, UnsupportedArchError
+from ..ops import matmul_4bit as _m4
+
+__all__ = ["disable", "enable", "enabled"]
+
+# The ops taken over, as bitsandbytes names them (overloads after the dot).
+OPS = ("gemm_4bit", "gemv_4bit", "gemv_4bit.out", "dequantize_4bit", "dequantize_4bit.out")
+
+
+class _Registration:
+    """hipskinny's kernels on one device type, and the kernels they stand in front of."""
+
+    def __init__(self, torch: Any, device_type: str) -> None:
+        self.device_type = device_type
+        key = torch._C._dispatch_key_for_device(device_type)
+        self.keyset = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key))
+        # The previous kernels, captured before ours go in (None: the device type had none).
+        self.previous: dict[str, Any] = {}
+        for op in OPS:
+            name = f"bitsandbytes::{op}"
+            has = torch._C._dispatch_has_computed_kernel_for_dispatch_key(name, key)
+            self.previous[op] = torch.library.get_kernel(name, key) if has else None
+        self.codebooks: dict[tuple[Any, str], Any] = {}      # (device, quant_type) -> float32 [16]
+        self.lib = torch.library.Library("bitsandbytes", "FRAGMENT")
+        kernels = _kernels(self)
+        try:
+            with warnings.catch_warnings():
+                # torch says once per process that a kernel is overridden: that is the point here.
+                warnings.filterwarnings("ignore", message=".*[Oo]verrid.*")
+                for op in OPS:
+                    torch.library.register_kernel(f"bitsandbytes::{op}", device_type, kernels[op], lib=self.lib)
+        except BaseException:
+            self.lib._destroy()
+            raise
+
+    def fallback(self, op: str, *args: Any, **kwargs: Any) -> Any:
+        """bitsandbytes' own kernel for ``op`` on this device type."""
+        previous = self.previous[op]
+        if previous is not None:
+            return previous.call_boxed(self.keyset, *args, **kwargs)
+        base, _, overload = op.partition(".")
+        if overload == "out" and self.previous[base] is not None:      # ``out`` is the last argument
+            *inputs, out = args
+            out.copy_(self.previous[base].call_boxed(self.keyset, *inputs, **kwargs))
+            return None
+        raise NotImplementedError(f"bitsandbytes::{op}: hipskinny does not serve this call and bitsandbytes had "
+                                  f"no kernel for device type {self.device_type!r} to hand it to")
+
+    def codebook(self, torch: Any, like: Any, quant_type: str) -> Any:
+        """The 16-entry table on ``like``'s device (made by the first call there: warm up before a capture)."""
+        found = self.codebooks.get((like.device, quant_type))
+        if found is None:
+            table = torch.tensor(bnb.NF4 if quant_type == "nf4" else bnb.FP4)
+            # hipskinny's allocator for outputs: device memory hipskinny can address (and the tests' seam)
+            found = operands.torch_empty(operands.view(like, "A"), (16,), np.float32)()
+            found.copy_(table)
+            self.codebooks[(like.device, quant_type)] = found
+        return found
+
+    def close(self) -> None:
+        self.lib._destroy()
+        self.previous.clear()
+
+
+_lock = threading.Lock()
+_registered: dict[str, _Registration] = {}
+
+
+def enable(device_type: str | None = None) -> str:
+    """Serve bitsandbytes' 4-bit ops on ``device_type`` with hipskinny's kernels (see the module
+    docstring); returns the device type. Idempotent. ``None``: ``"cuda"`` when torch is a ROCm
+    build and every visible GPU's arch is shipped, else an error saying which is not so."""
+    import torch
+
+    if not hasattr(torch.library, "get_kernel"):
+        raise HipSkinnyError(f"hipskinny.integrations.bitsandbytes needs torch >= 2.9 (torch.library.get_kernel, "
+                             f"to hand what it does not serve to bitsandbytes' kernels); this is torch "
+                             f"{torch.__version__}")
+    try:
+        import bitsandbytes  # noqa: F401 - defines the ops and registers its kernels
+    except ImportError as e:
+        raise HipSkinnyError("hipskinny.integrations.bitsandbytes: bitsandbytes is not installed "
+                             "(pip install bitsandbytes)") from e
+    if device_type is None:
+        device_type = _rocm_device_type(torch)
+    if not isinstance(device_type, str) or device_type not in ("cuda", "cpu"):
+        raise HipSkinnyError(f"hipskinny.integrations.bitsandbytes.enable: device_type must be 'cuda' (ROCm torch) "
+                             f"or 'cpu' (CPU tensors on hipskinny's current device); got {device_type!r}")
+    with _lock:
+        if device_type not in _registered:
+            _registered[device_type] = _Registration(torch, device_type)
+    return device_type
+
+
+def disable(device_type: str | None = None) -> None:
+    """Put back bitsandbytes' kernels on ``device_type`` (None: on every device type enabled)."""
+    with _lock:
+        for dt in list(_registered) if device_type is None else [device_type]:
+            reg = _registered.pop(dt, None)
+            if reg is not None:
+                reg.close()
+
+
+def enabled(device_type: str | None = None) -> bool:
+    """Whether hipskinny serves bitsandbytes' 4-bit ops on ``device_type`` (None: on any)."""
+    return bool(_registered) if device_type is None else device_type in _registered
+
+
+def _rocm_device_type(torch: Any) -> str:
+    from ..arch import SHIPPED_ARCHS, parse_gcn_arch_name
+
+    if getattr(torch.version, "hip", None) is None:
+        raise HipSkinnyError(f"hipskinny.integrations.bitsandbytes.enable(): torch {torch.__version__} is not a ROCm "
+                             "build, so there is no AMD GPU device type to serve; pass device_type='cpu' to serve "
+                             "CPU tensors on hipskinny's current device (the emulator without a GPU)")
+    count = torch.cuda.device_count()
+    if count == 0:
+        raise HipSkinnyError("hipskinny.integrations.bitsandbytes.enable(): ROCm torch sees no GPU")
+    for i in range(count):
+        arch = parse_gcn_arch_name(torch.cuda.get_device_properties(i).gcnArchName)[0]
+        if arch not in SHIPPED_ARCHS:
+            raise UnsupportedArchError(f"hipskinny.integrations.bitsandbytes.enable(): GPU {i} is {arch}; hipskinny "
+                                       f"ships code objects for {', '.join(SHIPPED_ARCHS)}")
+    return "cuda"
+
+
+def _kernels(reg: _Registration) -> dict[str, Callable[..., Any]]:
+    """The kernels registered for ``reg``'s device type, each deciding per call whether hipskinny
+    serves it (checks on shapes and dtypes only: nothing that reads device memory)."""
+    import torch
+
+    halves = (torch.float16, torch.bfloat16)
+    u8, f32 = torch.uint8, torch.float32
+    on_cpu = reg.device_type == "cpu"
+    fusible = _m4.fusible
+    codebook = reg.codebook
+    state_of = bnb.QuantState
+
+    def placed(*tensors: Any) -> bool:
+        # GPU tensors are used in place: contiguous and 16-byte aligned (host ones are staged).
+        return on_cpu or all(t is None or (t.is_contiguous() and t.data_ptr() % 16 == 0) for t in tensors)
+
+    def matmul(A: Any, B: Any, shapeB: Any, absmax: Any, code: Any, blocksize: int, bias: Any, absmax_8bit: Any,
+               absmax_code: Any, absmax_offset: Any, out: Any) -> Any:
+        """hipskinny's result, or None where it does not serve the call."""
+        if A.dtype not in halves or B.dtype != u8 or absmax.dtype != f32 or len(shapeB) != 2:
+            return None
+        k = A.shape[-1]
+        if k != shapeB[1] or not fusible(A.numel() // k if k else 0, k, blocksize) or \
+                blocksize not in bnb.BLOCKSIZES or (bias is not None and (bias.dtype != A.dtype or bias.dim() != 1)):
+            return None
+        if absmax_8bit is None:
+            state = state_of(absmax, shapeB, code, blocksize, None, A.dtype)
+        else:
+            if absmax_8bit.dtype != u8 or absmax_code is None or absmax_offset is None or \
+                    absmax_offset.dtype != f32 or absmax_code.dtype != f32:
+                return None
+            state = state_of(absmax_8bit, shapeB, code, blocksize, None, A.dtype, absmax_offset,
+                             state_of(absmax, None, absmax_code, 256, None, None))
+        if not placed(A, B, out):
+            return None
+        return _m4.matmul_4bit(A, B, state, bias, out=out, fused=True)
+
+    def gemm_4bit(A: Any, B: Any, shapeB: Any, absmax: Any, blocksize: int, quant_type: str, bias: Any = None,
+                  absmax_8bit: Any = None, absmax_code: Any = None, absmax_offset: Any = None) -> Any:
+        if quant_type in ("nf4", "fp4"):
+            y = matmul(A, B, shapeB, absmax, codebook(torch, A, quant_type), blocksize, bias, absmax_8bit,
+                       absmax_code, absmax_offset, None)
+            if y is not None:
+                return y
+        return reg.fallback("gemm_4bit", A, B, shapeB, absmax, blocksize, quant_type, bias=bias,
+                            absmax_8bit=absmax_8bit, absmax_code=absmax_code, absmax_offset=absmax_offset)
+
+    def gemv_4bit(A: Any, B: Any, shapeB: Any, absmax: Any, code: Any, blocksize: int) -> Any:
+        if code.dtype == f32 and code.numel() == 16:
+            y = matmul(A, B, shapeB, absmax, code, blocksize, None, None, None, None, None)
+            if y is not None:
+                return y
+        return reg.fallback("gemv_4bit", A, B, shapeB, absmax, code, blocksize)
+
+    def gemv_4bit_out(A: Any, B: Any, shapeB: Any, absmax: Any, code: Any, blocksize: int, out: Any) -> None:
+        if code.dtype == f32 and code.numel() == 16 and out.dtype == A.dtype and \
+                tuple(out.shape) == (*A.shape[:-1], shapeB[0] if len(shapeB) else -1):
+            if matmul(A, B, shapeB, absmax, code, blocksize, None, None, None, None, out) is not None:
+                return
+        reg.fallback("gemv_4bit.out", A, B, shapeB, absmax, code, blocksize, out)
+
+    def dequantize(A: Any, absmax: Any, blocksize: int, quant_type: str, shape: Any, dtype: Any, out: Any) -> Any:
+        """hipskinny's result, or None where it does not serve the call."""
+        if dtype not in halves or quant_type not in ("nf4", "fp4") or A.dtype != u8 or absmax.dtype != f32 or \
+                blocksize not in bnb.BLOCKSIZES or len(shape) == 0:
+            return None
+        total, k = _numel(shape), int(shape[-1])
+        m = total // k if k else 0
+        if k % 8 or (total + 1) // 2 != A.numel() or not (out is None or out.is_contiguous()) or not placed(A, out):
+            return None
+        state = state_of(absmax, (m, k), codebook(torch, A, quant_type), blocksize, quant_type, dtype)
+        w = _m4.dequantize(A, state, dtype, out=None if out is None else out.view(m, k))
+        return w.view(shape) if out is None else out
+
+    def dequantize_4bit(A: Any, absmax: Any, blocksize: int, quant_type: str, shape: Any, dtype: Any) -> Any:
+        w = dequantize(A, absmax, blocksize, quant_type, shape, dtype, None)
+        if w is not None:
+            return w
+        return reg.fallback("dequantize_4bit", A, absmax, blocksize, quant_type, shape, dtype)
+
+    def dequantize_4bit_out(A: Any, absmax: Any, blocksize: int, quant_type: str, shape: Any, dtype: Any,
+                            out: Any) -> None:
+        if out.dtype == dtype and tuple(out.shape) == tuple(shape) and \
+                dequantize(A, absmax, blocksize, quant_type, shape, dtype, out) is not None:
+            return
+        reg.fallback("dequantize_4bit.out", A, absmax, blocksize, quant_type, shape, dtype, out)
+
+    return {"gemm_4bit": gemm_4bit, "gemv_4bit": gemv_4bit, "gemv_4bit.out": gemv_4bit_out,
+            "dequantize_4bit": dequantize_4bit, "dequantize_4bit.out": dequantize_4bit_out}
+
+
+def _numel(shape: Any) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
