@@ -112,6 +112,43 @@ lx, lw, lo = (dlpack_on_device(shape, version=None) for shape in ((N1, K), (M, K
 cases["skinny_gemm_dlpack_legacy_out"] = lambda: hipskinny.skinny_gemm(lx, lw, out=lo)
 px, pw, po = (dlpack_on_device(shape, version=None, kind=Pre10) for shape in ((N1, K), (M, K), (N1, M)))
 cases["skinny_gemm_dlpack_pre10_out"] = lambda: hipskinny.skinny_gemm(px, pw, out=po)
+# bitsandbytes' Linear4bit with hipskinny registered behind its ops, against hipskinny's direct call on the same
+# weight (NF4, nested statistics, blocksize 64: bitsandbytes' defaults; output allocated in both).
+try:
+    import bitsandbytes
+except ImportError:
+    bitsandbytes = None
+if bitsandbytes is not None:
+    from hipskinny import bnb as hs_bnb
+    from hipskinny.integrations import bitsandbytes as hs_integration
+
+    def moved(t):
+        out = torch.frombuffer((ctypes.c_uint8 * max(t.nbytes, 4)).from_address(device_bytes(max(t.nbytes, 4))),
+                               dtype=torch.uint8)[:t.nbytes].view(t.dtype).view(t.shape)
+        out.copy_(t)
+        return out
+
+    operands.present_cpu_torch_as_gpu(None)       # bitsandbytes quantizes on the host ...
+    lin4 = bitsandbytes.nn.Linear4bit(K, M, bias=False, compute_dtype=torch.float16, quant_type="nf4")
+    lin4.support_avx512bf16_for_cpu = False
+    lin4 = lin4.to(torch.float16).to("cpu")
+    qs = lin4.weight.quant_state
+    lin4.weight.data = moved(lin4.weight.data)    # ... then its tensors move to device memory
+    qs.absmax, qs.offset = moved(qs.absmax), moved(qs.offset)
+    qs.state2.absmax, qs.state2.code = moved(qs.state2.absmax), moved(qs.state2.code)
+    operands.present_cpu_torch_as_gpu(0, None, lambda shape, dtype: moved(torch.empty(shape, dtype=dtype)))
+    hs_state = hs_bnb.as_state(qs)
+    hs_state = hs_bnb.QuantState(hs_state.absmax, hs_state.shape, moved(hs_state.code), hs_state.blocksize,
+                                 hs_state.quant_type, hs_state.dtype, hs_state.offset, hs_state.state2)
+    packed4 = lin4.weight.data
+    hs_integration.enable("cpu")
+    with torch.no_grad():
+        lin4(x1)                                  # warm-up: the codebook goes to device memory
+    operands.present_cpu_torch_as_gpu(0)          # outputs from torch's allocator again, as in every row
+    cases["matmul_4bit_torch"] = lambda: hipskinny.matmul_4bit(x1, packed4, hs_state)
+    no_grad = torch.no_grad()
+    no_grad.__enter__()
+    cases["linear4bit_bitsandbytes"] = lambda: lin4(x1)
 hx, hw = np.ones((N1, K), np.float16), np.ones((M, K), np.float16)
 cases["skinny_gemm_numpy"] = lambda: hipskinny.skinny_gemm(hx, hw)
 cases["gemv_numpy"] = lambda: hipskinny.gemv(hx[0], hw)

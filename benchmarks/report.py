@@ -533,6 +533,10 @@ _PER_CALL_ROWS = (
      (1.2, "skinny_gemm_dlpack_out", "versioned")),
     ("skinny_gemm_dlpack_pre10_out", "the same, producers from before DLPack 1.0 (no max_version keyword, legacy "
      "capsules)", "dlpack", (1.2, "skinny_gemm_dlpack_out", "versioned")),
+    ("matmul_4bit_torch", "hipskinny.matmul_4bit(x, packed, state), torch GPU tensors (output allocated), N=1, NF4 "
+     "nested", "torch", None),
+    ("linear4bit_bitsandbytes", "bitsandbytes Linear4bit(x) with `integrations.bitsandbytes.enable()` (its Python, "
+     "torch's dispatcher, then the row above), N=1", "torch", (2.0, "matmul_4bit_torch", "direct call")),
     ("skinny_gemm_numpy", "hipskinny.skinny_gemm(x, w), numpy host inputs, N=1, with its copies", "numpy", None),
     ("skinny_gemm_numpy_no_copies", "the same, hipMemcpyAsync calls made no-ops (copies excluded)", "numpy", 25.0),
     ("gemv_numpy", "hipskinny.gemv(x, w), numpy host inputs, with its copies", "numpy", None),

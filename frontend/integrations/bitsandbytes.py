@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from .. import bnb, operands
-from ..errors import HipSkinnyError, UnsupportedArchError
+from ..errors import HipSkinnyError, InputTypeError, InputValueError, UnsupportedArchError
 from ..ops import matmul_4bit as _m4
 
 __all__ = ["disable", "enable", "enabled"]
@@ -75,7 +75,10 @@ class _Registration:
                 # torch says once per process that a kernel is overridden: that is the point here.
                 warnings.filterwarnings("ignore", message=".*[Oo]verrid.*")
                 for op in OPS:
-                    torch.library.register_kernel(f"bitsandbytes::{op}", device_type, kernels[op], lib=self.lib)
+                    # Library.impl itself, not torch.library.register_kernel: that wraps each kernel in
+                    # a dynamo-disabling frame, several µs per call, and compiled graphs call the
+                    # registered kernel as an opaque op either way (tested with torch.compile).
+                    self.lib.impl(op, kernels[op], key)
         except BaseException:
             self.lib._destroy()
             raise
@@ -172,91 +175,89 @@ def _rocm_device_type(torch: Any) -> str:
 
 
 def _kernels(reg: _Registration) -> dict[str, Callable[..., Any]]:
-    """The kernels registered for ``reg``'s device type, each deciding per call whether hipskinny
-    serves it (checks on shapes and dtypes only: nothing that reads device memory)."""
+    """The kernels registered for ``reg``'s device type. Each call first takes the two checks that
+    send the common unserved calls away at once (fp32 activations; more tokens than the fused
+    kernels take: prefill), then goes to hipskinny, whose bound call checks the rest (dtypes,
+    shapes, storage, K against the blocksize, the layout and alignment of GPU tensors) from the
+    call's signature; what it refuses (`InputTypeError` / `InputValueError`, raised before anything
+    is launched) goes to bitsandbytes' kernel."""
     import torch
 
     halves = (torch.float16, torch.bfloat16)
-    u8, f32 = torch.uint8, torch.float32
-    on_cpu = reg.device_type == "cpu"
-    fusible = _m4.fusible
-    codebook = reg.codebook
-    state_of = bnb.QuantState
+    refused = (InputTypeError, InputValueError)
+    state_of, matmul_4bit, dequantize_kernel = bnb.QuantState, _m4.matmul_4bit, _m4.dequantize
+    max_n = _m4.FUSED_MAX_N
+    codebooks, codebook = reg.codebooks, reg.codebook
 
-    def placed(*tensors: Any) -> bool:
-        # GPU tensors are used in place: contiguous and 16-byte aligned (host ones are staged).
-        return on_cpu or all(t is None or (t.is_contiguous() and t.data_ptr() % 16 == 0) for t in tensors)
+    def table(like: Any, quant_type: str) -> Any:
+        found = codebooks.get((like.device, quant_type))
+        return found if found is not None else codebook(torch, like, quant_type) if quant_type in ("nf4", "fp4") \
+            else None
 
-    def matmul(A: Any, B: Any, shapeB: Any, absmax: Any, code: Any, blocksize: int, bias: Any, absmax_8bit: Any,
-               absmax_code: Any, absmax_offset: Any, out: Any) -> Any:
-        """hipskinny's result, or None where it does not serve the call."""
-        if A.dtype not in halves or B.dtype != u8 or absmax.dtype != f32 or len(shapeB) != 2:
-            return None
+    def tokens(A: Any) -> int:
         k = A.shape[-1]
-        if k != shapeB[1] or not fusible(A.numel() // k if k else 0, k, blocksize) or \
-                blocksize not in bnb.BLOCKSIZES or (bias is not None and (bias.dtype != A.dtype or bias.dim() != 1)):
-            return None
-        if absmax_8bit is None:
-            state = state_of(absmax, shapeB, code, blocksize, None, A.dtype)
-        else:
-            if absmax_8bit.dtype != u8 or absmax_code is None or absmax_offset is None or \
-                    absmax_offset.dtype != f32 or absmax_code.dtype != f32:
-                return None
-            state = state_of(absmax_8bit, shapeB, code, blocksize, None, A.dtype, absmax_offset,
-                             state_of(absmax, None, absmax_code, 256, None, None))
-        if not placed(A, B, out):
-            return None
-        return _m4.matmul_4bit(A, B, state, bias, out=out, fused=True)
+        return A.numel() // k if k else 0
 
     def gemm_4bit(A: Any, B: Any, shapeB: Any, absmax: Any, blocksize: int, quant_type: str, bias: Any = None,
                   absmax_8bit: Any = None, absmax_code: Any = None, absmax_offset: Any = None) -> Any:
-        if quant_type in ("nf4", "fp4"):
-            y = matmul(A, B, shapeB, absmax, codebook(torch, A, quant_type), blocksize, bias, absmax_8bit,
-                       absmax_code, absmax_offset, None)
-            if y is not None:
-                return y
+        if A.dtype in halves and tokens(A) <= max_n:
+            code = table(A, quant_type)
+            if code is not None:
+                if absmax_8bit is None:
+                    state = state_of(absmax, shapeB, code, blocksize, None, None)
+                else:
+                    state = state_of(absmax_8bit, shapeB, code, blocksize, None, None, absmax_offset,
+                                     state_of(absmax, None, absmax_code, 256, None, None))
+                try:
+                    return matmul_4bit(A, B, state, bias, fused=True)
+                except refused:
+                    pass
         return reg.fallback("gemm_4bit", A, B, shapeB, absmax, blocksize, quant_type, bias=bias,
                             absmax_8bit=absmax_8bit, absmax_code=absmax_code, absmax_offset=absmax_offset)
 
+    def gemv(A: Any, B: Any, shapeB: Any, absmax: Any, code: Any, blocksize: int, out: Any) -> Any:
+        """hipskinny's result (``code``: the state's own table, any 16 float32 values), or None."""
+        if A.dtype in halves and tokens(A) <= max_n:
+            try:
+                return matmul_4bit(A, B, state_of(absmax, shapeB, code, blocksize, None, None), out=out, fused=True)
+            except refused:
+                pass
+        return None
+
     def gemv_4bit(A: Any, B: Any, shapeB: Any, absmax: Any, code: Any, blocksize: int) -> Any:
-        if code.dtype == f32 and code.numel() == 16:
-            y = matmul(A, B, shapeB, absmax, code, blocksize, None, None, None, None, None)
-            if y is not None:
-                return y
-        return reg.fallback("gemv_4bit", A, B, shapeB, absmax, code, blocksize)
+        y = gemv(A, B, shapeB, absmax, code, blocksize, None)
+        return y if y is not None else reg.fallback("gemv_4bit", A, B, shapeB, absmax, code, blocksize)
 
     def gemv_4bit_out(A: Any, B: Any, shapeB: Any, absmax: Any, code: Any, blocksize: int, out: Any) -> None:
-        if code.dtype == f32 and code.numel() == 16 and out.dtype == A.dtype and \
-                tuple(out.shape) == (*A.shape[:-1], shapeB[0] if len(shapeB) else -1):
-            if matmul(A, B, shapeB, absmax, code, blocksize, None, None, None, None, out) is not None:
-                return
-        reg.fallback("gemv_4bit.out", A, B, shapeB, absmax, code, blocksize, out)
+        if gemv(A, B, shapeB, absmax, code, blocksize, out) is None:
+            reg.fallback("gemv_4bit.out", A, B, shapeB, absmax, code, blocksize, out)
 
     def dequantize(A: Any, absmax: Any, blocksize: int, quant_type: str, shape: Any, dtype: Any, out: Any) -> Any:
-        """hipskinny's result, or None where it does not serve the call."""
-        if dtype not in halves or quant_type not in ("nf4", "fp4") or A.dtype != u8 or absmax.dtype != f32 or \
-                blocksize not in bnb.BLOCKSIZES or len(shape) == 0:
+        """hipskinny's result, or None. Any shape: the weight is dequantized as [numel / last, last]."""
+        if dtype not in halves or len(shape) == 0 or (out is not None and not out.is_contiguous()):
+            return None
+        code = table(A, quant_type)
+        if code is None:
             return None
         total, k = _numel(shape), int(shape[-1])
         m = total // k if k else 0
-        if k % 8 or (total + 1) // 2 != A.numel() or not (out is None or out.is_contiguous()) or not placed(A, out):
+        if m * k != total or (total + 1) // 2 != A.numel():
             return None
-        state = state_of(absmax, (m, k), codebook(torch, A, quant_type), blocksize, quant_type, dtype)
-        w = _m4.dequantize(A, state, dtype, out=None if out is None else out.view(m, k))
-        return w.view(shape) if out is None else out
+        try:
+            w = dequantize_kernel(A, state_of(absmax, (m, k), code, blocksize, quant_type, None), dtype,
+                                  out=None if out is None else out.view(m, k))
+        except refused:
+            return None
+        return out if out is not None else w if len(shape) == 2 else w.view(shape)
 
     def dequantize_4bit(A: Any, absmax: Any, blocksize: int, quant_type: str, shape: Any, dtype: Any) -> Any:
         w = dequantize(A, absmax, blocksize, quant_type, shape, dtype, None)
-        if w is not None:
-            return w
-        return reg.fallback("dequantize_4bit", A, absmax, blocksize, quant_type, shape, dtype)
+        return w if w is not None else reg.fallback("dequantize_4bit", A, absmax, blocksize, quant_type, shape, dtype)
 
     def dequantize_4bit_out(A: Any, absmax: Any, blocksize: int, quant_type: str, shape: Any, dtype: Any,
                             out: Any) -> None:
-        if out.dtype == dtype and tuple(out.shape) == tuple(shape) and \
-                dequantize(A, absmax, blocksize, quant_type, shape, dtype, out) is not None:
-            return
-        reg.fallback("dequantize_4bit.out", A, absmax, blocksize, quant_type, shape, dtype, out)
+        if dequantize(A, absmax, blocksize, quant_type, shape, dtype, out) is None:
+            reg.fallback("dequantize_4bit.out", A, absmax, blocksize, quant_type, shape, dtype, out)
 
     return {"gemm_4bit": gemm_4bit, "gemv_4bit": gemv_4bit, "gemv_4bit.out": gemv_4bit_out,
             "dequantize_4bit": dequantize_4bit, "dequantize_4bit.out": dequantize_4bit_out}

@@ -166,6 +166,8 @@ def _check_weight(ops: Operands, st: bnb.QuantState, op: str) -> tuple[int, int,
         raise InputValueError(f"{op}: packed must hold (M*K+1)//2 = {(m * k + 1) // 2} uint8 bytes for "
                               f"the state's shape {shape}; got {wv.dtype} of shape {wv.shape}")
     bs = int(st.blocksize)
+    if bs not in bnb.BLOCKSIZES:
+        raise InputValueError(f"{op}: blocksize must be one of {bnb.BLOCKSIZES}; got {bs}")
     blocks = -(-m * k // bs)
     nested = st.state2 is not None
     av = ops["absmax"]
