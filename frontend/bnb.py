@@ -181,7 +181,6 @@ _DYN_TABLE = np.searchsorted(
     side="left").astype(np.uint8)
 _DYN_TABLE.flags.writeable = False
 
-_FLOAT_NAMES = ("float16", "bfloat16", "float32")
 _NP_DTYPE = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16),
              "float32": np.dtype(np.float32)}
 _CHUNK = 1 << 20    # elements per slice (a multiple of every blocksize): bounded temporaries
@@ -207,11 +206,6 @@ def _like(a: np.ndarray, ref: Any) -> Any:
     if _is_torch(ref):
         return _torch().from_numpy(np.require(a, requirements="C")).to(ref.device)   # (0-d stays 0-d)
     return a
-
-
-def _dtype_name(dt: Any) -> str | None:
-    """``"float16"``/``"bfloat16"``/``"float32"`` for such a dtype in any spelling (`hipskinny.dtypes`), else None."""
-    return dtypes.name_of(dt)
 
 
 def _dtype_in_kind(name: str, torch_kind: bool) -> Any:
@@ -273,12 +267,12 @@ def _check_quant_type(quant_type: Any) -> str:
 def _host_weight(w: Any) -> tuple[np.ndarray, str]:
     """The flat float32 host copy of weight ``w`` and its dtype name."""
     if _is_torch(w):
-        name = _dtype_name(w.dtype)
+        name = dtypes.name_of(w.dtype)
         if name is None:
             raise InputTypeError(f"quantize_4bit takes float16, bfloat16 or float32 tensors; got {w.dtype}")
         return w.detach().to(device="cpu", dtype=_torch().float32).reshape(-1).numpy(), name
     if isinstance(w, (np.ndarray, np.generic)):
-        name = _dtype_name(w.dtype)
+        name = dtypes.name_of(w.dtype)
         if name is None:
             raise InputTypeError(f"quantize_4bit takes float16, bfloat16 or float32 arrays; got {w.dtype}")
         return np.asarray(w).astype(np.float32).reshape(-1), name
@@ -569,7 +563,7 @@ def _resolve(state: Any) -> _Resolved:
     if any(d < 0 for d in shape):
         raise InputValueError(f"state.shape has a negative dimension: {shape}")
     dtype_in = getattr(state, "dtype", None)
-    name = _dtype_name(dtype_in)
+    name = dtypes.name_of(dtype_in)
     if name is None:
         raise InputTypeError(f"state.dtype must be float16, bfloat16 or float32; got {dtype_in!r}")
     code = getattr(state, "code", None)
@@ -718,7 +712,7 @@ def _from_state_dict(sd: Mapping[str, Any], prefix: str) -> QuantState:
     torch_kind = _is_torch(absmax)
 
     def dtype(value: Any) -> Any:       # a name in the JSON: a dtype of the tensors' kind
-        name = _dtype_name(value)
+        name = dtypes.name_of(value)
         return _dtype_in_kind(name, torch_kind) if name else value
 
     if state2 is not None:
@@ -799,7 +793,8 @@ def state_dict(packed: Any, state: Any, prefix: str = "") -> dict[str, Any]:
     if st.nested:
         out[prefix + "nested_absmax"] = conv(st.state2.absmax)
         out[prefix + "nested_quant_map"] = conv(st.state2.code)
-        meta.update(nested_blocksize=int(st.state2.blocksize), nested_dtype=_dtype_name(st.state2.dtype) or "float32",
+        meta.update(nested_blocksize=int(st.state2.blocksize),
+                    nested_dtype=dtypes.name_of(st.state2.dtype) or "float32",
                     nested_offset=float(np.asarray(_host(st.offset), np.float64).reshape(())))
     text = np.frombuffer(json.dumps(meta).encode("utf-8"), np.uint8).copy()
     out[prefix + _QS_KEY + res.quant_type] = _like(text, packed)
