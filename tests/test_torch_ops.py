@@ -16,11 +16,12 @@ import torch._dynamo.testing
 
 import hipskinny
 from hipskinny import torch_ops
-from hipskinny.emulator import EmulatedDevice
+from hipskinny.devices import parse_device
 
 ROOT = Path(__file__).resolve().parent.parent
 OPS = ("gemv", "gemv_out", "skinny_gemm", "skinny_gemm_out", "fp8_linear", "fp8_linear_out", "matmul_4bit",
-       "matmul_4bit_out")
+       "matmul_4bit_out", "w4a16_linear", "w4a16_linear_out", "fused_moe", "fused_moe_out", "topk_softmax",
+       "topk_softmax_out", "sparse_mla_decode", "sparse_mla_decode_out", "linear_grad_x", "moe_grad")
 
 
 def _python(code: str) -> str:
@@ -123,11 +124,20 @@ def test_a_declaration_is_all_a_new_op_needs():
     assert functional.impl is toy and into.out_shape is None
     assert into.impl(1, 2, None, "o", fast=True) is None        # calls toy(1, 2, None, out="o", fast=True)
     assert {op.name for op in torch_ops.ops()} == set(OPS)
+    two, two_out = torch_ops.declare("pair", "Tensor x, int k, bool flag=False", toy, lambda x, k, flag=False: (x, x),
+                                     outs=("a", "b"))
+    assert two.schema == "pair(Tensor x, int k, bool flag=False) -> (Tensor, Tensor)" and two.results == 2
+    assert two_out.schema == "pair_out(Tensor x, int k, bool flag, Tensor(a!) a, Tensor(b!) b) -> ()"
+    seen = []
+    torch_ops.declare("pair", "Tensor x", lambda x, *, out=None: seen.append(out), lambda x: (x, x),
+                      outs=("a", "b"))[1].impl(1, "a", "b")
+    assert seen == [("a", "b")]                                      # several outs reach the function as a tuple
 
 
 @pytest.fixture(scope="module")
 def dev():
-    return EmulatedDevice("gfx1201", 2)
+    # the cached device of this spec: test_torch_ops_autograd shares its loaded code objects
+    return parse_device("emulator:gfx1201:2")
 
 
 def _inputs(n, m, k, seed=0, dtype=torch.float16):
@@ -248,7 +258,7 @@ def test_opcheck(dev):
 def _fp8_model(x, w8, ws, x8, xs, out):
     y = torch.ops.hipskinny.fp8_linear(x * 2, w8, ws)                                  # W8A16
     z = torch.ops.hipskinny.fp8_linear(x8, w8, ws, x_scale=xs, out_dtype=torch.bfloat16)   # W8A8
-    torch.ops.hipskinny.fp8_linear_out(x, w8, ws, out)
+    torch.ops.hipskinny.fp8_linear_out(x, w8, ws, None, None, out)
     return torch.relu(y) + out, z.float().sigmoid()
 
 
@@ -277,7 +287,8 @@ def test_fp8_linear_compiles_fullgraph_same_bits_and_passes_opcheck(dev, n):
         for op, args, kwargs in [
             (torch.ops.hipskinny.fp8_linear.default, (x, w8, ws), {}),
             (torch.ops.hipskinny.fp8_linear.default, (x8, w8, ws), {"x_scale": xs, "out_dtype": torch.float16}),
-            (torch.ops.hipskinny.fp8_linear_out.default, (x, w8, ws, torch.empty((n, m), dtype=torch.float16)), {}),
+            (torch.ops.hipskinny.fp8_linear_out.default,
+             (x, w8, ws, None, None, torch.empty((n, m), dtype=torch.float16)), {}),
         ]:
             # test_schema is left out: its checker multiplies the inputs, which CPU torch cannot do
             # for float8 ("mul_cpu_reduced_float" not implemented); the other three run.
@@ -287,9 +298,9 @@ def test_fp8_linear_compiles_fullgraph_same_bits_and_passes_opcheck(dev, n):
 
 def _nf4_model(x, packed, st, out):
     s2 = st.state2
-    nested = {"absmax2": s2.absmax, "code2": s2.code, "offset": st.offset}
-    y = torch.ops.hipskinny.matmul_4bit(x * 2, packed, st.absmax, st.code, st.blocksize, list(st.shape), **nested)
-    torch.ops.hipskinny.matmul_4bit_out(x, packed, st.absmax, st.code, st.blocksize, list(st.shape), out, **nested)
+    head = (packed, st.absmax, st.code, st.blocksize, list(st.shape))
+    y = torch.ops.hipskinny.matmul_4bit(x * 2, *head, absmax2=s2.absmax, code2=s2.code, offset=st.offset)
+    torch.ops.hipskinny.matmul_4bit_out(x, *head, None, s2.absmax, s2.code, st.offset, out)
     return torch.relu(y) + out
 
 
@@ -311,10 +322,176 @@ def test_matmul_4bit_compiles_fullgraph_same_bits_and_passes_opcheck(dev):
         assert counter.frame_count == 1
         called = {str(node.target).removesuffix(".default") for node in counter.graphs[0].graph.nodes}
         assert {"hipskinny.matmul_4bit", "hipskinny.matmul_4bit_out"} <= called
-        nested = {"absmax2": st.state2.absmax, "code2": st.state2.code, "offset": st.offset}
+        nested = (None, st.state2.absmax, st.state2.code, st.offset)
         head = (x, packed, st.absmax, st.code, st.blocksize, list(st.shape))
         for op, args, kwargs in [
-            (torch.ops.hipskinny.matmul_4bit.default, head, nested),
-            (torch.ops.hipskinny.matmul_4bit_out.default, (*head, torch.empty((n, m), dtype=torch.float16)), nested),
+            (torch.ops.hipskinny.matmul_4bit.default, (*head, *nested), {}),
+            (torch.ops.hipskinny.matmul_4bit_out.default, (*head, *nested, torch.empty((n, m), dtype=torch.float16)),
+             {}),
         ]:
             torch.library.opcheck(op, args, kwargs)
+
+
+# ----------------------------------------------------------------------------------------------
+# w4a16_linear, fused_moe, topk_softmax, sparse_mla_decode; fake tensors validated by the ops' rules
+
+
+def _prepared(m, k, g, seed, *, experts=None, symmetric=False):
+    """A prepared int4 weight (or expert stack) of fp16 scales as torch CPU tensors."""
+    from hipskinny import w4a16
+
+    rng = np.random.default_rng(seed)
+    lead = () if experts is None else (experts,)
+    codes = rng.integers(0, 16, (*lead, m, k))
+    zeros = None if symmetric else rng.integers(0, 16, (*lead, m, k // g))
+    scales = (rng.uniform(0.002, 0.02, (*lead, m, k // g)) * rng.choice([-1, 1], (*lead, m, k // g))).astype(np.float16)
+    ckpt = w4a16.pack_checkpoint(codes, zeros, scales, fmt="awq", group_size=g)
+    return w4a16.prepare(**ckpt, fmt="awq", group_size=g, dtype=np.float16).map(torch.from_numpy)
+
+
+def _moe_inputs(n=2, h=32, i=32, e=3, k=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn((n, h), generator=g).half()
+    w13 = (torch.randn((e, 2 * i, h), generator=g) * 0.1).half()
+    w2 = (torch.randn((e, h, i), generator=g) * 0.1).half()
+    logits = torch.randn((n, e), generator=g)
+    return x, w13, w2, logits
+
+
+def _mla_inputs(t=1, h=2, seed=0):
+    from hipskinny import mla
+
+    rng = np.random.default_rng(seed)
+    cache = torch.from_numpy(mla.pack_cache(rng.standard_normal((16, 512)), layout="v4", block_size=16))
+    indices = torch.from_numpy(rng.integers(0, 16, 8 * t).astype(np.int32))
+    indptr = torch.arange(0, 8 * t + 1, 8, dtype=torch.int32)
+    q = (torch.randn((t, h, 512), generator=torch.Generator().manual_seed(seed)) * 0.5).bfloat16()
+    return q, cache, indices, indptr
+
+
+def test_new_ops_eager_match_the_python_functions_and_pass_opcheck(dev):
+    x, w13, w2, logits = _moe_inputs()
+    p = _prepared(24, 64, 32, seed=1)
+    xw = torch.randn((2, 64), generator=torch.Generator().manual_seed(2)).half()
+    q, cache, indices, indptr = _mla_inputs()
+    hs = torch.ops.hipskinny
+    with hipskinny.on_device(dev):
+        tw, ids = hs.topk_softmax(logits, 2, True)
+        want = hipskinny.moe.topk_softmax(logits, 2, True)
+        assert torch.equal(tw, want[0]) and torch.equal(ids, want[1]) and ids.dtype == torch.int32
+        moe = hs.fused_moe(x, w13, w2, tw, ids)
+        assert torch.equal(_bits(moe), _bits(hipskinny.moe.fused_moe(x, w13, w2, tw, ids)))
+        y = hs.w4a16_linear(xw, p.qweight, p.scales, 32, None, p.zeros)
+        assert torch.equal(_bits(y), _bits(hipskinny.w4a16_linear(xw, p)))
+        o = hs.sparse_mla_decode(q, cache, indices, indptr, scale=0.04)
+        assert torch.equal(_bits(o), _bits(hipskinny.mla.sparse_decode(q, cache, indices, indptr, scale=0.04)))
+        cases = [
+            (hs.topk_softmax.default, (logits, 2, True), {}),
+            (hs.topk_softmax_out.default,
+             (logits, 2, False, torch.empty((2, 2)), torch.empty((2, 2), dtype=torch.int32)), {}),
+            (hs.fused_moe.default, (x, w13, w2, tw, ids), {}),
+            (hs.fused_moe_out.default, (x, w13, w2, tw, ids, *[None] * 6, torch.empty_like(x)), {}),
+            (hs.w4a16_linear.default, (xw, p.qweight, p.scales, 32, None, p.zeros), {}),
+            (hs.w4a16_linear_out.default, (xw, p.qweight, p.scales, 32, None, p.zeros, None, torch.empty_like(y)), {}),
+            (hs.sparse_mla_decode.default, (q, cache, indices, indptr), {"scale": 0.04}),
+            (hs.sparse_mla_decode_out.default, (q, cache, indices, indptr, None, None, None, None, torch.empty_like(o)),
+             {"scale": 0.04}),
+        ]
+        for op, args, kwargs in cases:
+            # test_schema left out: its checker multiplies every input, which CPU torch cannot do for uint32
+            torch.library.opcheck(op, args, kwargs, test_utils=("test_faketensor", "test_autograd_registration",
+                                                                "test_aot_dispatch_dynamic"))
+
+
+def _moe_block(x, w13, w2, logits, qweight, scales, zeros, q, cache, indices, indptr, tw_out, ids_out):
+    tw, ids = torch.ops.hipskinny.topk_softmax(logits, 2, True)
+    h = torch.ops.hipskinny.fused_moe(x, w13, w2, tw, ids)
+    y = torch.ops.hipskinny.w4a16_linear(torch.cat([h, h], 1), qweight, scales, 32, None, zeros)
+    torch.ops.hipskinny.topk_softmax_out(logits * 2, 2, False, tw_out, ids_out)
+    o = torch.ops.hipskinny.sparse_mla_decode(q, cache, indices, indptr, scale=0.04)
+    return y.float().relu() + tw.sum(), o.float().sum()
+
+
+def test_compile_fullgraph_over_the_moe_and_mla_ops(dev):
+    x, w13, w2, logits = _moe_inputs(seed=3)
+    p = _prepared(24, 64, 32, seed=4)
+    q, cache, indices, indptr = _mla_inputs(seed=5)
+    args = (x, w13, w2, logits, p.qweight, p.scales, p.zeros, q, cache, indices, indptr)
+    outs = torch.empty((2, 2)), torch.empty((2, 2), dtype=torch.int32)
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    with hipskinny.on_device(dev):
+        eager_outs = tuple(t.clone() for t in outs)
+        eager = _moe_block(*args, *eager_outs)
+        got = torch.compile(_moe_block, fullgraph=True, backend=counter)(*args, *outs)
+    assert counter.frame_count == 1
+    called = {str(node.target).removesuffix(".default") for node in counter.graphs[0].graph.nodes}
+    assert {"hipskinny.topk_softmax", "hipskinny.fused_moe", "hipskinny.w4a16_linear", "hipskinny.topk_softmax_out",
+            "hipskinny.sparse_mla_decode"} <= called
+    for e, g in zip((*eager, *eager_outs), (*got, *outs), strict=True):
+        assert torch.equal(e, g)
+
+
+def _bad_calls():
+    """(torch op, args, kwargs) whose shapes or dtypes break one of the op's rules."""
+    hs = torch.ops.hipskinny
+    x = torch.zeros((2, 64), dtype=torch.float16)
+    w = torch.zeros((24, 64), dtype=torch.float16)
+    w8 = torch.zeros((24, 64), dtype=torch.float8_e4m3fn)
+    s = torch.ones((24,))
+    p = _prepared(24, 64, 32, seed=0)
+    mx, w13, w2, logits = _moe_inputs()
+    tw, ids = torch.ones((2, 2)), torch.zeros((2, 2), dtype=torch.int64)
+    q, cache, indices, indptr = _mla_inputs()
+    packed = torch.zeros((24 * 32,), dtype=torch.uint8)
+    absmax, code = torch.ones((24,)), torch.linspace(-1, 1, 16)
+    return [
+        (hs.gemv, (x[:1], w[:, :32]), {}),
+        (hs.skinny_gemm, (x, w, torch.zeros((3, 24), dtype=torch.float16)), {}),
+        (hs.skinny_gemm_out, (x, w, None, torch.empty((2, 25), dtype=torch.float16)), {}),
+        (hs.fp8_linear, (x, w8, s, None, torch.ones(())), {}),
+        (hs.matmul_4bit, (x.float(), packed, absmax, code, 64, [24, 64]), {}),
+        (hs.w4a16_linear, (x, p.qweight, p.scales.bfloat16(), 32, None, p.zeros), {}),
+        (hs.fused_moe, (mx, w13, w2, tw, ids), {}),
+        (hs.topk_softmax, (logits, 4), {}),
+        (hs.topk_softmax_out, (logits, 2, False, torch.empty((2, 2)), torch.empty((2, 2))), {}),
+        (hs.sparse_mla_decode, (q.half(), cache, indices, indptr), {"scale": 0.04}),
+        (hs.sparse_mla_decode, (q, cache, indices, indptr), {"scale": 0.04, "layout": "v5"}),
+    ]
+
+
+@pytest.mark.parametrize("device", ["fake", "meta"])
+def test_fake_tensors_raise_the_ops_own_errors(device):
+    """Every op's fake implementation applies the op's rules: the same exception type and message as
+    the eager op (which raises them before any launch: no device needed)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    for op, args, kwargs in _bad_calls():
+        with pytest.raises(hipskinny.HipSkinnyError) as eager:
+            op(*args, **kwargs)
+        mode = FakeTensorMode()
+        moved = [a.to("meta") if device == "meta" and isinstance(a, torch.Tensor) else
+                 mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+        with pytest.raises(type(eager.value)) as faked:
+            if device == "fake":
+                with mode:
+                    op(*moved, **kwargs)
+            else:
+                op(*moved, **kwargs)
+        assert str(faked.value) == str(eager.value), op
+
+
+def test_fake_validation_keeps_shapes_symbolic(dev):
+    """Valid calls under dynamic shapes: one graph for two token counts (the rules check the example
+    sizes and never specialize them)."""
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+
+    def f(x, w13, w2, logits):
+        tw, ids = torch.ops.hipskinny.topk_softmax(logits, 2)
+        return torch.ops.hipskinny.fused_moe(x, w13, w2, tw, ids)
+
+    compiled = torch.compile(f, fullgraph=True, backend=counter, dynamic=True)
+    with hipskinny.on_device(dev):
+        for n in (2, 3):                                 # (torch specializes sizes 0 and 1)
+            args = _moe_inputs(n=n, seed=n)
+            assert torch.equal(_bits(compiled(*args)), _bits(f(*args)))
+    assert counter.frame_count == 1

@@ -49,12 +49,12 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .. import dtypes, fp8, operands, registry, tensors
+from .. import autograd, dtypes, fp8, operands, registry, tensors
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
-from ..torch_ops import declare
+from ..torch_ops import declare, fake_operands
 from .skinny_gemm import (
     MAX_GROUPS_PER_CU,
     SPLITK_LDS,
@@ -94,7 +94,10 @@ def fp8_linear(x: Any, w: Any, w_scale: Any, *, x_scale: Any = None, bias: Any =
     bias ``[M]``, ``[1, M]`` or ``[N, M]`` in the output dtype. numpy, torch or DLPack operands,
     all on the host or all on one GPU; the result in x's container kind, or written into ``out``.
     ``native``: W8A8 on the arch's FP8 instructions (None: where it has them; False: the widened
-    kernels everywhere; True: an error on an arch without them)."""
+    kernels everywhere; True: an error on an arch without them). W8A16 is differentiable w.r.t. x
+    and bias on torch tensors (`hipskinny.autograd`; w and the scales frozen)."""
+    if x.__class__ is not np.ndarray and autograd.wanted(x, w, w_scale, x_scale, bias):
+        return autograd.through("fp8_linear", out, x, w, w_scale, bias, x_scale, out_dtype=out_dtype)
     objs = (x, w, w_scale, x_scale, bias, out)
     odt = None if out_dtype is None else dtypes.read(out_dtype, "fp8_linear: out_dtype", dtypes.HALVES)
     key, addresses = operands.signature(NAMES, objs, (odt, native))
@@ -385,12 +388,35 @@ def _require(ok: bool, what: str) -> None:
     operands.require("fp8_linear", ok, what)
 
 
+def _torch_fp8_linear(x: Any, w: Any, w_scale: Any, bias: Any = None, x_scale: Any = None, *, out: Any = None,
+                      out_dtype: Any = None) -> Any:
+    """The torch op's form: bias and x_scale positional (autograd sees only positional tensors)."""
+    return fp8_linear(x, w, w_scale, x_scale=x_scale, bias=bias, out_dtype=out_dtype, out=out)
+
+
+def _torch_check(x: Any, w: Any, w_scale: Any, bias: Any = None, x_scale: Any = None, *, out: Any = None,
+                 out_dtype: Any = None) -> None:
+    """The op's bind-time rules on fake tensors (`hipskinny.torch_ops.validate`)."""
+    odt = None if out_dtype is None else dtypes.read(out_dtype, "fp8_linear: out_dtype", dtypes.HALVES)
+    _bind(fake_operands("fp8_linear", NAMES, (x, w, w_scale, x_scale, bias, out)), odt)
+
+
+def _grad_weights(inputs: tuple[Any, ...]) -> dict[str, Any]:
+    if fp8.flavor_of(inputs[0]) is not None:
+        raise InputValueError(f"fp8_linear: gradients are computed for W8A16 (float16/bfloat16 x) only; x is "
+                              f"{inputs[0].dtype} (W8A8)")
+    return {"w": inputs[1], "w_scale": inputs[2], "x_scale": inputs[4]}
+
+
 # torch.ops.hipskinny.fp8_linear / fp8_linear_out (registered by hipskinny.torch_ops).
-TORCH_OPS = declare("fp8_linear", "Tensor x, Tensor w, Tensor w_scale", fp8_linear,
-                    lambda x, w, w_scale: (*x[:-1], w[0]),
-                    options="Tensor? x_scale=None, Tensor? bias=None, ScalarType? out_dtype=None",
+TORCH_OPS = declare("fp8_linear", "Tensor x, Tensor w, Tensor w_scale, Tensor? bias=None, Tensor? x_scale=None",
+                    _torch_fp8_linear, lambda x, w, w_scale, bias=None, x_scale=None: (*x[:-1], w[0]),
+                    options="ScalarType? out_dtype=None",
                     out_dtype=lambda x, *_, out_dtype=None, **__: (
-                        x.dtype if fp8.flavor_of(x) is None else out_dtype or _torch_bf16()))
+                        x.dtype if fp8.flavor_of(x) is None else out_dtype or _torch_bf16()),
+                    check=_torch_check,
+                    autograd=autograd.linear("fp8_linear", 3, _grad_weights,
+                                             lambda named, *_: fp8.dequantize(named["w"], named["w_scale"])))
 
 
 def _torch_bf16() -> Any:

@@ -39,11 +39,12 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .. import dtypes, operands, registry, w4a16
+from .. import autograd, dtypes, operands, registry, w4a16
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
+from ..torch_ops import declare, fake_operands
 
 FAMILY = "moe"
 NAMES = ("x", "w13", "w13_scales", "w13_zeros", "w13_perm", "w2", "w2_scales", "w2_zeros", "w2_perm",
@@ -74,10 +75,15 @@ _P_META = len(NAMES)       # the scratch slot's pointer position (after out)
 def fused_moe(x: Any, w13: Any, w2: Any, topk_weights: Any, topk_ids: Any, *, activation: str = "silu",
               out: Any = None) -> Any:
     """The routed experts' SwiGLU MLPs, weighted and summed per token (module docstring). Returns
-    ``[N, H]`` in x's dtype and container kind, or writes ``out`` (contiguous) and returns it."""
+    ``[N, H]`` in x's dtype and container kind, or writes ``out`` (contiguous) and returns it.
+    Differentiable w.r.t. x and topk_weights on torch tensors (`hipskinny.autograd`; experts frozen)."""
     if activation not in ACTIVATIONS:
         raise InputValueError(f"fused_moe: activation {activation!r}; supported: {', '.join(ACTIVATIONS)}")
     p13, p2 = _parts(w13, "w13"), _parts(w2, "w2")
+    if x.__class__ is not np.ndarray and autograd.wanted(x, topk_weights, p13[0][0], p2[0][0], p13[0][1], p2[0][1]):
+        return autograd.through("fused_moe", out, x, p13[0][0], p2[0][0], topk_weights, topk_ids, *p13[0][1:],
+                                *p2[0][1:], w13_group_size=0 if p13[1] is None else int(p13[1][2]),
+                                w2_group_size=0 if p2[1] is None else int(p2[1][2]), activation=activation)
     objs = (x, *p13[0], *p2[0], topk_weights, topk_ids, out)
     key, addresses = operands.signature(NAMES, objs, (p13[1], p2[1], activation))
     call = _calls.get(key)
@@ -323,6 +329,54 @@ def invalid_slots(device: Device | None = None, stream: int = 0) -> int:
 
 def _require(ok: bool, what: str) -> None:
     operands.require("fused_moe", ok, what)
+
+
+def _torch_stack(w: Any, scales: Any, zeros: Any, perm: Any, group_size: int, shape: tuple[int, ...]) -> Any:
+    """A torch op's expert weight: the 16-bit stack itself (group_size 0), else the int4 stack's
+    prepared arrays (qweight ``[E, M, K/8]``; symmetric when zeros is None)."""
+    if not group_size:
+        return w
+    e, rows, words = shape
+    return w4a16.Prepared(w, scales, zeros, perm, int(group_size), (rows, 8 * words), zeros is None, "prepared", e)
+
+
+def _torch_fused_moe(x: Any, w13: Any, w2: Any, topk_weights: Any, topk_ids: Any, w13_scales: Any = None,
+                     w13_zeros: Any = None, w13_perm: Any = None, w2_scales: Any = None, w2_zeros: Any = None,
+                     w2_perm: Any = None, *, out: Any = None, w13_group_size: int = 0, w2_group_size: int = 0,
+                     activation: str = "silu") -> Any:
+    """The torch op's form: each expert stack as its tensors and a group size (0: 16-bit experts)."""
+    a = _torch_stack(w13, w13_scales, w13_zeros, w13_perm, w13_group_size, tuple(int(d) for d in w13.shape))
+    b = _torch_stack(w2, w2_scales, w2_zeros, w2_perm, w2_group_size, tuple(int(d) for d in w2.shape))
+    return fused_moe(x, a, b, topk_weights, topk_ids, activation=activation, out=out)
+
+
+def _torch_check(x: Any, w13: Any, w2: Any, topk_weights: Any, topk_ids: Any, w13_scales: Any = None,
+                 w13_zeros: Any = None, w13_perm: Any = None, w2_scales: Any = None, w2_zeros: Any = None,
+                 w2_perm: Any = None, *, out: Any = None, w13_group_size: int = 0, w2_group_size: int = 0,
+                 activation: str = "silu") -> None:
+    """The op's rules (the entry's and the bind-time ones) on fake tensors (`hipskinny.torch_ops.validate`)."""
+    if activation not in ACTIVATIONS:
+        fused_moe(None, None, None, None, None, activation=activation)        # raises the entry's error
+    objs = (x, w13, w13_scales, w13_zeros, w13_perm, w2, w2_scales, w2_zeros, w2_perm, topk_weights, topk_ids, out)
+    ops = fake_operands("fused_moe", NAMES, objs)
+
+    def prepared(name: str, g: int, zeros: Any) -> tuple | None:
+        v = ops[name]
+        assert v is not None
+        if not g:
+            return None
+        e, rows, words = v.shape if len(v.shape) == 3 else (0, 0, 0)
+        return e, (rows, 8 * words), int(g), zeros is None
+
+    _bind(ops, prepared("w13", w13_group_size, w13_zeros), prepared("w2", w2_group_size, w2_zeros))
+
+
+# torch.ops.hipskinny.fused_moe / fused_moe_out (registered by hipskinny.torch_ops).
+TORCH_OPS = declare("fused_moe", "Tensor x, Tensor w13, Tensor w2, Tensor topk_weights, Tensor topk_ids, "
+                    "Tensor? w13_scales=None, Tensor? w13_zeros=None, Tensor? w13_perm=None, Tensor? w2_scales=None, "
+                    "Tensor? w2_zeros=None, Tensor? w2_perm=None", _torch_fused_moe, lambda x, *_: tuple(x),
+                    options='int w13_group_size=0, int w2_group_size=0, str activation="silu"', check=_torch_check,
+                    autograd=autograd.moe("fused_moe"))
 
 
 # ----------------------------------------------------------------------------------------------

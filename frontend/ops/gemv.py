@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from .. import operands, registry, tensors
+from .. import autograd, operands, registry, tensors
 from ..devices.base import Device
 from ..errors import InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
-from ..torch_ops import declare
+from ..torch_ops import declare, fake_operands
 from ._common import check_16bit_dtypes
 
 FAMILY = "gemv"
@@ -47,7 +47,10 @@ def gemv(x: Any, w: Any, bias: Any = None, *, out: Any = None) -> Any:
     all bf16; numpy arrays, torch tensors (CPU or ROCm) or DLPack objects, all on the host or
     all on the same GPU. Returns ``[M]`` or ``[1, M]`` (following x) of the input dtype, in
     the container kind of x, or writes it into ``out`` (contiguous, same device) and returns it.
+    Differentiable w.r.t. x and bias on torch tensors (`hipskinny.autograd`; w frozen).
     """
+    if x.__class__ is not np.ndarray and autograd.wanted(x, w, bias):
+        return autograd.through("gemv", out, x, w, bias)
     objs = (x, w, bias, out)
     key, addresses = operands.signature(NAMES, objs)
     call = _calls.get(key)
@@ -123,9 +126,16 @@ def _require(ok: bool, what: str) -> None:
     operands.require("gemv", ok, what)
 
 
+def _torch_check(x: Any, w: Any, bias: Any = None, *, out: Any = None) -> None:
+    """The op's bind-time rules on fake tensors (`hipskinny.torch_ops.validate`)."""
+    _bind(fake_operands("gemv", NAMES, (x, w, bias, out)))
+
+
 # torch.ops.hipskinny.gemv / gemv_out (registered by hipskinny.torch_ops when torch is there).
 TORCH_OPS = declare("gemv", "Tensor x, Tensor w, Tensor? bias=None", gemv,
-                    lambda x, w, bias=None: (w[0],) if len(x) == 1 else (1, w[0]))
+                    lambda x, w, bias=None: (w[0],) if len(x) == 1 else (1, w[0]), check=_torch_check,
+                    autograd=autograd.linear("gemv", 2, lambda a: {"w": a[1]}, lambda named, *_: named["w"],
+                                             opaque=False))
 
 
 def gemv_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:

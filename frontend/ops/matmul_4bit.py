@@ -49,7 +49,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .. import bnb, dtypes, operands, registry
+from .. import autograd, bnb, dtypes, operands, registry
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
@@ -79,10 +79,13 @@ def matmul_4bit(x: Any, packed: Any, state: Any, bias: Any = None, *, out: Any =
     `hipskinny.bnb.as_state` takes; x ``[..., K]`` fp16/bf16; bias ``[M]``, ``[1, M]`` or
     ``[N, M]`` in x's dtype. numpy, torch or DLPack operands, all on the host or all on one GPU.
     ``fused``: None (default) picks by the crossover rule; False takes the dequantize route;
-    True raises an error where the fused kernels do not apply."""
+    True raises an error where the fused kernels do not apply. Differentiable w.r.t. x and bias on
+    torch tensors (`hipskinny.autograd`; the weight and its state frozen; ``fused`` then ignored)."""
     # hipskinny's own state as it is (its arrays' layouts are in the call signature and checked
     # when a call is bound); anything else through as_state, which checks it whole.
     st = state if type(state) is bnb.QuantState else bnb.as_state(state)
+    if x.__class__ is not np.ndarray and autograd.wanted(x, packed, bias):
+        return _grad_through(x, packed, st, bias, out)
     s2 = st.state2
     objs = (x, packed, st.absmax, None if s2 is None else s2.absmax, None if s2 is None else s2.code,
             st.offset if s2 is not None else None, st.code, bias, out)
@@ -441,19 +444,63 @@ def _require(ok: bool, what: str) -> None:
     operands.require("matmul_4bit", ok, what)
 
 
-def _torch_matmul_4bit(x: Any, packed: Any, absmax: Any, code: Any, blocksize: int, shape: Any, *,
-                       absmax2: Any = None, code2: Any = None, offset: Any = None, bias: Any = None,
-                       out: Any = None) -> Any:
+def _torch_matmul_4bit(x: Any, packed: Any, absmax: Any, code: Any, blocksize: int, shape: Any, bias: Any = None,
+                       absmax2: Any = None, code2: Any = None, offset: Any = None, *, out: Any = None) -> Any:
     """The torch op's form: the state's tensors as arguments (nested: absmax2, code2 and offset)."""
+    return matmul_4bit(x, packed, _torch_state(x, absmax, code, blocksize, shape, absmax2, code2, offset), bias,
+                       out=out)
+
+
+def _torch_state(x: Any, absmax: Any, code: Any, blocksize: int, shape: Any, absmax2: Any, code2: Any,
+                 offset: Any) -> bnb.QuantState:
     state2 = None if absmax2 is None else bnb.QuantState(absmax2, None, code2, 256, None, None)
-    st = bnb.QuantState(absmax, tuple(shape), code, blocksize, None, x.dtype, offset, state2)
-    return matmul_4bit(x, packed, st, bias, out=out)
+    return bnb.QuantState(absmax, tuple(shape), code, blocksize, None, x.dtype, offset, state2)
+
+
+def _grad_through(x: Any, packed: Any, st: bnb.QuantState, bias: Any, out: Any) -> Any:
+    """`matmul_4bit` as its torch op, for autograd."""
+    s2 = st.state2
+    return autograd.through("matmul_4bit", out, x, packed, st.absmax, st.code, int(st.blocksize),
+                               [int(d) for d in st.shape], bias, None if s2 is None else s2.absmax,
+                               None if s2 is None else s2.code, None if s2 is None else st.offset)
+
+
+def _torch_check(x: Any, packed: Any, absmax: Any, code: Any, blocksize: int, shape: Any, bias: Any = None,
+                 absmax2: Any = None, code2: Any = None, offset: Any = None, *, out: Any = None) -> None:
+    """The op's bind-time rules on fake tensors (`hipskinny.torch_ops.validate`)."""
+    from ..torch_ops import fake_operands
+
+    st = _torch_state(x, absmax, code, blocksize, shape, absmax2, code2, offset)
+    objs = (x, packed, absmax, absmax2, code2, offset if absmax2 is not None else None, code, bias, out)
+    _bind(fake_operands("matmul_4bit", NAMES, objs), st, None)
+
+
+def _grad_dense(named: dict[str, Any], ints: list[int], x_dtype: Any) -> Any:
+    """The weight in x's dtype for backward: the dequantize kernel (K % 8 == 0), else bnb's host dequantize.
+    ``ints``: blocksize, M, K."""
+    blocksize, shape = ints[0], ints[1:3]
+    st = _torch_state(_Typed(x_dtype), named["absmax"], named["code"], blocksize, shape, named["absmax2"],
+                      named["code2"], named["offset"])
+    if int(shape[1]) % 8 == 0:
+        return dequantize(named["packed"], st, x_dtype)
+    quant_type = "nf4" if np.array_equal(named["code"].detach().cpu().numpy(), bnb.NF4) else "fp4"
+    return bnb.dequantize_4bit(named["packed"], bnb.QuantState(*(getattr(st, f) for f in (
+        "absmax", "shape", "code", "blocksize")), quant_type, x_dtype, st.offset, st.state2))
+
+
+class _Typed:
+    def __init__(self, dtype: Any) -> None:
+        self.dtype = dtype
 
 
 # torch.ops.hipskinny.matmul_4bit / matmul_4bit_out (registered by hipskinny.torch_ops).
-TORCH_OPS = declare("matmul_4bit", "Tensor x, Tensor packed, Tensor absmax, Tensor code, int blocksize, int[] shape",
-                    _torch_matmul_4bit, lambda x, packed, absmax, code, blocksize, shape: (*x[:-1], shape[0]),
-                    options="Tensor? absmax2=None, Tensor? code2=None, Tensor? offset=None, Tensor? bias=None")
+TORCH_OPS = declare("matmul_4bit", "Tensor x, Tensor packed, Tensor absmax, Tensor code, int blocksize, int[] shape, "
+                    "Tensor? bias=None, Tensor? absmax2=None, Tensor? code2=None, Tensor? offset=None",
+                    _torch_matmul_4bit, lambda x, packed, absmax, code, blocksize, shape, *_: (*x[:-1], shape[0]),
+                    check=_torch_check,
+                    autograd=autograd.linear(
+                        "matmul_4bit", 6, lambda a: dict(zip(("packed", "absmax", "code"), a[1:4], strict=True))
+                        | dict(zip(("absmax2", "code2", "offset"), a[7:10], strict=True)), _grad_dense))
 
 
 def matmul_4bit_reference(x: Any, packed: Any, state: Any, bias: Any = None) -> np.ndarray:

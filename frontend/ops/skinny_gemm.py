@@ -86,12 +86,12 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes, operands, registry, tensors
+from .. import autograd, dtypes, operands, registry, tensors
 from ..devices.base import Device
 from ..errors import InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
-from ..torch_ops import declare
+from ..torch_ops import declare, fake_operands
 from ._common import DTYPE_TAG, check_16bit_dtypes
 
 FAMILY = "skinny_gemm"
@@ -185,7 +185,10 @@ def skinny_gemm(x: Any, w: Any, bias: Any = None, *, deterministic: bool = True,
     are bitwise reproducible across calls, schedules and CU counts. ``False`` lets N > 8
     calls whose K is split into shards add the shard partials atomically (less scratch
     traffic; the last bits then depend on arrival order). N <= 8 is always deterministic.
+    Differentiable w.r.t. x and bias on torch tensors (`hipskinny.autograd`; w frozen).
     """
+    if x.__class__ is not np.ndarray and autograd.wanted(x, w, bias):
+        return autograd.through("skinny_gemm", out, x, w, bias, deterministic=deterministic)
     objs = (x, w, bias, out)
     key, addresses = operands.signature(NAMES, objs, deterministic)
     call = _calls.get(key)
@@ -417,9 +420,16 @@ def _require(ok: bool, what: str) -> None:
     operands.require("skinny_gemm", ok, what)
 
 
+def _torch_check(x: Any, w: Any, bias: Any = None, *, out: Any = None, deterministic: bool = True) -> None:
+    """The op's bind-time rules on fake tensors (`hipskinny.torch_ops.validate`)."""
+    _bind(fake_operands("skinny_gemm", NAMES, (x, w, bias, out)), deterministic)
+
+
 # torch.ops.hipskinny.skinny_gemm / skinny_gemm_out (registered by hipskinny.torch_ops).
 TORCH_OPS = declare("skinny_gemm", "Tensor x, Tensor w, Tensor? bias=None", skinny_gemm,
-                    lambda x, w, bias=None: (*x[:-1], w[0]), options="bool deterministic=True")
+                    lambda x, w, bias=None: (*x[:-1], w[0]), options="bool deterministic=True", check=_torch_check,
+                    autograd=autograd.linear("skinny_gemm", 2, lambda a: {"w": a[1]}, lambda named, *_: named["w"],
+                                             opaque=False))
 
 
 def skinny_gemm_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:

@@ -43,6 +43,7 @@ from ..fp8 import _check_flavor
 from ..launch import LaunchPlan, PlanCache, make_plan
 from ..mla import LAYOUTS, Layout, _cache_blocks, _dequant_slots, layout_of
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
+from ..torch_ops import declare, fake_operands
 
 FAMILY = "sparse_mla"
 INPUTS = ("q", "swa_cache", "swa_indices", "swa_indptr", "extra_cache", "extra_indices", "extra_indptr", "sink")
@@ -70,20 +71,7 @@ def sparse_decode(q: Any, swa_cache: Any, swa_indices: Any, swa_indptr: Any, *, 
     """Sparse MLA decode attention (module docstring). Returns ``out`` bf16 ``[T, H, 512]`` in q's
     container kind (or writes ``out=``), and with ``return_lse`` also the fp32 ``[T, H]`` LSE.
     ``splits``: the split count (1..16) instead of `split_count`'s choice (tests, tuning)."""
-    if splits is not None and (not isinstance(splits, int) or not 1 <= splits <= MAX_SPLITS):
-        raise InputValueError(f"sparse_decode: splits must be an int in 1..{MAX_SPLITS}; got {splits!r}")
-    if layout not in LAYOUTS:
-        raise InputValueError(f"sparse_decode: layout {layout!r}; supported: {', '.join(map(repr, LAYOUTS))}")
-    flavors = _flavors(fp8)
-    if not isinstance(scale, (int, float, np.floating, np.integer)) or not math.isfinite(float(scale)):
-        raise InputValueError(f"sparse_decode: scale must be a finite float; got {scale!r}")
-    extra = (extra_cache, extra_indices, extra_indptr)
-    if any(e is None for e in extra) and any(e is not None for e in extra):
-        raise InputValueError("sparse_decode: extra_cache, extra_indices and extra_indptr come together; got "
-                              + ", ".join(f"{n}={'given' if e is not None else 'None'}"
-                                          for n, e in zip(INPUTS[4:7], extra, strict=True)))
-    if layout == "v32" and (extra_cache is not None or sink is not None):
-        raise InputValueError("sparse_decode: layout 'v32' has one list and no sink (extra_* and sink must be None)")
+    flavors = _check_options(scale, layout, fp8, splits, (extra_cache, extra_indices, extra_indptr), sink)
     swa_cache, bs0 = _cache_bytes(swa_cache, "swa_cache", layout)
     extra_cache, bs1 = _cache_bytes(extra_cache, "extra_cache", layout) if extra_cache is not None else (None, 0)
     names = NAMES_LSE if return_lse else NAMES
@@ -99,6 +87,25 @@ def sparse_decode(q: Any, swa_cache: Any, swa_indices: Any, swa_indptr: Any, *, 
     return call(objs, addresses)
 
 
+def _check_options(scale: Any, layout: str, fp8: Any, splits: Any, extra: tuple[Any, Any, Any], sink: Any
+                   ) -> tuple[str, str]:
+    """The call's options and which optional operands come together; returns the caches' flavours."""
+    if splits is not None and (not isinstance(splits, int) or not 1 <= splits <= MAX_SPLITS):
+        raise InputValueError(f"sparse_decode: splits must be an int in 1..{MAX_SPLITS}; got {splits!r}")
+    if layout not in LAYOUTS:
+        raise InputValueError(f"sparse_decode: layout {layout!r}; supported: {', '.join(map(repr, LAYOUTS))}")
+    flavors = _flavors(fp8)
+    if not isinstance(scale, (int, float, np.floating, np.integer)) or not math.isfinite(float(scale)):
+        raise InputValueError(f"sparse_decode: scale must be a finite float; got {scale!r}")
+    if any(e is None for e in extra) and any(e is not None for e in extra):
+        raise InputValueError("sparse_decode: extra_cache, extra_indices and extra_indptr come together; got "
+                              + ", ".join(f"{n}={'given' if e is not None else 'None'}"
+                                          for n, e in zip(INPUTS[4:7], extra, strict=True)))
+    if layout == "v32" and (extra[0] is not None or sink is not None):
+        raise InputValueError("sparse_decode: layout 'v32' has one list and no sink (extra_* and sink must be None)")
+    return flavors
+
+
 def _flavors(fp8: Any) -> tuple[str, str]:
     pair = (fp8, fp8) if isinstance(fp8, str) else tuple(fp8) if isinstance(fp8, (tuple, list)) else (fp8,)
     if len(pair) != 2 or any(f not in FLAVORS for f in pair):
@@ -111,8 +118,19 @@ def _cache_bytes(cache: Any, name: str, layout: str) -> tuple[Any, int]:
     """A cache as the kernel reads it, and its block size: GPU tensors as they are (block stride =
     stride(0)); host arrays as their blocks' bytes ``[num_blocks, block_size * row]`` (a view), which
     are staged with a 16-byte-aligned pitch."""
-    row = LAYOUTS[layout].token_bytes
     v = operands.view(cache, name)
+    bs = _block_size(v, name, layout)
+    if not v.on_host:
+        return cache, bs
+    row, nb = LAYOUTS[layout].token_bytes, int(v.shape[0])
+    a = v.host_array()
+    return np.lib.stride_tricks.as_strided(a, (nb, bs * row), (a.strides[0] if nb > 1 else bs * row, 1),
+                                           writeable=False), bs
+
+
+def _block_size(v: Any, name: str, layout: str) -> int:
+    """A cache's layout rules, on its view; returns its block size."""
+    row = LAYOUTS[layout].token_bytes
     if v.dtype != _U8 or len(v.shape) != 3 or v.shape[2] != row:
         raise InputValueError(f"sparse_decode: {name} must be uint8 [num_blocks, block_size, {row}] for layout "
                               f"{layout!r}; got {v.dtype} {v.shape}")
@@ -123,11 +141,7 @@ def _cache_bytes(cache: Any, name: str, layout: str) -> tuple[Any, int]:
     if v.strides[1:] != (row, 1) or (nb > 1 and v.strides[0] < bs * row):
         raise InputValueError(f"sparse_decode: {name}'s token rows must be contiguous within a block (strides "
                               f"(block_bytes >= {bs * row}, {row}, 1)); got strides {v.strides}")
-    if not v.on_host:
-        return cache, bs
-    a = v.host_array()
-    return np.lib.stride_tricks.as_strided(a, (nb, bs * row), (a.strides[0] if nb > 1 else bs * row, 1),
-                                           writeable=False), bs
+    return bs
 
 
 def _indptr_check(name: str, idx_name: str, n: int) -> Any:
@@ -255,6 +269,43 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
                       out_shape=out_shape, out_dtype=_BF16, aligned=("q", "swa_cache", "extra_cache"),
                       align_message="q and the caches must start at 16-byte aligned addresses",
                       scratch_slots=scratch, more_outs=more)
+
+
+def _torch_sparse_mla(q: Any, swa_cache: Any, swa_indices: Any, swa_indptr: Any, extra_cache: Any = None,
+                      extra_indices: Any = None, extra_indptr: Any = None, sink: Any = None, *, out: Any = None,
+                      scale: float, layout: str = "v4", fp8: str = "ocp", extra_fp8: str | None = None,
+                      splits: int | None = None) -> Any:
+    """The torch op's form: the lists positional, the extra cache's flavour as ``extra_fp8`` (None: fp8's)."""
+    return sparse_decode(q, swa_cache, swa_indices, swa_indptr, extra_cache=extra_cache, extra_indices=extra_indices,
+                         extra_indptr=extra_indptr, sink=sink, scale=scale, layout=layout,
+                         fp8=fp8 if extra_fp8 is None else (fp8, extra_fp8), out=out, splits=splits)
+
+
+def _torch_check(q: Any, swa_cache: Any, swa_indices: Any, swa_indptr: Any, extra_cache: Any = None,
+                 extra_indices: Any = None, extra_indptr: Any = None, sink: Any = None, *, out: Any = None,
+                 scale: float, layout: str = "v4", fp8: str = "ocp", extra_fp8: str | None = None,
+                 splits: int | None = None) -> None:
+    """The op's rules (the entry's and the bind-time ones) on fake tensors (`hipskinny.torch_ops.validate`)."""
+    flavors = _check_options(scale, layout, fp8 if extra_fp8 is None else (fp8, extra_fp8), splits,
+                             (extra_cache, extra_indices, extra_indptr), sink)
+    ops = fake_operands("sparse_decode", NAMES, (q, swa_cache, swa_indices, swa_indptr, extra_cache, extra_indices,
+                                                 extra_indptr, sink, out))
+    bs = [0 if ops[c] is None else _block_size(ops[c], c, layout) for c in ("swa_cache", "extra_cache")]
+    _bind(ops, layout, flavors, float(scale), bs[0], bs[1], False, splits)
+
+
+def _torch_bf16() -> Any:
+    import torch
+
+    return torch.bfloat16
+
+
+# torch.ops.hipskinny.sparse_mla_decode / sparse_mla_decode_out (registered by hipskinny.torch_ops).
+TORCH_OPS = declare("sparse_mla_decode", "Tensor q, Tensor swa_cache, Tensor swa_indices, Tensor swa_indptr, "
+                    "Tensor? extra_cache=None, Tensor? extra_indices=None, Tensor? extra_indptr=None, "
+                    "Tensor? sink=None", _torch_sparse_mla, lambda q, *_: (q[0], q[1], D_V),
+                    options='float scale, str layout="v4", str fp8="ocp", str? extra_fp8=None, int? splits=None',
+                    out_dtype=lambda *_, **__: _torch_bf16(), check=_torch_check)
 
 
 def _plan(device: Device, layout: str, t: int, hb: int, s: int) -> LaunchPlan:

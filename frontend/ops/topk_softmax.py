@@ -32,6 +32,7 @@ from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
+from ..torch_ops import declare, fake_operands
 
 FAMILY = "topk_softmax"
 THREADS = 256
@@ -146,6 +147,24 @@ def plan_info(device: Device, dtype: Any, n: int, e: int, k: int) -> dict[str, A
     _check(dt, (n, e), k)
     plan = _plan(device, _TAG[dt], n, e)
     return {**plan.info, "grid": plan.grid[0]}
+
+
+def _torch_check(router_logits: Any, k: int, renormalize: bool = False, *, out: Any = None) -> None:
+    """The op's bind-time rules on fake tensors (`hipskinny.torch_ops.validate`)."""
+    objs = (router_logits, *(out if out is not None else (None, None)))
+    _bind(fake_operands("topk_softmax", NAMES, objs, outputs=2), *_scalars(k, renormalize))
+
+
+def _torch_result_dtypes(*_: Any, **__: Any) -> tuple[Any, Any]:
+    import torch
+
+    return torch.float32, torch.int32
+
+
+# torch.ops.hipskinny.topk_softmax -> (topk_weights, topk_ids) / topk_softmax_out (mutates both).
+TORCH_OPS = declare("topk_softmax", "Tensor router_logits, int k, bool renormalize=False", topk_softmax,
+                    lambda logits, k, renormalize=False: ((logits[0], k), (logits[0], k)),
+                    out_dtype=_torch_result_dtypes, check=_torch_check, outs=("topk_weights", "topk_ids"))
 
 
 def topk_softmax_reference(router_logits: Any, k: int, renormalize: bool = False) -> tuple[np.ndarray, np.ndarray]:

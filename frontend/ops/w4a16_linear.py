@@ -65,11 +65,12 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .. import dtypes, operands, registry, w4a16
+from .. import autograd, dtypes, operands, registry, w4a16
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
+from ..torch_ops import declare, fake_operands
 from . import skinny_gemm as sg
 
 FAMILY = "w4a16"
@@ -93,11 +94,14 @@ def w4a16_linear(x: Any, prepared: w4a16.Prepared, bias: Any = None, *, out: Any
     dtype=...)``); bias ``[M]``, ``[1, M]`` or ``[N, M]`` in x's dtype. numpy, torch or DLPack
     operands (the prepared arrays too), all on the host or all on one GPU. ``fused``: None
     (default) picks by the crossover rule; False takes the dequantize route; True raises an
-    error where the fused kernel does not apply."""
+    error where the fused kernel does not apply. Differentiable w.r.t. x and bias on torch tensors
+    (`hipskinny.autograd`; the prepared weight frozen; ``fused`` then ignored)."""
     p = prepared
     if not isinstance(p, w4a16.Prepared):
         raise InputTypeError(f"w4a16_linear: prepared must be a hipskinny.w4a16.Prepared (from w4a16.prepare); "
                              f"got {type(p).__name__}")
+    if x.__class__ is not np.ndarray and autograd.wanted(x, p.qweight, p.scales, bias):
+        return autograd.through("w4a16_linear", out, x, p.qweight, p.scales, int(p.group_size), bias, p.zeros, p.perm)
     objs = (x, p.qweight, p.scales, p.zeros, p.perm, bias, out)
     options = (p.shape, p.group_size, p.symmetric, p.experts, fused)
     key, addresses = operands.signature(NAMES, objs, options)
@@ -313,6 +317,39 @@ def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int) -> dict[str,
 
 def _require(ok: bool, what: str) -> None:
     operands.require("w4a16_linear", ok, what)
+
+
+def _torch_prepared(qweight: Any, scales: Any, group_size: int, zeros: Any, perm: Any,
+                    shape: tuple[int, int]) -> w4a16.Prepared:
+    return w4a16.Prepared(qweight, scales, zeros, perm, int(group_size), shape, zeros is None, "prepared", None)
+
+
+def _torch_w4a16_linear(x: Any, qweight: Any, scales: Any, group_size: int, bias: Any = None, zeros: Any = None,
+                        perm: Any = None, *, out: Any = None) -> Any:
+    """The torch op's form: the prepared arrays as arguments (M and K from qweight ``[M, K/8]``; symmetric
+    when zeros is None)."""
+    shape = (int(qweight.shape[0]), 8 * int(qweight.shape[1]))
+    return w4a16_linear(x, _torch_prepared(qweight, scales, group_size, zeros, perm, shape), bias, out=out)
+
+
+def _torch_check(x: Any, qweight: Any, scales: Any, group_size: int, bias: Any = None, zeros: Any = None,
+                 perm: Any = None, *, out: Any = None) -> None:
+    """The op's bind-time rules on fake tensors (`hipskinny.torch_ops.validate`)."""
+    ops = fake_operands("w4a16_linear", NAMES, (x, qweight, scales, zeros, perm, bias, out))
+    wv = ops["w"]
+    assert wv is not None
+    shape = (wv.shape[0], 8 * wv.shape[1]) if len(wv.shape) == 2 else (0, 0)
+    _bind(ops, _torch_prepared(qweight, scales, group_size, zeros, perm, shape), None)
+
+
+# torch.ops.hipskinny.w4a16_linear / w4a16_linear_out (registered by hipskinny.torch_ops).
+TORCH_OPS = declare("w4a16_linear", "Tensor x, Tensor qweight, Tensor scales, int group_size, Tensor? bias=None, "
+                    "Tensor? zeros=None, Tensor? perm=None", _torch_w4a16_linear,
+                    lambda x, qweight, *_: (*x[:-1], qweight[0]), check=_torch_check,
+                    autograd=autograd.linear(
+                        "w4a16_linear", 4, lambda a: {"qweight": a[1], "scales": a[2], "zeros": a[5], "perm": a[6]},
+                        lambda n, ints, dt: autograd.unprepared(n["qweight"], n["scales"], n["zeros"], n["perm"],
+                                                                ints[0], None)))
 
 
 def w4a16_linear_reference(x: Any, qweight: Any, scales: Any, qzeros: Any = None, g_idx: Any = None, *, fmt: str,
