@@ -149,6 +149,18 @@ if bitsandbytes is not None:
     no_grad = torch.no_grad()
     no_grad.__enter__()
     cases["linear4bit_bitsandbytes"] = lambda: lin4(x1)
+# An nn.Linear served by hipskinny through transformers' integration (`accelerate`), against the direct call
+# above ("skinny_gemm_torch": output allocated in both).
+try:
+    from hipskinny.integrations import transformers as hs_transformers
+    import transformers  # noqa: F401
+except ImportError:
+    hs_transformers = None
+if hs_transformers is not None:
+    linear = torch.nn.Linear(K, M, bias=False, dtype=torch.float16)
+    linear.weight = torch.nn.Parameter(w, requires_grad=False)
+    hs_transformers.accelerate(linear)
+    cases["linear_accelerated"] = lambda: linear(x1)
 hx, hw = np.ones((N1, K), np.float16), np.ones((M, K), np.float16)
 cases["skinny_gemm_numpy"] = lambda: hipskinny.skinny_gemm(hx, hw)
 cases["gemv_numpy"] = lambda: hipskinny.gemv(hx[0], hw)

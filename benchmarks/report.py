@@ -537,6 +537,8 @@ _PER_CALL_ROWS = (
      "nested", "torch", None),
     ("linear4bit_bitsandbytes", "bitsandbytes Linear4bit(x) with `integrations.bitsandbytes.enable()` (its Python, "
      "torch's dispatcher, then the row above), N=1", "torch", (2.0, "matmul_4bit_torch", "direct call")),
+    ("linear_accelerated", "torch.nn.Linear(x) after `integrations.transformers.accelerate` (module call, its "
+     "checks, then hipskinny.skinny_gemm), N=1", "torch", (2.0, "skinny_gemm_torch", "direct call")),
     ("skinny_gemm_numpy", "hipskinny.skinny_gemm(x, w), numpy host inputs, N=1, with its copies", "numpy", None),
     ("skinny_gemm_numpy_no_copies", "the same, hipMemcpyAsync calls made no-ops (copies excluded)", "numpy", 25.0),
     ("gemv_numpy", "hipskinny.gemv(x, w), numpy host inputs, with its copies", "numpy", None),

@@ -1,0 +1,524 @@
+"""hipskinny inside transformers: an experts backend for MoE layers and ``accelerate(model)`` for linear layers.
+
+Two lines::
+
+    hipskinny.integrations.transformers.register()      # experts_implementation="hipskinny"
+    model = hipskinny.integrations.transformers.accelerate(model)
+
+**Experts** (`register` / `unregister`): the key ``"hipskinny"`` in transformers' `ExpertsInterface`,
+so ``model.set_experts_implementation("hipskinny")`` (or ``experts_implementation="hipskinny"`` at
+load) runs a MoE layer's experts through `hipskinny.moe.fused_moe`, on the module's own
+``gate_up_proj [E, 2I, H]`` (gate rows, then up: transformers' concatenated layout, hipskinny's
+w13) and ``down_proj [E, H, I]`` (w2), used in place. The router's weights are widened to fp32 and
+its ids narrowed to int32 (``[T, k]``, a few bytes). Served: T <= 128 tokens (and T * k <= 1024),
+16-bit experts of the activations' dtype, SiLU-gated (the default gate with a SiLU ``act_fn``), no
+bias, no post-expert norm, not transposed, not expert-parallel, H and I multiples of 32, on the
+host or a ROCm GPU, outside autograd. Anything else (and FP8 experts, which transformers keeps in
+its FP8 interface: registered there too) goes to transformers' default implementation
+(``grouped_mm``), with one log line per reason.
+
+**Linear layers** (`accelerate` / `restore`): each served module gets an instance ``forward`` that
+calls hipskinny for N <= 128 tokens (N = product of the leading dims) and the module's previous
+forward otherwise (transformers has no hook for ``nn.Linear``):
+
+* ``nn.Linear`` (exactly that class) fp16/bf16 -> `hipskinny.skinny_gemm`.
+* transformers' ``FP8Linear`` (finegrained FP8: e4m3 weight ``[M, K]``, ``weight_scale_inv`` fp32 per
+  tensor or per 128x128 block, a multiplier as hipskinny's ``w_scale`` is) -> `hipskinny.fp8_linear`
+  as W8A16 (see `_FP8_MODE` for why not W8A8). Activations are not quantized, whatever the
+  module's ``activation_scheme``: the result is that of the dequantized weights with fp32 sums.
+* AWQ / GPTQ int4 modules, recognised by their tensors (``qweight``, ``qzeros``, ``scales``, and
+  ``g_idx`` for GPTQ): repacked once by `hipskinny.w4a16.prepare` (the kernels' layout differs from
+  both checkpoints', so this is a copy: its bytes are logged), cached on the module as
+  ``hipskinny_w4a16``, served by `hipskinny.w4a16_linear`.
+* bitsandbytes ``Linear4bit``: through `hipskinny.integrations.bitsandbytes` (enabled for the
+  model's device type unless it already is; `restore` disables it only if `accelerate` enabled it).
+
+`restore(model)` removes every instance forward and cached repack `accelerate` added: the state
+dict and the forwards are those of before. Host tensors (CPU models) run on hipskinny's current
+device (`hipskinny.use_device`); GPU tensors in place on their ROCm GPU; other devices, autograd
+(a tensor that requires grad while grad mode is on), other dtypes and N > 128 stay with torch.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["KEY", "MAX_TOKENS", "accelerate", "accelerated", "register", "registered", "restore", "unregister"]
+
+KEY = "hipskinny"
+MAX_TOKENS = 128          # the skinny kernels' N (skinny_gemm, fp8_linear, w4a16_linear, fused_moe)
+MAX_SLOTS = 1024          # fused_moe: T * k
+MAX_TOPK = 16
+MAX_EXPERTS = 512
+log = logging.getLogger(__name__)
+_said: set[str] = set()
+
+# FP8 mode: W8A16 (16-bit activations, FP8 weights widened in registers) on every arch. Of
+# fp8_linear's two modes, benchmarks/RESULTS.md (2026-11-25 fp8_linear run) has W8A16 faster at
+# N = 1 on every shape and arch (9 of 9 per arch in "hipskinny.fp8_linear" against
+# "hipskinny.fp8_linear:w8a8_block", e.g. gfx942 Llama-3-8B gate_up_proj 28672x4096 N=1: 23.0 us
+# against 24.0 us; gfx1201 Qwen3-30B-A3B lm_head 151936x2048 N=1: 488.0 against 517.3 us), and
+# W8A8's rows do not count the per-token-group activation quantization it would need (no hipskinny
+# kernel does it; transformers' checkpoints are OCP, so gfx942's W8A8 would also need a FNUZ copy of
+# every weight). W8A8 wins some N >= 4 rows (gfx942 Qwen3-30B-A3B lm_head N=64: 91.3 against
+# 124.8 us), but only with activations already quantized, which would take a pass no hipskinny
+# kernel provides; so one mode serves every N here.
+_FP8_MODE = "w8a16"
+
+
+def _once(reason: str) -> None:
+    """One log line per reason (fallbacks happen per call; the log should not)."""
+    if reason not in _said:
+        _said.add(reason)
+        log.info("hipskinny: %s; left to transformers/torch", reason)
+
+
+# ----------------------------------------------------------------------------------------------
+# shared checks
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def _device_reason(x: Any, *tensors: Any) -> str | None:
+    """None when x's device is one hipskinny runs on (the host, through the current device, or a
+    ROCm GPU) and every tensor lives there too."""
+    torch = _torch()
+    kind = x.device.type
+    if kind != "cpu" and not (kind == "cuda" and torch.version.hip):
+        return f"tensors on {kind} (hipskinny runs host tensors and ROCm GPU tensors)"
+    for t in tensors:
+        if t is not None and t.device != x.device:
+            return f"operands on {t.device} and {x.device}"
+    return None
+
+
+def _grad_reason(*tensors: Any) -> str | None:
+    torch = _torch()
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        return "autograd (a tensor requires grad in grad mode; hipskinny has no backward)"
+    return None
+
+
+def _halves() -> tuple[Any, Any]:
+    torch = _torch()
+    return torch.float16, torch.bfloat16
+
+
+# ----------------------------------------------------------------------------------------------
+# experts backend
+
+
+def experts_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
+    """transformers' experts-function signature: ``hidden_states [T, H]``, ``top_k_index [T, k]``,
+    ``top_k_weights [T, k]`` -> ``[T, H]``; `hipskinny.moe.fused_moe` where served, else the default."""
+    why = _experts_reason(self, hidden_states, top_k_index, top_k_weights)
+    if why is not None:
+        _once(f"experts {type(self).__name__}: {why}")
+        return _default_experts(False)(self, hidden_states, top_k_index, top_k_weights)
+    import hipskinny
+
+    return hipskinny.moe.fused_moe(hidden_states, self.gate_up_proj, self.down_proj, top_k_weights.float(),
+                                   top_k_index.int())
+
+
+def fp8_experts_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
+    """The key in transformers' FP8 experts interface: FP8 experts are not served (fused_moe takes
+    16-bit or int4 experts), so they take the default FP8 implementation."""
+    _once(f"experts {type(self).__name__}: FP8 experts (hipskinny serves 16-bit experts)")
+    return _default_experts(True)(self, hidden_states, top_k_index, top_k_weights)
+
+
+def _default_experts(fp8: bool) -> Any:
+    """transformers' default experts implementation (``grouped_mm``, what ``None`` resolves to)."""
+    if fp8:
+        from transformers.integrations.finegrained_fp8 import ALL_FP8_EXPERTS_FUNCTIONS as interface
+    else:
+        from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS as interface
+    return interface["grouped_mm"]
+
+
+def _experts_reason(m: Any, x: Any, ids: Any, weights: Any) -> str | None:
+    """Why fused_moe does not serve this call, or None."""
+    from transformers.integrations.moe import _default_apply_gate
+
+    for flag, want in (("has_gate", True), ("has_bias", False), ("is_transposed", False),
+                       ("is_concatenated", True), ("has_post_expert_norm", False), ("_is_expert_parallel", False)):
+        if getattr(m, flag, want) != want:
+            return f"{flag}={not want} (served: gated, concatenated [gate; up], no bias, no post norm, not EP)"
+    if getattr(type(m), "_apply_gate", _default_apply_gate) is not _default_apply_gate:
+        return "a custom gate (served: act(gate) * up)"
+    act = getattr(m, "act_fn", None)
+    if not _is_silu(act):
+        return f"activation {type(act).__name__} (served: SiLU)"
+    w13, w2 = getattr(m, "gate_up_proj", None), getattr(m, "down_proj", None)
+    if w13 is None or w2 is None or w13.dim() != 3 or w2.dim() != 3:
+        return "no 3-D gate_up_proj / down_proj"
+    if x.dtype not in _halves() or w13.dtype != x.dtype or w2.dtype != x.dtype:
+        return f"{w13.dtype} experts for {x.dtype} tokens (served: 16-bit experts of the tokens' dtype)"
+    t, k = (int(d) for d in ids.shape)
+    e, rows, h = (int(d) for d in w13.shape)
+    if not 1 <= t <= MAX_TOKENS or k > MAX_TOPK or t * k > MAX_SLOTS:
+        return f"more than {MAX_TOKENS} tokens, {MAX_TOPK} choices or {MAX_SLOTS} slots"
+    if e > MAX_EXPERTS or h % 32 or (rows // 2) % 32:
+        return f"E={e}, H={h}, I={rows // 2} (served: E <= {MAX_EXPERTS}, H and I multiples of 32)"
+    return _device_reason(x, w13, w2, ids, weights) or _grad_reason(x, w13, w2)
+
+
+def _is_silu(act: Any) -> bool:
+    torch = _torch()
+    if isinstance(act, torch.nn.SiLU):
+        return True
+    try:
+        from transformers.activations import SiLUActivation
+    except ImportError:
+        return False
+    return isinstance(act, SiLUActivation)
+
+
+def register() -> None:
+    """Add the experts implementation ``"hipskinny"`` to transformers (its FP8 interface too, where
+    it falls back). Idempotent."""
+    from transformers.integrations.moe import ExpertsInterface
+
+    ExpertsInterface.register(KEY, experts_forward)
+    try:
+        from transformers.integrations.finegrained_fp8 import FP8ExpertsInterface
+    except ImportError:
+        return
+    FP8ExpertsInterface.register(KEY, fp8_experts_forward)
+
+
+def unregister() -> None:
+    """Remove ``"hipskinny"`` from transformers' experts interfaces (transformers has no such call:
+    the key leaves the class-wide mappings). A model still set to it fails on its next forward:
+    set another implementation first."""
+    from transformers.integrations import moe
+
+    interfaces = [(moe.ExpertsInterface, moe.ALL_EXPERTS_FUNCTIONS, experts_forward)]
+    try:
+        from transformers.integrations import finegrained_fp8 as f8
+    except ImportError:
+        pass
+    else:
+        interfaces.append((f8.FP8ExpertsInterface, f8.ALL_FP8_EXPERTS_FUNCTIONS, fp8_experts_forward))
+    for cls, instance, fn in interfaces:
+        if cls._global_mapping.get(KEY) is fn:
+            del cls._global_mapping[KEY]
+        if instance._local_mapping.get(KEY) is fn:
+            del instance._local_mapping[KEY]
+
+
+def registered() -> bool:
+    from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+
+    return ALL_EXPERTS_FUNCTIONS.get(KEY) is experts_forward
+
+
+# ----------------------------------------------------------------------------------------------
+# linear layers
+
+
+@dataclass
+class _State:
+    patched: list[tuple[Any, Any]] = field(default_factory=list)    # (module, its previous instance forward)
+    cached: list[Any] = field(default_factory=list)                 # modules holding hipskinny_w4a16
+    bnb_device_type: str | None = None                              # enabled by accelerate
+    served: dict[str, str] = field(default_factory=dict)             # module name -> what serves it
+
+
+_states: weakref.WeakKeyDictionary[Any, _State] = weakref.WeakKeyDictionary()
+_NO_FORWARD = object()
+
+
+def accelerate(model: Any) -> Any:
+    """Serve the model's linear layers with hipskinny for N <= 128 tokens (module docstring); returns
+    the model. Calling it again on an accelerated model changes nothing."""
+    if model in _states:
+        return model
+    state = _State()
+    try:
+        fp8_cls = _fp8_linear_class()
+        for name, m in model.named_modules():
+            serve = _forward_for(name, m, fp8_cls, state)
+            if serve is not None:
+                state.patched.append((m, m.__dict__.get("forward", _NO_FORWARD)))
+                m.forward = serve
+        state.bnb_device_type = _enable_bnb(model)
+    except BaseException:
+        _undo(state)
+        raise
+    _states[model] = state
+    if state.served:
+        kinds: dict[str, int] = {}
+        for what in state.served.values():
+            kinds[what] = kinds.get(what, 0) + 1
+        log.info("hipskinny: accelerating %s", ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
+    return model
+
+
+def restore(model: Any) -> Any:
+    """Undo `accelerate`: the previous forwards, no cached repacks, bitsandbytes' ops as they were.
+    A model `accelerate` did not touch is returned as it is."""
+    state = _states.pop(model, None)
+    if state is not None:
+        _undo(state)
+    return model
+
+
+def accelerated(model: Any) -> dict[str, str]:
+    """What serves each accelerated module of ``model``: ``{module name: "skinny_gemm" | "fp8_linear" |
+    "w4a16_linear"}`` (bitsandbytes modules, served through its ops, are not listed)."""
+    state = _states.get(model)
+    return {} if state is None else dict(state.served)
+
+
+def _undo(state: _State) -> None:
+    for m, previous in reversed(state.patched):
+        if previous is _NO_FORWARD:
+            m.__dict__.pop("forward", None)
+        else:
+            m.forward = previous
+    for m in state.cached:
+        m.__dict__.pop("hipskinny_w4a16", None)
+    if state.bnb_device_type is not None:
+        from . import bitsandbytes as hb
+
+        hb.disable(state.bnb_device_type)
+        state.bnb_device_type = None
+    state.patched.clear()
+    state.cached.clear()
+
+
+def _fp8_linear_class() -> Any:
+    if "transformers" not in sys.modules:
+        return None
+    try:
+        from transformers.integrations.finegrained_fp8 import FP8Linear
+    except ImportError:
+        return None
+    return FP8Linear
+
+
+def _forward_for(name: str, m: Any, fp8_cls: Any, state: _State) -> Any:
+    """The instance forward serving ``m``, or None when it is not a module `accelerate` serves."""
+    torch = _torch()
+    if fp8_cls is not None and type(m) is fp8_cls:        # not FP8GroupedLinear: per-group products
+        state.served[name] = "fp8_linear"
+        return _fp8_forward(m, m.forward)
+    if type(m) is torch.nn.Linear:
+        if m.weight.dtype not in _halves():
+            return None
+        state.served[name] = "skinny_gemm"
+        return _linear_forward(m, m.forward)
+    spec = _w4a16_spec(m)
+    if spec is None:
+        return None
+    prepared = _prepare(name, m, spec)
+    if prepared is None:
+        return None
+    m.hipskinny_w4a16 = prepared
+    state.cached.append(m)
+    state.served[name] = "w4a16_linear"
+    return _w4a16_forward(m, m.forward)
+
+
+def _tokens(x: Any) -> int:
+    return x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
+
+
+def _linear_forward(m: Any, previous: Any) -> Any:
+    import hipskinny
+
+    def forward(input: Any) -> Any:   # nn.Linear's parameter name
+        x = input
+        w, b = m.weight, m.bias
+        why = _linear_reason(x, w, b, "nn.Linear")
+        if why is not None:
+            _once(why)
+            return previous(x)
+        return hipskinny.skinny_gemm(x, w, b)
+
+    return forward
+
+
+def _linear_reason(x: Any, w: Any, b: Any, what: str) -> str | None:
+    if x.dtype not in _halves() or w.dtype != x.dtype or (b is not None and b.dtype != x.dtype):
+        return f"{what}: {x.dtype} input for {w.dtype} weights (served: both fp16 or both bf16)"
+    return _size_reason(x, what) or _device_reason(x, w, b) or _grad_reason(x, w, b)
+
+
+def _size_reason(x: Any, what: str) -> str | None:
+    if not 1 <= _tokens(x) <= MAX_TOKENS:
+        return f"{what}: N outside 1..{MAX_TOKENS} tokens"
+    return None
+
+
+def _fp8_forward(m: Any, previous: Any) -> Any:
+    import hipskinny
+
+    torch = _torch()
+    fp8_dtypes = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e4m3fnuz") if hasattr(torch, n))
+
+    def forward(input: Any) -> Any:   # nn.Linear's parameter name
+        x = input
+        w, s, b = m.weight, m.weight_scale_inv, m.bias
+        why = _fp8_reason(m, x, w, s, b, fp8_dtypes)
+        if why is not None:
+            _once(why)
+            return previous(x)
+        return hipskinny.fp8_linear(x, w, s, bias=b)
+
+    return forward
+
+
+def _fp8_reason(m: Any, x: Any, w: Any, s: Any, b: Any, fp8_dtypes: tuple[Any, ...]) -> str | None:
+    if w.dtype not in fp8_dtypes:
+        return f"FP8Linear: {w.dtype} weights (served: float8_e4m3fn / float8_e4m3fnuz)"
+    if s.dtype != _torch().float32:
+        return f"FP8Linear: {s.dtype} weight_scale_inv (served: float32)"
+    block = m.block_size
+    if block is not None and tuple(block) != (128, 128) and s.numel() != 1:
+        return f"FP8Linear: block_size {tuple(block)} (served: per tensor or 128x128 blocks)"
+    if x.dtype not in _halves() or (b is not None and b.dtype != x.dtype):
+        return f"FP8Linear: {x.dtype} input, {None if b is None else b.dtype} bias (served: fp16/bf16, bias alike)"
+    return _size_reason(x, "FP8Linear") or _device_reason(x, w, s, b) or _grad_reason(x, b)
+
+
+# AWQ / GPTQ
+
+
+@dataclass(frozen=True)
+class _W4Spec:
+    fmt: str
+    group_size: int
+    k: int
+    m: int
+
+
+def _w4a16_spec(m: Any) -> _W4Spec | None:
+    """An int4 AWQ/GPTQ module's format, from its tensors: GPTQ ``qweight [K/8, M]`` with ``g_idx``,
+    AWQ ``qweight [K, M/8]`` without; ``scales [K/G, M]``, ``qzeros [K/G, M/8]``."""
+    torch = _torch()
+    qw, qz, sc = (getattr(m, n, None) for n in ("qweight", "qzeros", "scales"))
+    if not all(isinstance(t, torch.Tensor) and t.dim() == 2 for t in (qw, qz, sc)):
+        return None
+    if getattr(m, "bits", getattr(m, "w_bit", 4)) != 4:
+        return None
+    groups, cols = (int(d) for d in sc.shape)
+    g_idx = getattr(m, "g_idx", None)
+    if qw.shape[1] == cols and isinstance(g_idx, torch.Tensor):
+        fmt, k = _gptq_format(m), int(qw.shape[0]) * 8
+    elif qw.shape[1] * 8 == cols and g_idx is None:
+        fmt, k = "awq", int(qw.shape[0])
+    else:
+        return None
+    group = getattr(m, "group_size", None)
+    if groups == 1 and group in (None, -1, k):
+        group = -1
+    elif group is None or group == -1:
+        group = k // groups
+    return _W4Spec(fmt, int(group), k, cols)
+
+
+def _gptq_format(m: Any) -> str:
+    """GPTQ's zero-point convention: v1 (stored z - 1, AutoGPTQ's checkpoints) unless the module
+    says v2 (``qzero_format() == 2`` or a ``checkpoint_format`` naming gptq_v2)."""
+    fmt = getattr(m, "qzero_format", None)
+    fmt = fmt() if callable(fmt) else fmt
+    named = str(getattr(m, "checkpoint_format", ""))
+    return "gptq_v2" if fmt == 2 or "v2" in named else "gptq"
+
+
+def _prepare(name: str, m: Any, spec: _W4Spec) -> Any:
+    """The module's weights in the kernels' layout, once (a copy: the layouts differ), or None when
+    hipskinny does not take them (logged)."""
+    from .. import w4a16
+    from ..errors import HipSkinnyError
+
+    torch = _torch()
+    host = [None if t is None else t.detach().cpu() for t in (m.qweight, m.scales, m.qzeros, getattr(m, "g_idx", None))]
+    try:
+        p = w4a16.prepare(*host, fmt=spec.fmt, group_size=spec.group_size)
+    except HipSkinnyError as e:
+        _once(f"{name}: {spec.fmt} weights not taken ({e})")
+        return None
+    device = m.qweight.device
+    if device.type != "cpu":
+        bf16 = p.scales.dtype.name == "bfloat16"
+
+        def place(a: Any) -> Any:
+            if bf16 and a is p.scales:
+                return torch.from_numpy(a.view("int16")).to(device).view(torch.bfloat16)
+            return torch.from_numpy(a).to(device)
+
+        p = p.map(place)
+    size = sum(a.nbytes if hasattr(a, "nbytes") else a.numel() * a.element_size()
+               for a in (p.qweight, p.scales, p.zeros, p.perm) if a is not None)
+    log.info("hipskinny: %s (%s int4, %d x %d, group %d) repacked once for w4a16_linear: %d bytes", name,
+             spec.fmt, spec.m, spec.k, p.group_size, size)
+    return p
+
+
+def _w4a16_forward(m: Any, previous: Any) -> Any:
+    import hipskinny
+
+    torch = _torch()
+
+    def forward(input: Any) -> Any:   # nn.Linear's parameter name
+        x = input
+        p, b = m.hipskinny_w4a16, m.bias if isinstance(getattr(m, "bias", None), torch.Tensor) else None
+        why = _w4a16_reason(x, p, b)
+        if why is not None:
+            _once(why)
+            return previous(x)
+        return hipskinny.w4a16_linear(x, p, b)
+
+    return forward
+
+
+def _w4a16_reason(x: Any, p: Any, b: Any) -> str | None:
+    name = str(p.scales.dtype).removeprefix("torch.")
+    xname = str(x.dtype).removeprefix("torch.")
+    if x.dtype not in _halves() or xname != name or (b is not None and b.dtype != x.dtype):
+        return f"AWQ/GPTQ: {x.dtype} input for {name} scales (served: the scales' dtype, fp16 or bf16)"
+    return _size_reason(x, "AWQ/GPTQ") or _device_reason(x, b) or _grad_reason(x, b)
+
+
+# bitsandbytes
+
+
+def _enable_bnb(model: Any) -> str | None:
+    """Enable hipskinny's bitsandbytes ops for the device type of the model's Linear4bit modules;
+    the device type when this call enabled them (so `restore` disables them), else None."""
+    if "bitsandbytes" not in sys.modules:
+        return None
+    try:
+        from bitsandbytes.nn import Linear4bit
+    except ImportError:
+        return None
+    found = next((m for m in model.modules() if isinstance(m, Linear4bit)), None)
+    if found is None:
+        return None
+    try:
+        from . import bitsandbytes as hb
+    except ImportError:
+        _once("bitsandbytes Linear4bit: hipskinny.integrations.bitsandbytes is not available")
+        return None
+    from ..errors import HipSkinnyError
+
+    device_type = found.weight.device.type
+    if hb.enabled(device_type):
+        return None
+    try:
+        return hb.enable(device_type=device_type)
+    except HipSkinnyError as e:
+        _once(f"bitsandbytes Linear4bit on {device_type}: {e}")
+        return None
