@@ -161,6 +161,11 @@ if hs_transformers is not None:
     linear.weight = torch.nn.Parameter(w, requires_grad=False)
     hs_transformers.accelerate(linear)
     cases["linear_accelerated"] = lambda: linear(x1)
+    if bitsandbytes is not None:                  # the same Linear4bit, its forward patched by accelerate
+        import copy
+
+        lin4_fast = hs_transformers.accelerate(copy.copy(lin4))
+        cases["linear4bit_accelerated"] = lambda: lin4_fast(x1)
 hx, hw = np.ones((N1, K), np.float16), np.ones((M, K), np.float16)
 cases["skinny_gemm_numpy"] = lambda: hipskinny.skinny_gemm(hx, hw)
 cases["gemv_numpy"] = lambda: hipskinny.gemv(hx[0], hw)

@@ -537,6 +537,8 @@ _PER_CALL_ROWS = (
      "nested", "torch", None),
     ("linear4bit_bitsandbytes", "bitsandbytes Linear4bit(x) with `integrations.bitsandbytes.enable()` (its Python, "
      "torch's dispatcher, then the row above), N=1", "torch", (2.0, "matmul_4bit_torch", "direct call")),
+    ("linear4bit_accelerated", "the same Linear4bit after `integrations.transformers.accelerate` (its forward "
+     "calls hipskinny.matmul_4bit on its own tensors), N=1", "torch", (2.0, "matmul_4bit_torch", "direct call")),
     ("linear_accelerated", "torch.nn.Linear(x) after `integrations.transformers.accelerate` (module call, its "
      "checks, then hipskinny.skinny_gemm), N=1", "torch", (2.0, "skinny_gemm_torch", "direct call")),
     ("skinny_gemm_numpy", "hipskinny.skinny_gemm(x, w), numpy host inputs, N=1, with its copies", "numpy", None),

@@ -397,3 +397,28 @@ def test_captured_linear4bit_forward_replays(fakehip_run):
                                                                           "matmul_4bit_splitk_f16"]
     assert res["before_replay_zero"] == [True, True]
     assert res["equal"] == [True, True]
+
+
+def test_default_device_type_checks_rocm_and_every_gpus_arch(monkeypatch):
+    """enable() with no device type: ROCm torch whose every GPU has a shipped arch gets "cuda"; a
+    GPU of another arch, or none, is refused, saying which (torch's ROCm facts faked: no ROCm here)."""
+    props = {"archs": ["gfx942:sramecc+:xnack-", "gfx90a:sramecc+:xnack-"]}
+
+    class Props:
+        def __init__(self, i):
+            self.gcnArchName = props["archs"][i]
+
+    monkeypatch.setattr(torch.version, "hip", "7.2.0", raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(props["archs"]))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", Props)
+    with pytest.raises(hipskinny.UnsupportedArchError, match="GPU 1 is gfx90a; hipskinny ships code objects for"):
+        hsbnb.enable()
+    props["archs"] = []
+    with pytest.raises(hipskinny.HipSkinnyError, match="ROCm torch sees no GPU"):
+        hsbnb.enable()
+    props["archs"] = ["gfx942:sramecc+:xnack-", "gfx1201"]
+    try:
+        assert hsbnb.enable() == "cuda" and hsbnb.enabled("cuda") and not hsbnb.enabled("cpu")
+    finally:
+        hsbnb.disable()
+    assert not hsbnb.enabled()

@@ -30,8 +30,10 @@ forward otherwise (transformers has no hook for ``nn.Linear``):
   ``g_idx`` for GPTQ): repacked once by `hipskinny.w4a16.prepare` (the kernels' layout differs from
   both checkpoints', so this is a copy: its bytes are logged), cached on the module as
   ``hipskinny_w4a16``, served by `hipskinny.w4a16_linear`.
-* bitsandbytes ``Linear4bit``: through `hipskinny.integrations.bitsandbytes` (enabled for the
-  model's device type unless it already is; `restore` disables it only if `accelerate` enabled it).
+* bitsandbytes ``Linear4bit``: decode calls (fp16/bf16, N <= 64, K a multiple of the blocksize) go
+  straight to `hipskinny.matmul_4bit` on the module's own tensors; the rest runs bitsandbytes'
+  forward, whose 4-bit ops `hipskinny.integrations.bitsandbytes` serves (enabled for the model's
+  device type unless it already is; `restore` disables it only if `accelerate` enabled it).
 
 `restore(model)` removes every instance forward and cached repack `accelerate` added: the state
 dict and the forwards are those of before. Host tensors (CPU models) run on hipskinny's current
@@ -275,7 +277,7 @@ def restore(model: Any) -> Any:
 
 def accelerated(model: Any) -> dict[str, str]:
     """What serves each accelerated module of ``model``: ``{module name: "skinny_gemm" | "fp8_linear" |
-    "w4a16_linear"}`` (bitsandbytes modules, served through its ops, are not listed)."""
+    "w4a16_linear" | "matmul_4bit"}``."""
     state = _states.get(model)
     return {} if state is None else dict(state.served)
 
@@ -318,6 +320,10 @@ def _forward_for(name: str, m: Any, fp8_cls: Any, state: _State) -> Any:
             return None
         state.served[name] = "skinny_gemm"
         return _linear_forward(m, m.forward)
+    linear4bit = _linear4bit_class()
+    if linear4bit is not None and type(m) is linear4bit:
+        state.served[name] = "matmul_4bit"
+        return _linear4bit_forward(m, m.forward)
     spec = _w4a16_spec(m)
     if spec is None:
         return None
@@ -337,14 +343,27 @@ def _tokens(x: Any) -> int:
 def _linear_forward(m: Any, previous: Any) -> Any:
     import hipskinny
 
+    torch = _torch()
+    params = m._parameters                  # m.weight would go through nn.Module.__getattr__ per call
+    halves, grad_mode, skinny_gemm = _halves(), torch.is_grad_enabled, hipskinny.skinny_gemm
+    rocm = bool(torch.version.hip)
+
     def forward(input: Any) -> Any:   # nn.Linear's parameter name
         x = input
-        w, b = m.weight, m.bias
+        w, b = params["weight"], params["bias"]
+        # The served case in a few attribute reads (the per-call budget is 2x the direct call); any
+        # miss takes the slow path, which names the reason.
+        dt = x.dtype
+        if dt in halves and w.dtype == dt and (b is None or b.dtype == dt) and x.dim() and \
+                0 < x.numel() <= MAX_TOKENS * x.shape[-1] and (x.is_cpu or (rocm and x.is_cuda)) and \
+                w.is_cpu == x.is_cpu and (b is None or b.is_cpu == x.is_cpu) and \
+                not (grad_mode() and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad))):
+            return skinny_gemm(x, w, b)
         why = _linear_reason(x, w, b, "nn.Linear")
         if why is not None:
             _once(why)
             return previous(x)
-        return hipskinny.skinny_gemm(x, w, b)
+        return skinny_gemm(x, w, b)
 
     return forward
 
@@ -493,6 +512,52 @@ def _w4a16_reason(x: Any, p: Any, b: Any) -> str | None:
 
 
 # bitsandbytes
+
+
+def _linear4bit_class() -> Any:
+    if "bitsandbytes" not in sys.modules:
+        return None
+    try:
+        from bitsandbytes.nn import Linear4bit
+    except ImportError:
+        return None
+    return Linear4bit
+
+
+def _linear4bit_forward(m: Any, previous: Any) -> Any:
+    """Linear4bit's decode calls straight to `hipskinny.matmul_4bit` on the module's own tensors
+    (the weight's bitsandbytes state read once by `hipskinny.bnb.as_state`, no copies), skipping
+    bitsandbytes' Python and torch's dispatcher (about 43 + 22 us per call on the fake runtime,
+    benchmarks/RESULTS.md "Per-call cost"). Everything else -- other dtypes, N above the fused
+    kernels' 64, K not a multiple of the blocksize, autograd, bitsandbytes' CPU packing -- runs
+    bitsandbytes' forward, whose ops `integrations.bitsandbytes` serves where it can."""
+    import hipskinny
+    from hipskinny import bnb as hbnb
+    from hipskinny.ops.matmul_4bit import FUSED_MAX_N
+
+    torch = _torch()
+    params = m._parameters
+    halves, grad_mode, matmul_4bit = _halves(), torch.is_grad_enabled, hipskinny.matmul_4bit
+    rocm = bool(torch.version.hip)
+    seen: list[Any] = [None, None, None, None]        # weight, its quant_state, packed bytes, hipskinny's state
+
+    def forward(x: Any, *args: Any, **kwargs: Any) -> Any:
+        w, b = params["weight"], params["bias"]
+        qs = w.quant_state
+        if seen[0] is not w or seen[1] is not qs:    # a new or re-quantized weight (model.to(), loading)
+            seen[:] = w, qs, None, None
+            if qs is not None and len(qs.shape) == 2 and not getattr(qs, "packing_format_for_cpu", False):
+                seen[2:] = w.data, hbnb.as_state(qs)
+        st, dt = seen[3], x.dtype
+        if not args and not kwargs and st is not None and dt in halves and m.compute_dtype in (None, dt) and \
+                (b is None or b.dtype == dt) and x.dim() and x.shape[-1] == st.shape[1] and \
+                st.shape[1] % st.blocksize == 0 and 0 < x.numel() <= FUSED_MAX_N * x.shape[-1] and \
+                (x.is_cpu or (rocm and x.is_cuda)) and x.is_cpu == seen[2].is_cpu and \
+                not (grad_mode() and (x.requires_grad or (b is not None and b.requires_grad))):
+            return matmul_4bit(x, seen[2], st, b)
+        return previous(x, *args, **kwargs)
+
+    return forward
 
 
 def _enable_bnb(model: Any) -> str | None:
