@@ -17,16 +17,9 @@ DEMO_M, DEMO_K = 128, 2048
 def run_demo(spec: str | None = None) -> int:
     from .ops.gemv import gemv, gemv_reference
 
-    try:
-        device = parse_device(spec) if spec else _default_device()
-    except HipSkinnyError as e:
-        print(f"demo not run: {e}")
-        return 2
+    device, refused = _demo_device(spec, "demo")
     if device is None:
-        status = hip_runtime_status()
-        print("demo not run: no AMD GPU here (" + (status.get("problem") or "none found") + ") and the CPU "
-              "emulator is not part of this installation yet, so there is nothing to run the kernels on.")
-        return 0
+        return refused
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, DEMO_K)).astype(np.float16)
     w = (rng.standard_normal((DEMO_M, DEMO_K)) / np.sqrt(DEMO_K)).astype(np.float16)
@@ -51,6 +44,22 @@ def run_demo(spec: str | None = None) -> int:
     if stats is not None:
         print(f"launch stats: {stats}")
     return 0 if ok else 1
+
+
+def _demo_device(spec: str | None, what: str):  # -> (Device | None, exit code when None)
+    """The device a demo runs on (``spec``, else the GPU, else the emulator), or None and the exit
+    code after saying why there is none."""
+    try:
+        device = parse_device(spec) if spec else _default_device()
+    except HipSkinnyError as e:
+        print(f"{what} not run: {e}")
+        return None, 2
+    if device is None:
+        status = hip_runtime_status()
+        print(f"{what} not run: no AMD GPU here (" + (status.get("problem") or "none found") + ") and the CPU "
+              "emulator is not part of this installation yet, so there is nothing to run the kernels on.")
+        return None, 0
+    return device, 0
 
 
 def _default_device():  # -> Device | None
@@ -80,14 +89,9 @@ def run_model_demo(spec: str | None = None, new_tokens: int = 8) -> int:
         print(f"demo --model not run: it needs torch and transformers ({e.name} is not installed: "
               "pip install transformers)")
         return 2
-    try:
-        device = parse_device(spec) if spec else _default_device()
-    except HipSkinnyError as e:
-        print(f"demo --model not run: {e}")
-        return 2
+    device, refused = _demo_device(spec, "demo --model")
     if device is None:
-        print("demo --model not run: no AMD GPU here and no emulator in this installation")
-        return 0
+        return refused
     from .integrations import transformers as hst
 
     on_gpu = device.kind != "emulator"

@@ -37,6 +37,7 @@ hipskinny. Needs torch >= 2.9 (``torch.library.get_kernel``, to call the previou
 
 from __future__ import annotations
 
+import math
 import threading
 import warnings
 from collections.abc import Callable
@@ -239,7 +240,7 @@ def _kernels(reg: _Registration) -> dict[str, Callable[..., Any]]:
         code = table(A, quant_type)
         if code is None:
             return None
-        total, k = _numel(shape), int(shape[-1])
+        total, k = math.prod(int(d) for d in shape), int(shape[-1])
         m = total // k if k else 0
         if m * k != total or (total + 1) // 2 != A.numel():
             return None
@@ -261,10 +262,3 @@ def _kernels(reg: _Registration) -> dict[str, Callable[..., Any]]:
 
     return {"gemm_4bit": gemm_4bit, "gemv_4bit": gemv_4bit, "gemv_4bit.out": gemv_4bit_out,
             "dequantize_4bit": dequantize_4bit, "dequantize_4bit.out": dequantize_4bit_out}
-
-
-def _numel(shape: Any) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n

@@ -43,6 +43,7 @@ device (`hipskinny.use_device`); GPU tensors in place on their ROCm GPU; other d
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 import weakref
@@ -299,14 +300,18 @@ def _undo(state: _State) -> None:
     state.cached.clear()
 
 
-def _fp8_linear_class() -> Any:
-    if "transformers" not in sys.modules:
+def _loaded_class(module: str, name: str) -> Any:
+    """``module.name`` when its library has been imported (a model holding its modules did so), else None."""
+    if module.partition(".")[0] not in sys.modules:
         return None
     try:
-        from transformers.integrations.finegrained_fp8 import FP8Linear
-    except ImportError:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
         return None
-    return FP8Linear
+
+
+def _fp8_linear_class() -> Any:
+    return _loaded_class("transformers.integrations.finegrained_fp8", "FP8Linear")
 
 
 def _forward_for(name: str, m: Any, fp8_cls: Any, state: _State) -> Any:
@@ -515,13 +520,7 @@ def _w4a16_reason(x: Any, p: Any, b: Any) -> str | None:
 
 
 def _linear4bit_class() -> Any:
-    if "bitsandbytes" not in sys.modules:
-        return None
-    try:
-        from bitsandbytes.nn import Linear4bit
-    except ImportError:
-        return None
-    return Linear4bit
+    return _loaded_class("bitsandbytes.nn", "Linear4bit")
 
 
 def _linear4bit_forward(m: Any, previous: Any) -> Any:
@@ -563,13 +562,10 @@ def _linear4bit_forward(m: Any, previous: Any) -> Any:
 def _enable_bnb(model: Any) -> str | None:
     """Enable hipskinny's bitsandbytes ops for the device type of the model's Linear4bit modules;
     the device type when this call enabled them (so `restore` disables them), else None."""
-    if "bitsandbytes" not in sys.modules:
+    linear4bit = _linear4bit_class()
+    if linear4bit is None:
         return None
-    try:
-        from bitsandbytes.nn import Linear4bit
-    except ImportError:
-        return None
-    found = next((m for m in model.modules() if isinstance(m, Linear4bit)), None)
+    found = next((m for m in model.modules() if isinstance(m, linear4bit)), None)
     if found is None:
         return None
     try:
