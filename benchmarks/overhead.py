@@ -112,7 +112,8 @@ lx, lw, lo = (dlpack_on_device(shape, version=None) for shape in ((N1, K), (M, K
 cases["skinny_gemm_dlpack_legacy_out"] = lambda: hipskinny.skinny_gemm(lx, lw, out=lo)
 px, pw, po = (dlpack_on_device(shape, version=None, kind=Pre10) for shape in ((N1, K), (M, K), (N1, M)))
 cases["skinny_gemm_dlpack_pre10_out"] = lambda: hipskinny.skinny_gemm(px, pw, out=po)
-# bitsandbytes' Linear4bit with hipskinny registered behind its ops, against hipskinny's direct call on the same
+# bitsandbytes' Linear4bit with `integrations.bitsandbytes` enabled (and through bitsandbytes' own forward),
+# against hipskinny's direct call on the same
 # weight (NF4, nested statistics, blocksize 64: bitsandbytes' defaults; output allocated in both).
 try:
     import bitsandbytes
@@ -134,7 +135,7 @@ if bitsandbytes is not None:
     lin4 = lin4.to(torch.float16).to("cpu")
     qs = lin4.weight.quant_state
     lin4.weight.data = moved(lin4.weight.data)    # ... then its tensors move to device memory
-    qs.absmax, qs.offset = moved(qs.absmax), moved(qs.offset)
+    qs.code, qs.absmax, qs.offset = moved(qs.code), moved(qs.absmax), moved(qs.offset)
     qs.state2.absmax, qs.state2.code = moved(qs.state2.absmax), moved(qs.state2.code)
     operands.present_cpu_torch_as_gpu(0, None, lambda shape, dtype: moved(torch.empty(shape, dtype=dtype)))
     hs_state = hs_bnb.as_state(qs)
@@ -149,6 +150,8 @@ if bitsandbytes is not None:
     no_grad = torch.no_grad()
     no_grad.__enter__()
     cases["linear4bit_bitsandbytes"] = lambda: lin4(x1)
+    own_forward = bitsandbytes.nn.Linear4bit.forward.__wrapped__      # bitsandbytes' forward, under ours
+    cases["linear4bit_bitsandbytes_ops"] = lambda: own_forward(lin4, x1)
 # An nn.Linear served by hipskinny through transformers' integration (`accelerate`), against the direct call
 # above ("skinny_gemm_torch": output allocated in both).
 try:

@@ -535,8 +535,11 @@ _PER_CALL_ROWS = (
      "capsules)", "dlpack", (1.2, "skinny_gemm_dlpack_out", "versioned")),
     ("matmul_4bit_torch", "hipskinny.matmul_4bit(x, packed, state), torch GPU tensors (output allocated), N=1, NF4 "
      "nested", "torch", None),
-    ("linear4bit_bitsandbytes", "bitsandbytes Linear4bit(x) with `integrations.bitsandbytes.enable()` (its Python, "
-     "torch's dispatcher, then the row above), N=1", "torch", (2.0, "matmul_4bit_torch", "direct call")),
+    ("linear4bit_bitsandbytes", "bitsandbytes Linear4bit(x) with `integrations.bitsandbytes.enable()` (its "
+     "forward serves the decode case: straight to the row above on the module's own tensors), N=1", "torch",
+     (2.0, "matmul_4bit_torch", "direct call")),
+    ("linear4bit_bitsandbytes_ops", "the same call through bitsandbytes' own forward (its Python, torch's "
+     "dispatcher, then hipskinny's kernel registered for its op `gemm_4bit`), N=1", "torch", None),
     ("linear4bit_accelerated", "the same Linear4bit after `integrations.transformers.accelerate` (its forward "
      "calls hipskinny.matmul_4bit on its own tensors), N=1", "torch", (2.0, "matmul_4bit_torch", "direct call")),
     ("linear_accelerated", "torch.nn.Linear(x) after `integrations.transformers.accelerate` (module call, its "

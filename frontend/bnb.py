@@ -631,7 +631,11 @@ _QS_KEY = "quant_state.bitsandbytes__"
 
 
 def _scalar_like(value: Any, ref: Any) -> Any:
-    """``value`` (tensor, array or number) as a 0-d float32 in ``ref``'s kind."""
+    """``value`` (tensor, array or number) as a 0-d float32 in ``ref``'s kind: a one-element
+    float32 tensor on ``ref``'s device as a view of itself (no copy, no host round trip)."""
+    if _is_torch(value) and _is_torch(ref) and value.dtype == _torch().float32 and value.numel() == 1 and \
+            value.device == ref.device:
+        return value.reshape(())
     return _like(np.array(np.asarray(_host(value), np.float64).reshape(()), np.float32), ref)
 
 

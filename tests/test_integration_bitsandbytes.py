@@ -281,6 +281,44 @@ def test_enable_disable_and_state():
     assert bool(((served_y.double() - ref).abs() <= bound).all())
 
 
+def test_linear4bit_forward_goes_straight_to_hipskinny(served, monkeypatch):
+    """While enabled, Linear4bit's decode forward calls hipskinny without bitsandbytes' Python
+    (its matmul_4bit is never reached), with the bits of the path through bitsandbytes' forward and
+    ops; the first call of a layer without a compute dtype (bitsandbytes' forward sets it) and a
+    gradient-wanting call go through bitsandbytes' forward (non-uint8 storage: the fallback cases); a new weight is read afresh; disable puts
+    bitsandbytes' own forward back."""
+    dev = _dev("gfx942")
+    through_bnb: list[int] = []
+    own_matmul = bnbl.matmul_4bit
+    monkeypatch.setattr(bnbl, "matmul_4bit", lambda *a, **k: through_bnb.append(1) or own_matmul(*a, **k))
+    lin = _linear(K, M, torch.float16, "nf4", True, seed=13)
+    other = _linear(K, M, torch.float16, "fp4", False, seed=14)
+    x = torch.randn(2, K, dtype=torch.float16)
+    own_forward = bnbl.nn.Linear4bit.forward.__wrapped__
+    with hipskinny.on_device(dev):
+        with torch.no_grad():
+            since = dev.last_launch_stats
+            fast = lin(x)
+            assert not through_bnb and [r.split("_n")[0] for r in _launched(dev, since)] == ["matmul_4bit_f16"]
+            assert torch.equal(fast, own_forward(lin, x)) and len(through_bnb) == 1
+            lin.weight, lin.bias = other.weight, other.bias  # re-quantized / reloaded weight
+            assert torch.equal(lin(x), own_forward(other, x)) and len(through_bnb) == 2
+            torch.manual_seed(15)
+            unset = bnbl.nn.Linear4bit(K, M, quant_type="nf4")   # no compute dtype: the first call sets it
+            unset.support_avx512bf16_for_cpu = False
+            unset = unset.to(torch.float16).to("cpu")
+            first = unset(x)
+            assert len(through_bnb) == 3 and unset.compute_type_is_set
+            assert torch.equal(unset(x), first) and len(through_bnb) == 3
+        xg = x.clone().requires_grad_()
+        lin(xg).sum().backward()                              # autograd: bitsandbytes' function
+        assert len(through_bnb) == 4 and xg.grad is not None
+    hsbnb.disable()
+    assert bnbl.nn.Linear4bit.forward is own_forward
+    hsbnb.enable("cpu")
+    assert bnbl.nn.Linear4bit.forward.__wrapped__ is own_forward
+
+
 def test_torch_compile_of_linear4bit(served):
     """torch.compile of a Linear4bit forward (inductor) runs hipskinny's kernel through the
     registration, with the eager result's bits."""
@@ -349,7 +387,7 @@ lin = lin.to(torch.float16).to("cpu")
 st = lin.weight.quant_state
 lin.weight.data = device_tensor(lin.weight.data)
 lin.bias.data = device_tensor(lin.bias.data)
-st.absmax, st.offset = device_tensor(st.absmax), device_tensor(st.offset)
+st.code, st.absmax, st.offset = device_tensor(st.code), device_tensor(st.absmax), device_tensor(st.offset)
 st.state2.absmax, st.state2.code = device_tensor(st.state2.absmax), device_tensor(st.state2.code)
 xs = [device_tensor(torch.randn(n, 256, dtype=torch.float16)) for n in (1, 16)]
 

@@ -25,6 +25,14 @@ What is served, and where the rest goes:
   kernel, then a copy into ``out``). ``quantize_4bit`` is not taken over: quantizing happens once,
   at load time, and hipskinny has no kernel for it.
 
+While any device type is enabled, ``Linear4bit.forward`` (and its subclasses') serves the decode
+case itself: fp16/bf16 activations matching the layer's compute dtype, N = 1..64 tokens, no
+gradient wanted, goes straight to `hipskinny.matmul_4bit` on the module's own tensors (its state read
+once per weight), skipping bitsandbytes' Python and torch's dispatcher (benchmarks/RESULTS.md,
+"Per-call cost"). Every other call, and the first call of each layer (which sets its compute dtype),
+runs bitsandbytes' own forward, and through it the ops above. `disable` of the last device type puts
+bitsandbytes' forward back.
+
 No host synchronization, and no allocation beyond the result and hipskinny's scratch pool: the
 calls can be captured in a HIP graph once warmed up (the first call on a device puts the two
 codebooks there).
@@ -37,9 +45,11 @@ hipskinny. Needs torch >= 2.9 (``torch.library.get_kernel``, to call the previou
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -140,6 +150,8 @@ def enable(device_type: str | None = None) -> str:
     with _lock:
         if device_type not in _registered:
             _registered[device_type] = _Registration(torch, device_type)
+        if _patched_forward is None:
+            _patch_forward(torch)
     return device_type
 
 
@@ -150,6 +162,8 @@ def disable(device_type: str | None = None) -> None:
             reg = _registered.pop(dt, None)
             if reg is not None:
                 reg.close()
+        if not _registered:
+            _unpatch_forward()
 
 
 def enabled(device_type: str | None = None) -> bool:
@@ -262,3 +276,83 @@ def _kernels(reg: _Registration) -> dict[str, Callable[..., Any]]:
 
     return {"gemm_4bit": gemm_4bit, "gemv_4bit": gemv_4bit, "gemv_4bit.out": gemv_4bit_out,
             "dequantize_4bit": dequantize_4bit, "dequantize_4bit.out": dequantize_4bit_out}
+
+
+def linear4bit_server(torch: Any) -> Callable[[Any, list[Any], Any], Any]:
+    """``serve(module, seen, x)``: a bitsandbytes ``Linear4bit``'s forward of ``x`` computed by
+    `hipskinny.matmul_4bit` on the module's own tensors, or None when this is not the decode case
+    (then the caller runs bitsandbytes' forward). ``seen`` is the caller's 4-slot cache for the
+    module: weight and its quant_state as last seen, their packed bytes and hipskinny's view of the
+    state, re-read when either changes (``model.to()``, loading). The served case is decided in a
+    few attribute reads: bitsandbytes' forward would cast nothing (compute dtype set and equal to
+    x's, bias of x's dtype), the weight is uint8-packed [M, K] with K a multiple of the blocksize, 1..64 tokens,
+    the tensors on one side of host/device, and no gradient wanted."""
+    halves, grad_mode, matmul_4bit, max_n = (torch.float16, torch.bfloat16), torch.is_grad_enabled, \
+        _m4.matmul_4bit, _m4.FUSED_MAX_N
+    as_state, refused = bnb.as_state, (InputTypeError, InputValueError)
+    rocm = bool(torch.version.hip)
+
+    def serve(m: Any, seen: list[Any], x: Any) -> Any:
+        params = m._parameters
+        w, b = params["weight"], params["bias"]
+        qs = getattr(w, "quant_state", None)
+        if seen[0] is not w or seen[1] is not qs:
+            seen[:] = w, qs, None, None
+            if qs is not None and len(qs.shape) == 2 and w.dtype == torch.uint8 and \
+                    not getattr(qs, "packing_format_for_cpu", False):
+                seen[2:] = w.data, as_state(qs)
+        st, dt = seen[3], x.dtype
+        if st is not None and dt in halves and m.compute_type_is_set and m.compute_dtype in (None, dt) and \
+                (b is None or b.dtype == dt) and x.dim() and x.shape[-1] == st.shape[1] and \
+                st.shape[1] % st.blocksize == 0 and 0 < x.numel() <= max_n * x.shape[-1] and \
+                (x.is_cpu or (rocm and x.is_cuda)) and x.is_cpu == seen[2].is_cpu and \
+                not (grad_mode() and (x.requires_grad or (b is not None and b.requires_grad))):
+            try:
+                return matmul_4bit(x, seen[2], st, b)
+            except refused:       # raised before any launch: bitsandbytes' forward takes the call
+                pass
+        return None
+
+    return serve
+
+
+# (class, its own forward) while hipskinny's forward is installed on bitsandbytes' Linear4bit.
+_patched_forward: tuple[Any, Any] | None = None
+
+
+def _patch_forward(torch: Any) -> None:
+    """Put a forward on ``bitsandbytes.nn.Linear4bit`` that serves the decode case of an enabled
+    device type (`linear4bit_server`) and hands every other call to bitsandbytes' forward."""
+    global _patched_forward
+    import bitsandbytes
+
+    cls = bitsandbytes.nn.Linear4bit
+    original = cls.__dict__["forward"]
+    serve, registered, compiling = linear4bit_server(torch), _registered, torch.compiler.is_compiling
+    seen_of: dict[int, list[Any]] = {}      # id(module) -> its cache, dropped when the module goes
+
+    @functools.wraps(original)
+    def forward(self: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
+        # compiled graphs trace bitsandbytes' forward: its ops are what this backend registers
+        if not args and not kwargs and ("cpu" if x.is_cpu else "cuda" if x.is_cuda else "") in registered and \
+                not compiling():
+            seen = seen_of.get(id(self))
+            if seen is None:
+                seen = seen_of[id(self)] = [None, None, None, None]
+                weakref.finalize(self, seen_of.pop, id(self), None)
+            y = serve(self, seen, x)
+            if y is not None:
+                return y
+        return original(self, x, *args, **kwargs)
+
+    cls.forward = forward
+    _patched_forward = (cls, original)
+
+
+def _unpatch_forward() -> None:
+    global _patched_forward
+    if _patched_forward is not None:
+        cls, original = _patched_forward
+        cls.forward = original
+        _patched_forward = None
+

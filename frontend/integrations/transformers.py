@@ -525,35 +525,19 @@ def _linear4bit_class() -> Any:
 
 def _linear4bit_forward(m: Any, previous: Any) -> Any:
     """Linear4bit's decode calls straight to `hipskinny.matmul_4bit` on the module's own tensors
-    (the weight's bitsandbytes state read once by `hipskinny.bnb.as_state`, no copies), skipping
-    bitsandbytes' Python and torch's dispatcher (about 43 + 22 us per call on the fake runtime,
-    benchmarks/RESULTS.md "Per-call cost"). Everything else -- other dtypes, N above the fused
-    kernels' 64, K not a multiple of the blocksize, autograd, bitsandbytes' CPU packing -- runs
-    bitsandbytes' forward, whose ops `integrations.bitsandbytes` serves where it can."""
-    import hipskinny
-    from hipskinny import bnb as hbnb
-    from hipskinny.ops.matmul_4bit import FUSED_MAX_N
+    (`integrations.bitsandbytes.linear4bit_server`: the case it serves, the state read once);
+    everything else runs bitsandbytes' forward, whose ops `integrations.bitsandbytes` serves where
+    it can."""
+    from .bitsandbytes import linear4bit_server
 
-    torch = _torch()
-    params = m._parameters
-    halves, grad_mode, matmul_4bit = _halves(), torch.is_grad_enabled, hipskinny.matmul_4bit
-    rocm = bool(torch.version.hip)
-    seen: list[Any] = [None, None, None, None]        # weight, its quant_state, packed bytes, hipskinny's state
+    serve = linear4bit_server(_torch())
+    seen: list[Any] = [None, None, None, None]
 
     def forward(x: Any, *args: Any, **kwargs: Any) -> Any:
-        w, b = params["weight"], params["bias"]
-        qs = w.quant_state
-        if seen[0] is not w or seen[1] is not qs:    # a new or re-quantized weight (model.to(), loading)
-            seen[:] = w, qs, None, None
-            if qs is not None and len(qs.shape) == 2 and not getattr(qs, "packing_format_for_cpu", False):
-                seen[2:] = w.data, hbnb.as_state(qs)
-        st, dt = seen[3], x.dtype
-        if not args and not kwargs and st is not None and dt in halves and m.compute_dtype in (None, dt) and \
-                (b is None or b.dtype == dt) and x.dim() and x.shape[-1] == st.shape[1] and \
-                st.shape[1] % st.blocksize == 0 and 0 < x.numel() <= FUSED_MAX_N * x.shape[-1] and \
-                (x.is_cpu or (rocm and x.is_cuda)) and x.is_cpu == seen[2].is_cpu and \
-                not (grad_mode() and (x.requires_grad or (b is not None and b.requires_grad))):
-            return matmul_4bit(x, seen[2], st, b)
+        if not args and not kwargs:
+            y = serve(m, seen, x)
+            if y is not None:
+                return y
         return previous(x, *args, **kwargs)
 
     return forward
