@@ -51,14 +51,18 @@ def test_unknown_instruction_names_mnemonic_arch_kernel_pc(arch):
 
 
 def test_listing_that_does_not_match_the_binary_is_refused():
+    """An instruction whose listed bytes differ from the binary's is refused when first read
+    (before any decode or execution), naming the address."""
     image, _ = registry.read_verified("gfx1100", "gemv")
     code = CodeObject.parse(image)
     text = _listing("gfx1100")
     line = next(ln for ln in text.splitlines() if "// " in ln and ": " in ln.split("//")[1])
     addr, words = line.split("// ", 1)[1].split(": ", 1)
     bad = line.replace(words.split()[0], f"{int(words.split()[0], 16) ^ 1:08X}")
+    program = Program(code, text.replace(line, bad), arch_info("gfx1100"))   # instructions are read lazily
+    assert program.insts[1].addr > int(addr, 16)             # the others read fine ...
     with pytest.raises(EmulatorError, match="does not match its code object"):
-        Program(code, text.replace(line, bad), arch_info("gfx1100"))
+        program.insts[0]                                      # ... the altered one (first line) is refused
 
 
 def test_out_of_bounds_weights_fault_with_lane_and_address():

@@ -118,7 +118,7 @@ def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, i
     from .ops import CLASSES
     for i, c in enumerate(counts):
         if c:
-            classes[CLASSES[program.classes[i]]] += c
+            classes[CLASSES[program.class_of(i)]] += c
             mnemonics[program.insts[i].mnemonic] += c
     stats.instructions = classes
     stats.mnemonics = mnemonics

@@ -8,31 +8,55 @@ A listing line looks like::
 
 The text before ``//`` is the instruction, the hex after the address its encoding
 (little-endian dwords). Every instruction's bytes are compared with the code
-object's, so the emulator never runs text that does not describe the binary.
+object's when the instruction is first read, so the emulator never decodes text that
+does not describe the binary.
 """
 
 from __future__ import annotations
 
 import gzip
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from typing import overload
 
 from ..codeobject import CodeObject
 from ..errors import EmulatorError
 
-_LINE = re.compile(r"^\t(?P<text>.*?)\s*// (?P<addr>[0-9A-Fa-f]{12,16}): (?P<hex>[0-9A-Fa-f]{8}(?: [0-9A-Fa-f]{8})*)")
-_LABEL = re.compile(r"^[0-9a-fA-F]{16} <(?P<name>[^>]+)>:$")
+_LINES = re.compile(r"^\t(.*?)\s*// ([0-9A-Fa-f]{12,16}): ([0-9A-Fa-f]{8}(?: [0-9A-Fa-f]{8})*)", re.M)
+_LABELS = re.compile(r"^(?P<addr>[0-9a-fA-F]{16}) <(?P<name>[^>]+)>:$", re.M)
 
 
-@dataclass(frozen=True)
 class Inst:
-    addr: int                    # vaddr of the instruction in the code object
-    size: int                    # bytes
-    text: str                    # as disassembled, without the encoding comment
-    mnemonic: str                # first token, e.g. "v_add_f32_dpp"
-    operands: tuple[str, ...]    # comma-separated operands, modifiers removed
-    modifiers: tuple[str, ...]   # space-separated trailing tokens (row_shr:1, offset:16, off, nt, ...)
-    encoding: bytes
+    """One instruction of the listing. ``operands`` and ``modifiers`` are split from the text the
+    first time they are read (a run decodes a few thousand of a listing's hundreds of thousands of
+    instructions); ``encoding`` is its bytes."""
+
+    __slots__ = ("addr", "size", "text", "mnemonic", "_operands", "_modifiers", "encoding")
+
+    def __init__(self, addr: int, size: int, text: str, mnemonic: str, operands: tuple[str, ...] | None = None,
+                 modifiers: tuple[str, ...] | None = None, encoding: bytes = b"") -> None:
+        self.addr = addr              # vaddr of the instruction in the code object
+        self.size = size              # bytes
+        self.text = text              # as disassembled, without the encoding comment
+        self.mnemonic = mnemonic      # first token, e.g. "v_add_f32_dpp"
+        self._operands = operands     # comma-separated operands, modifiers removed
+        self._modifiers = modifiers   # space-separated trailing tokens (row_shr:1, offset:16, off, nt, ...)
+        self.encoding = encoding      # as in the binary
+
+    @property
+    def operands(self) -> tuple[str, ...]:
+        if self._operands is None:
+            self._operands, self._modifiers = split_operands(self.text.partition(" ")[2])
+        return self._operands
+
+    @property
+    def modifiers(self) -> tuple[str, ...]:
+        if self._modifiers is None:
+            self._operands, self._modifiers = split_operands(self.text.partition(" ")[2])
+        return self._modifiers
+
+    def __repr__(self) -> str:
+        return f"Inst(0x{self.addr:x}, {self.text!r})"
 
 
 def split_operands(rest: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -83,31 +107,56 @@ def read_listing(data: bytes) -> str:
     return gzip.decompress(data).decode("utf-8") if data[:2] == b"\x1f\x8b" else data.decode("utf-8")
 
 
-def parse_listing(text: str, code: CodeObject) -> tuple[list[Inst], dict[str, int]]:
-    """All instructions (in address order) and each function label's address."""
-    insts: list[Inst] = []
-    labels: dict[str, int] = {}
-    image = _image(code)
-    for line in text.splitlines():
-        m = _LABEL.match(line)
-        if m:
-            labels[m.group("name")] = int(line.split(" ", 1)[0], 16)
-            continue
-        m = _LINE.match(line)
-        if not m:
-            continue
-        addr = int(m.group("addr"), 16)
-        encoding = b"".join(int(w, 16).to_bytes(4, "little") for w in m.group("hex").split())
-        actual = image.get(addr, len(encoding))
+def parse_listing(text: str, code: CodeObject) -> tuple[Listing, dict[str, int]]:
+    """All instructions (in address order, as a lazy `Listing`) and each function label's address."""
+    labels = {m.group("name"): int(m.group("addr"), 16) for m in _LABELS.finditer(text)}
+    rows = _LINES.findall(text)                     # one C-level scan: (text, address, hex dwords) per line
+    if not rows:
+        raise EmulatorError(f"{code.arch} listing holds no instructions")
+    return Listing(rows, _image(code), code.arch), labels
+
+
+class Listing(Sequence[Inst]):
+    """The instructions of a listing. Each becomes an `Inst` the first time it is read -- a run
+    reads a few thousand of a listing's hundreds of thousands -- and is then compared with the
+    binary's bytes (EmulatorError if they differ), so nothing that does not describe the binary is
+    ever decoded. ``addrs`` holds every instruction's address."""
+
+    def __init__(self, rows: list[tuple[str, str, str]], image: _image, arch: str) -> None:
+        self._rows = rows
+        self._insts: list[Inst | None] = [None] * len(rows)
+        self._image = image
+        self._arch = arch
+        self.addrs = [int(a, 16) for _, a, _ in rows]
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, i: int) -> Inst: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Inst]: ...
+
+    def __getitem__(self, i: int | slice) -> Inst | list[Inst]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        inst = self._insts[i]
+        if inst is None:
+            inst = self._insts[i] = self._make(i)
+        return inst
+
+    def _make(self, i: int) -> Inst:
+        body, _, words = self._rows[i]
+        addr = self.addrs[i]
+        encoding = b"".join(int(w, 16).to_bytes(4, "little") for w in words.split())
+        actual = self._image.get(addr, len(encoding))
         if actual != encoding:
-            raise EmulatorError(f"{code.arch} listing does not match its code object at 0x{addr:x}: listing says "
+            raise EmulatorError(f"{self._arch} listing does not match its code object at 0x{addr:x}: listing says "
                                 f"{encoding.hex()}, binary has {actual.hex() if actual else 'nothing'}; "
                                 "rebuild the code objects (python -m build_scripts)")
-        mnemonic, operands, modifiers = parse_instruction(m.group("text"))
-        insts.append(Inst(addr, len(encoding), m.group("text").strip(), mnemonic, operands, modifiers, encoding))
-    if not insts:
-        raise EmulatorError(f"{code.arch} listing holds no instructions")
-    return insts, labels
+        body = body.strip()
+        return Inst(addr, len(encoding), body, body.partition(" ")[0], None, None, encoding)
 
 
 class _image:

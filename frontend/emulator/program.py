@@ -10,16 +10,16 @@ import threading
 from ..arch import ArchInfo
 from ..codeobject import CodeObject, Kernel
 from ..errors import EmulatorError
-from .listing import Inst, parse_listing
+from .listing import Inst, Listing, parse_listing
 from .mode import FloatMode, float_mode
 from .ops import CLASSES, DecodeContext, Handler, load_all, lookup
 from .state import Wave
 
-_PARSED: dict[tuple[bytes, bytes], tuple[list[Inst], dict[str, int]]] = {}
+_PARSED: dict[tuple[bytes, bytes], tuple[Listing, dict[str, int]]] = {}
 _PARSED_LOCK = threading.Lock()
 
 
-def _parsed(text: str, code: CodeObject) -> tuple[list[Inst], dict[str, int]]:
+def _parsed(text: str, code: CodeObject) -> tuple[Listing, dict[str, int]]:
     """`parse_listing`, once per (listing, code object) in the process: every device of an arch
     loads the same code objects, and parsing a large listing takes seconds. The result is shared
     read-only (instructions are frozen; callers do not mutate the list or the labels)."""
@@ -42,13 +42,14 @@ class Program:
         self.code = code
         self.arch = arch
         self.insts, labels = _parsed(listing_text, code)
-        self.index_of = {inst.addr: i for i, inst in enumerate(self.insts)}
+        self.index_of = dict(zip(self.insts.addrs, range(len(self.insts)), strict=True))
         self._label_addrs = sorted((addr, name) for name, addr in labels.items())
         gfx = int(arch.name[3:-2]) if arch.name.startswith("gfx1") else 9
         self.ctx = DecodeContext(arch.name, gfx, arch.wave_size, arch.fp8_format, self.index_of)
         if image_base is not None:
             self.ctx.extra["image_base"] = image_base
-        self.handlers, self.classes = self._decode_all(self.ctx)
+        self.handlers = self._decode_all(self.ctx)
+        self._class_of: dict[str, int] = {}
         # MODE bits that change semantics are decode-time constants: one handler list per MODE.
         self._by_mode: dict[FloatMode, list[Handler]] = {}
 
@@ -60,16 +61,14 @@ class Program:
         found = self._by_mode.get(mode)
         if found is None:
             ctx = dataclasses.replace(self.ctx, extra={**self.ctx.extra, **dataclasses.asdict(mode)})
-            found = self._by_mode[mode] = self._decode_all(ctx)[0]
+            found = self._by_mode[mode] = self._decode_all(ctx)
         return found
 
-    def _decode_all(self, ctx: DecodeContext) -> tuple[list[Handler], list[int]]:
-        """Every instruction's class now, its handler when it first executes: a code object holds
-        hundreds of kernels of which a run uses a few, and decoding all of them cost seconds and
-        hundreds of MB per device. The placeholder decodes the instruction the wave is at (the
-        dispatcher has already advanced ``pc`` past it), stores the handler and runs it."""
-        classes = [CLASSES.index(found[1]) if (found := lookup(inst.mnemonic)) is not None else CLASSES.index("other")
-                   for inst in self.insts]
+    def _decode_all(self, ctx: DecodeContext) -> list[Handler]:
+        """A placeholder per instruction, replaced by its handler when it first executes: a code
+        object holds hundreds of kernels of which a run uses a few, and decoding all of them cost
+        seconds and hundreds of MB per device. The placeholder decodes the instruction the wave is
+        at (the dispatcher has already advanced ``pc`` past it), stores the handler and runs it."""
         handlers: list[Handler] = []
 
         def decode_here(w: Wave) -> None:
@@ -78,7 +77,16 @@ class Program:
             fn(w)
 
         handlers.extend([decode_here] * len(self.insts))
-        return handlers, classes
+        return handlers
+
+    def class_of(self, i: int) -> int:
+        """Instruction ``i``'s class, as an index into `CLASSES` (for launch statistics)."""
+        mnemonic = self.insts[i].mnemonic
+        found = self._class_of.get(mnemonic)
+        if found is None:
+            op = lookup(mnemonic)
+            found = self._class_of[mnemonic] = CLASSES.index(op[1] if op is not None else "other")
+        return found
 
     def _decode(self, inst: Inst, ctx: DecodeContext) -> tuple[Handler, str]:
         found = lookup(inst.mnemonic)
