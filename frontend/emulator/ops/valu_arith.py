@@ -400,18 +400,25 @@ vop("v_ffbl_b32 v_ctz_i32_b32", Spec("i32", ("b32",), _ctz))
 vop("v_ffbh_i32 v_cls_i32", Spec("i32", ("b32",), _cls))
 
 
+_PERM_ROWS: dict[int, np.ndarray] = {}
+
+
 def _perm(a: np.ndarray, b: np.ndarray, sel: np.ndarray) -> np.ndarray:
-    # bytes 0-3 from S1, 4-7 from S0; 8-11: sign of bytes 1,3,5,7 replicated; 12: 0x00; >=13: 0xFF
-    src = (_u64(a) << U64(32)) | _u64(b)
-    out = np.zeros(np.shape(src), U32)
-    for i in range(4):
-        s = _u64((sel >> (8 * i)) & 0xFF)
-        byte = (src >> (U64(8) * np.minimum(s, U64(7)))) & U64(0xFF)
-        sign_bit = U64(8) * (U64(2) * (np.clip(s, 8, 11) - U64(8)) + U64(1)) + U64(7)
-        sign_byte = np.where(((src >> sign_bit) & U64(1)) != 0, U64(0xFF), U64(0))
-        v = np.where(s < 8, byte, np.where(s < 12, sign_byte, np.where(s == 12, U64(0), U64(0xFF))))
-        out |= (v.astype(U32) << U32(8 * i))
-    return out
+    # Selector byte k picks from a per-lane table: 0-3 bytes of S1, 4-7 bytes of S0, 8-11 the sign of
+    # bytes 1,3,5,7 replicated, 12 0x00, 13 (and every selector above) 0xFF.
+    a, b, sel = np.asarray(a, U32), np.asarray(b, U32), np.asarray(sel, U32)
+    lanes = max(a.size, b.size, sel.size)
+    table = np.empty((lanes, 14), np.uint8)
+    src = table[:, :8].view("<u4")                      # little-endian: byte 0 of S1 first
+    src[:, 0], src[:, 1] = b, a
+    table[:, 8:12] = (table[:, 1:8:2].view(np.int8) >> 7).view(np.uint8)
+    table[:, 12], table[:, 13] = 0, 0xFF
+    rows = _PERM_ROWS.get(lanes)
+    if rows is None:
+        rows = _PERM_ROWS[lanes] = np.arange(0, 14 * lanes, 14)[:, None]
+    picks = np.minimum(np.ascontiguousarray(sel, "<u4").view(np.uint8).reshape(-1, 4), 13)
+    out = table.reshape(-1)[picks + rows].view("<u4").reshape(-1)
+    return out.astype(U32, copy=False) if a.ndim or b.ndim or sel.ndim else out.astype(U32).reshape(())
 
 
 vop("v_perm_b32", Spec("b32", ("b32",) * 3, _perm))
