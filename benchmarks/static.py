@@ -4,6 +4,7 @@ writes next to each code object, classified exactly as the emulator counts them)
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -124,10 +125,12 @@ def kernel_bodies(arch: str, family: str) -> tuple[dict[str, Any], list[tuple[An
     listing = read_listing(resources.files("hipskinny.hsaco").joinpath(entry["listing"]).read_bytes())
     insts, labels = parse_listing(listing, code)
     starts = sorted(labels.values())
+    addrs = insts.addrs                      # ascending: the listing is in address order
     out = []
     for kern in code.kernels:
-        end = next((a for a in starts if a > kern.entry), 1 << 62)
-        out.append((kern, [x for x in insts if kern.entry <= x.addr < end]))
+        first = kern.entry
+        end = starts[bisect.bisect_right(starts, first)] if starts and starts[-1] > first else 1 << 62
+        out.append((kern, insts[bisect.bisect_left(addrs, first):bisect.bisect_left(addrs, end)]))
     return entry, out
 
 
