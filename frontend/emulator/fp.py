@@ -140,8 +140,8 @@ def sum_rto(terms: list[np.ndarray]) -> np.ndarray:
 
 def fma_rto(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """a*b + c rounded to odd in float64; a, b must have at most 26 significand bits (f32/f16/bf16)."""
-    p = np.asarray(a).astype(np.float64) * b       # exact for f32-sized significands
-    return round_to_odd(*two_sum(p, np.asarray(c).astype(np.float64)))
+    p = np.asarray(a, np.float64) * b               # exact for f32-sized significands
+    return round_to_odd(*two_sum(p, np.asarray(c, np.float64)))
 
 
 def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:

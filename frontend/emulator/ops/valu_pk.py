@@ -279,11 +279,18 @@ def _mix_factory(result: str) -> Callable[[Inst, DecodeContext], Handler]:
         clamp = m.clamp
         sat = bool(ctx.extra.get("fp16_ovfl"))     # MODE.FP16_OVFL (f16 results only)
 
+        def source(r: Callable[[Wave], np.ndarray], width: int, neg: bool, absm: bool) -> Callable[[Wave], Any]:
+            """A source as float64 lanes (the conversion is exact)."""
+            if neg or absm:
+                return lambda w: _d(to_typed(_flip(r(w), width, neg, absm), "f16" if width == 16 else "f32"))
+            if width == 16:
+                return lambda w: r(w).astype(np.uint16).view(F16).astype(F64)
+            return lambda w: np.asarray(r(w), U32).view(F32).astype(F64)
+
+        s0, s1, s2 = (source(*spec) for spec in readers)
+
         def compute(w: Wave) -> tuple[Any, np.ndarray]:
-            vals = []
-            for r, width, neg, absm in readers:
-                raw = _flip(r(w), width, neg, absm)
-                vals.append(_d(to_typed(raw, "f16" if width == 16 else "f32")))
+            vals = (s0(w), s1(w), s2(w))
             # the fma is an f32 operation on every arch (RDNA D.f16 = f32_to_f16(fma(S0, S1, S2)), CDNA mad_mix,
             # LLVM's fptrunc(fmuladd.f32)): a round-to-odd f64 casts to the correctly rounded f32
             r32 = fp.quiet(fp.fma_rto(*vals).astype(F32))
