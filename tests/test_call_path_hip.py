@@ -20,24 +20,16 @@ from hipskinny import registry
 TESTS = str(Path(__file__).parent)
 
 COMMON = """
-import ctypes, json, sys
+import json, sys
 sys.path.insert(0, {tests!r})
 import numpy as np, torch, hipskinny
 from hip import hip
-from hipskinny import operands
-
-def ok(result):
-    result = result if isinstance(result, tuple) else (result,)
-    assert int(result[0]) == 0, result
-    return result[1] if len(result) == 2 else result[1:]
+from fakehip.scenario import ok
+from fakehip.torch_seam import Capture, dev, empty
 
 def device_tensor(a):
     # a torch CPU tensor over fake-runtime device memory holding a's values (fp16)
-    a = np.ascontiguousarray(a, np.float16)
-    ptr = int(ok(hip.hipMalloc(max(a.nbytes, 2))))
-    ctypes.memmove(ptr, a.ctypes.data, a.nbytes)
-    raw = (ctypes.c_uint8 * max(a.nbytes, 2)).from_address(ptr)
-    return torch.frombuffer(raw, dtype=torch.uint8)[:a.nbytes].view(torch.float16).view(a.shape)
+    return dev(np.asarray(a, np.float16))
 
 def exact(x, w):
     return x.astype(np.float64) @ w.astype(np.float64).T
@@ -50,23 +42,7 @@ def bound(k):
     # fp32 accumulation of K exact products, one rounding to fp16 (tests/test_skinny_gemm.py)
     return (k + 1) * 2.0**-24 + 2.0**-10
 
-def instantiate(graph):
-    try:
-        result = hip.hipGraphInstantiate(graph, 0)            # hip-python 10.x: (graph, bufferSize)
-    except TypeError:
-        result = hip.hipGraphInstantiate(graph, None, 0)      # 7.x: (graph, pLogBuffer, bufferSize)
-    assert int(result[0]) == 0, result
-    return result[1]
-
-class Capture:
-    def __init__(self):
-        self.stream = int(ok(hip.hipStreamCreate()))
-        self.current = 0
-    def torch_stream(self, ordinal):
-        return self.current
-
-cap = Capture()
-operands.present_cpu_torch_as_gpu(0, cap.torch_stream, lambda shape, dtype: device_tensor(np.zeros(shape)))
+cap = Capture(empty)          # torch tensors take the GPU path, outputs in fake-device memory
 print("MARK start", flush=True)
 """
 
@@ -157,16 +133,6 @@ def zero(cases):
         ot.zero_()
     got.zero_()
 
-def capture(cases):
-    ok(hip.hipStreamBeginCapture(cap.stream, hip.hipStreamCaptureMode.hipStreamCaptureModeGlobal))
-    cap.current = cap.stream
-    try:
-        every_op(cases)
-    finally:
-        cap.current = 0
-        graph = ok(hip.hipStreamEndCapture(cap.stream))
-    return instantiate(graph)
-
 def run_scenario(scenario):
     if scenario == "replay":
         cap.current = cap.stream
@@ -174,11 +140,10 @@ def run_scenario(scenario):
         cap.current = 0
         zero(small)
         print("MARK capture", flush=True)
-        g = capture(small)
+        g = cap.capture(lambda: every_op(small))
         print("MARK replay", flush=True)
         res["before_replay"] = [bool(float(ot.abs().max()) == 0) for *_, ot in small]
-        ok(hip.hipGraphLaunch(g, cap.stream))
-        ok(hip.hipStreamSynchronize(cap.stream))
+        cap.replay(g)
         res["after_replay"] = results(small)
     if scenario == "grow":
         cap.current = cap.stream
@@ -198,29 +163,26 @@ def run_scenario(scenario):
         every_op(big)                                    # warm-up on the default stream ...
         res["reserved"] = hipskinny.reserve(cap.stream)               # ... then reserve the capture stream
         zero(big)
-        g = capture(big)
-        ok(hip.hipGraphLaunch(g, cap.stream))
-        ok(hip.hipStreamSynchronize(cap.stream))
+        g = cap.capture(lambda: every_op(big))
+        cap.replay(g)
         res["after_reserve"] = results(big)
     if scenario == "two_sizes":
         cap.current = cap.stream
         every_op(small)
         cap.current = 0
-        g1 = capture(small)
+        g1 = cap.capture(lambda: every_op(small))
         print("MARK grow", flush=True)
         bigger = small[:2] + [case(30, 400, 3072)]
         cap.current = cap.stream
         every_op(bigger)                                 # grows the partials: the old slot is retired
         cap.current = 0
-        g2 = capture(bigger)
+        g2 = cap.capture(lambda: every_op(bigger))
         print("MARK replay", flush=True)
         zero(small)
-        ok(hip.hipGraphLaunch(g1, cap.stream))
-        ok(hip.hipStreamSynchronize(cap.stream))
+        cap.replay(g1)
         res["g1"] = results(small)
         zero(bigger)
-        ok(hip.hipGraphLaunch(g2, cap.stream))
-        ok(hip.hipStreamSynchronize(cap.stream))
+        cap.replay(g2)
         res["g2"] = results(bigger)
 
 
@@ -306,11 +268,9 @@ sys.path.insert(0, {tests!r})
 import numpy as np, hipskinny
 from hip import hip
 from dlpack_helpers import DL_ROCM, HandMade
+from fakehip.scenario import ok
 
 CALLS = {calls}
-def ok(result):
-    assert int(result[0]) == 0, result
-    return result[1] if len(result) > 1 else None
 
 def on(ordinal, shape):
     ok(hip.hipSetDevice(ordinal))

@@ -14,45 +14,32 @@ Error codes (hipError_t): 1 InvalidValue, 101 InvalidDevice, 401 IllegalState,
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fakehip import fake_code_object
 
+TESTS = str(Path(__file__).parent)
+
 SCENARIO = r"""
-import ctypes, json, os, struct, threading
+import ctypes, json, struct, sys, threading
+sys.path.insert(0, TESTS)
 from hip import hip
+from fakehip.scenario import LAUNCH_HOOK, code, fake_library, graph_instantiate, live_allocations, ok
 
 R = {}
-
-def code(result):
-    result = result if isinstance(result, tuple) else (result,)
-    return int(result[0])
-
-def ok(result):
-    assert code(result) == 0, result
-    return result[1] if len(result) == 2 else result[1:]
 
 GLOBAL = hip.hipStreamCaptureMode.hipStreamCaptureModeGlobal
 THREAD_LOCAL = hip.hipStreamCaptureMode.hipStreamCaptureModeThreadLocal
 RELAXED = hip.hipStreamCaptureMode.hipStreamCaptureModeRelaxed
 H2D = hip.hipMemcpyKind.hipMemcpyHostToDevice
 
-lib = ctypes.CDLL(os.path.join(os.environ["ROCM_PATH"], "lib", "libamdhip64.so"))
-lib.fakehip_allocations.restype = ctypes.c_size_t
+lib = fake_library()
 lib.hipGetErrorName.restype = ctypes.c_char_p
-
-def live_allocations():
-    n = lib.fakehip_allocations(None, None, 0)
-    ptrs, sizes = (ctypes.c_size_t * n)(), (ctypes.c_size_t * n)()
-    n = lib.fakehip_allocations(ptrs, sizes, n)
-    return [(ptrs[i], sizes[i]) for i in range(n)]
 
 # A counting launch hook: what ran, with which arguments, and whether the pointer in the first
 # eight kernarg bytes (if any) still lies in a live allocation.
-HOOK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t,
-                        *([ctypes.c_uint] * 7), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
-                        ctypes.c_void_p)
 ran = []
 ran_lock = threading.Lock()
 
@@ -61,13 +48,13 @@ def on_launch(kernel, image, image_size, gx, gy, gz, bx, by, bz, shared, stream,
     live = None
     if size >= 8:
         p = struct.unpack_from("<Q", data)[0]
-        live = any(a <= p < a + n for a, n in live_allocations())
+        live = any(a <= p < a + n for a, n in live_allocations(lib))
     with ran_lock:
         ran.append({"kernel": kernel.decode(), "kernarg": data.hex(), "stream": stream or 0,
                     "grid": [gx, gy, gz], "live": live, "thread": threading.get_ident()})
     return 0
 
-hook = HOOK(on_launch)
+hook = LAUNCH_HOOK(on_launch)
 lib.fakehip_set_launch_hook(hook, None)
 
 # One reusable kernarg buffer, as hipskinny keeps one: the runtime must copy it at launch time.
@@ -90,10 +77,7 @@ def private_extra(kernarg):
     return (b, n, (ctypes.c_void_p * 5)(1, ctypes.addressof(b), 2, ctypes.addressof(n), 3))
 
 def instantiate(graph):
-    try:
-        result = hip.hipGraphInstantiate(graph, 0)          # 10.x: (graph, bufferSize)
-    except TypeError:
-        result = hip.hipGraphInstantiate(graph, None, 0)    # 7.x: (graph, pLogBuffer, bufferSize)
+    result = graph_instantiate(graph)                  # its code checked by the tests, not here
     return code(result), result[1]
 
 def status(stream):
@@ -298,8 +282,8 @@ def scenario(fakehip_run, hip_python: str) -> tuple[dict[str, Any], list[dict]]:
     """Run the scenario once per hip-python generation; every test reads the same run."""
     if hip_python not in _results:
         image = fake_code_object(("k1", "k2"))
-        run = fakehip_run(f"IMAGE = {image!r}\n" + SCENARIO, env={"FAKEHIP_DEVICE_COUNT": "2",
-                                                                     "FAKEHIP_ARCH": "gfx942,gfx1100"},
+        run = fakehip_run(f"IMAGE = {image!r}\nTESTS = {TESTS!r}\n" + SCENARIO,
+                          env={"FAKEHIP_DEVICE_COUNT": "2", "FAKEHIP_ARCH": "gfx942,gfx1100"},
                           hip_python=hip_python, timeout=60)
         lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
         assert lines, f"the scenario printed no RESULT:\n{run.stdout}\n{run.stderr}"

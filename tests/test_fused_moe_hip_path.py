@@ -65,13 +65,14 @@ def test_device_operands_in_place(fakehip_run):
 
 
 CAPTURE = """
-import ctypes, json, sys
+import json, sys
 sys.path.insert(0, {tests!r})
 import numpy as np, torch, hipskinny
 from hip import hip
 from fakehip.emulated import install
 from test_fused_moe import _experts16
-from fakehip.capture import Capture, dev, instantiate, ok
+from fakehip.scenario import ok
+from fakehip.torch_seam import Capture, dev
 
 cap = Capture()
 runtime = install()
@@ -87,16 +88,12 @@ hipskinny.moe.fused_moe(tx, t13, t2, ttw, tids, out=tout)            # warm-up o
 ok(hip.hipStreamSynchronize(cap.stream))
 eager_a = tout.numpy().copy()
 tout.zero_()
-ok(hip.hipStreamBeginCapture(cap.stream, hip.hipStreamCaptureMode.hipStreamCaptureModeGlobal))
-hipskinny.moe.fused_moe(tx, t13, t2, ttw, tids, out=tout)
-graph = instantiate(ok(hip.hipStreamEndCapture(cap.stream)))
+graph = cap.capture(lambda: hipskinny.moe.fused_moe(tx, t13, t2, ttw, tids, out=tout))
 res = {{"captured_not_run": bool(float(tout.abs().max()) == 0)}}
-ok(hip.hipGraphLaunch(graph, cap.stream))
-ok(hip.hipStreamSynchronize(cap.stream))
+cap.replay(graph)
 res["replay_a_equal"] = bool((tout.numpy().view(np.uint16) == eager_a.view(np.uint16)).all())
 tids.copy_(torch.from_numpy(ids_b))                                   # new routing, same graph
-ok(hip.hipGraphLaunch(graph, cap.stream))
-ok(hip.hipStreamSynchronize(cap.stream))
+cap.replay(graph)
 res["y_b"] = tout.numpy().view(np.uint16).tolist()
 cap.current = 0
 res["errors"] = runtime.errors

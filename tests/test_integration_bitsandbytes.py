@@ -285,8 +285,8 @@ def test_linear4bit_forward_goes_straight_to_hipskinny(served, monkeypatch):
     """While enabled, Linear4bit's decode forward calls hipskinny without bitsandbytes' Python
     (its matmul_4bit is never reached), with the bits of the path through bitsandbytes' forward and
     ops; the first call of a layer without a compute dtype (bitsandbytes' forward sets it) and a
-    gradient-wanting call go through bitsandbytes' forward (non-uint8 storage: the fallback cases); a new weight is read afresh; disable puts
-    bitsandbytes' own forward back."""
+    gradient-wanting call go through bitsandbytes' forward (non-uint8 storage: the fallback cases);
+    a new weight is read afresh; disable puts bitsandbytes' own forward back."""
     dev = _dev("gfx942")
     through_bnb: list[int] = []
     own_matmul = bnbl.matmul_4bit
@@ -338,79 +338,38 @@ def test_torch_compile_of_linear4bit(served):
 
 TESTS = str(Path(__file__).parent)
 CAPTURE = r"""
-import ctypes, json, sys
+import json, sys
 sys.path.insert(0, TESTS_DIR)
-import numpy as np, torch, bitsandbytes, hipskinny
-from hip import hip
+import torch, bitsandbytes, hipskinny
 from fakehip.emulated import install
-from hipskinny import operands
+from fakehip.torch_seam import Capture, Pool, dev
 from hipskinny.integrations import bitsandbytes as hsbnb
 
 runtime = install()
-NP = {torch.float16: np.float16, torch.float32: np.float32, torch.uint8: np.uint8}
-
-def ok(result):
-    result = result if isinstance(result, tuple) else (result,)
-    assert int(result[0]) == 0, result
-    return result[1] if len(result) == 2 else None
-
-def device_tensor(t):
-    # a torch CPU tensor over fake-runtime device memory holding t's values
-    a = np.ascontiguousarray(t.numpy())
-    ptr = int(ok(hip.hipMalloc(max(a.nbytes, 4))))
-    ctypes.memmove(ptr, a.ctypes.data, a.nbytes)
-    raw = (ctypes.c_uint8 * max(a.nbytes, 4)).from_address(ptr)
-    return torch.frombuffer(raw, dtype=torch.uint8)[:a.nbytes].view(t.dtype).view(t.shape)
-
-class Pool:
-    # torch's allocator during a capture hands out blocks of the graph's own pool (no hipMalloc):
-    # a bump allocator over one allocation made before the capture stands in for it.
-    def __init__(self, nbytes):
-        self.base, self.size, self.used = int(ok(hip.hipMalloc(nbytes))), nbytes, 0
-    def empty(self, shape, dtype):
-        n = int(np.prod(shape)) * torch.empty(0, dtype=dtype).element_size()
-        at, self.used = self.base + self.used, self.used + (n + 255) // 256 * 256
-        assert self.used <= self.size
-        ctypes.memset(at, 0, n)
-        raw = (ctypes.c_uint8 * max(n, 1)).from_address(at)
-        return torch.frombuffer(raw, dtype=torch.uint8)[:n].view(dtype).view(shape)
-
-stream = int(ok(hip.hipStreamCreate()))
-current = [0]
-pool = Pool(1 << 20)
-operands.present_cpu_torch_as_gpu(0, lambda ordinal: current[0], pool.empty)
+pool = Pool(1 << 20)           # outputs from one allocation made before the capture, as torch's graph pool
+cap = Capture(pool.empty)
 
 torch.manual_seed(0)
 lin = bitsandbytes.nn.Linear4bit(256, 64, compute_dtype=torch.float16, quant_type="nf4", compress_statistics=True)
 lin.support_avx512bf16_for_cpu = False
 lin = lin.to(torch.float16).to("cpu")
 st = lin.weight.quant_state
-lin.weight.data = device_tensor(lin.weight.data)
-lin.bias.data = device_tensor(lin.bias.data)
-st.code, st.absmax, st.offset = device_tensor(st.code), device_tensor(st.absmax), device_tensor(st.offset)
-st.state2.absmax, st.state2.code = device_tensor(st.state2.absmax), device_tensor(st.state2.code)
-xs = [device_tensor(torch.randn(n, 256, dtype=torch.float16)) for n in (1, 16)]
+lin.weight.data = dev(lin.weight.data)
+lin.bias.data = dev(lin.bias.data)
+st.code, st.absmax, st.offset = dev(st.code), dev(st.absmax), dev(st.offset)
+st.state2.absmax, st.state2.code = dev(st.state2.absmax), dev(st.state2.code)
+xs = [dev(torch.randn(n, 256, dtype=torch.float16)) for n in (1, 16)]
 
 hsbnb.enable("cpu")
 with torch.no_grad():
-    current[0] = stream
+    cap.current = cap.stream
     eager = [lin(x).clone() for x in xs]           # warm-up on the capture stream: codebooks, scratch
     print("MARK capture", flush=True)
-    ok(hip.hipStreamBeginCapture(stream, hip.hipStreamCaptureMode.hipStreamCaptureModeGlobal))
-    try:
-        captured = [lin(x) for x in xs]
-    finally:
-        graph = ok(hip.hipStreamEndCapture(stream))
+    captured = []
+    g = cap.capture(lambda: captured.extend(lin(x) for x in xs))
     print("MARK replay", flush=True)
     before = [bool(float(y.abs().max()) == 0) for y in captured]
-    try:
-        made = hip.hipGraphInstantiate(graph, 0)            # hip-python 10.x: (graph, bufferSize)
-    except TypeError:
-        made = hip.hipGraphInstantiate(graph, None, 0)      # 7.x: (graph, pLogBuffer, bufferSize)
-    assert int(made[0]) == 0, made
-    g = made[1]
-    ok(hip.hipGraphLaunch(g, stream))
-    ok(hip.hipStreamSynchronize(stream))
+    cap.replay(g)
 res = {"before_replay_zero": before, "equal": [bool(torch.equal(a, b)) for a, b in zip(captured, eager)],
        "kernels": [l.kernel for l in runtime.device.launches], "errors": runtime.errors}
 print("RES", json.dumps(res))

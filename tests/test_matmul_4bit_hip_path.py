@@ -100,40 +100,25 @@ def test_device_operands_in_place(fakehip_run, arch):
 
 
 TORCH_SCENARIO = """
-import ctypes, json, sys
+import json, sys
 sys.path.insert(0, {tests!r})
 import numpy as np, torch, hipskinny
-from hip import hip
 from fakehip.emulated import install
+from fakehip.torch_seam import dev, empty
 from hipskinny import bnb, operands
 from hipskinny.ops.matmul_4bit import dequantize_exact, matmul_4bit_reference
 
 runtime = install()
-TORCH = {{np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32, np.dtype(np.uint8): torch.uint8}}
-NUMPY = {{v: k for k, v in TORCH.items()}}
-
-
-def on_device(a):
-    # a torch CPU tensor over fake-runtime device memory holding a's values
-    a = np.ascontiguousarray(a)
-    size = max(a.nbytes, 4)
-    ptr = int(hip.hipMalloc(size)[1])
-    ctypes.memmove(ptr, a.ctypes.data, a.nbytes)
-    raw = (ctypes.c_uint8 * size).from_address(ptr)
-    return torch.frombuffer(raw, dtype=torch.uint8)[:a.nbytes].view(TORCH[a.dtype]).view(a.shape)
-
-
-operands.present_cpu_torch_as_gpu(0, None, lambda shape, dtype: on_device(np.zeros(shape, NUMPY[dtype])))
+operands.present_cpu_torch_as_gpu(0, None, empty)
 rng = np.random.default_rng(7)
 n, m, k = 130, 24, 192
 w = rng.standard_normal((m, k)).astype(np.float32)
 packed, st = bnb.quantize_4bit(w, blocksize=64, quant_type="nf4", compress_statistics=True)
 x = rng.standard_normal((n, k)).astype(np.float16)
 bias = rng.standard_normal((n, m)).astype(np.float16)
-y = torch.ops.hipskinny.matmul_4bit(on_device(x), on_device(packed), on_device(st.absmax), on_device(st.code), 64,
-                                    [m, k], absmax2=on_device(st.state2.absmax), code2=on_device(st.state2.code),
-                                    offset=on_device(np.asarray(st.offset, np.float32).reshape(1)),
-                                    bias=on_device(bias))
+y = torch.ops.hipskinny.matmul_4bit(dev(x), dev(packed), dev(st.absmax), dev(st.code), 64, [m, k],
+                                    absmax2=dev(st.state2.absmax), code2=dev(st.state2.code),
+                                    offset=dev(np.asarray(st.offset, np.float32).reshape(1)), bias=dev(bias))
 exact = matmul_4bit_reference(x, packed, st, bias)
 s = np.abs(x.astype(np.float64)) @ np.abs(dequantize_exact(packed, st)).T + np.abs(bias.astype(np.float64))
 # fp16 weights, torch's CPU fp16 matmul (fp32 sums), half an fp16 ulp of the result

@@ -78,13 +78,14 @@ def test_device_operands_strided_and_in_place(fakehip_run):
 
 
 CAPTURE = """
-import ctypes, json, sys
+import json, sys
 sys.path.insert(0, {tests!r})
 import numpy as np, torch, hipskinny
 from hip import hip
 from fakehip.emulated import install
 from test_sparse_mla import _case
-from fakehip.capture import Capture, dev, instantiate, ok
+from fakehip.scenario import ok
+from fakehip.torch_seam import Capture, dev
 
 cap = Capture()
 runtime = install()
@@ -100,17 +101,13 @@ hipskinny.mla.sparse_decode(tq, tc, ti, tp, scale=0.05, out=tout)          # war
 ok(hip.hipStreamSynchronize(cap.stream))
 eager_a = tout.view(torch.int16).numpy().copy()
 tout.zero_()
-ok(hip.hipStreamBeginCapture(cap.stream, hip.hipStreamCaptureMode.hipStreamCaptureModeGlobal))
-hipskinny.mla.sparse_decode(tq, tc, ti, tp, scale=0.05, out=tout)
-graph = instantiate(ok(hip.hipStreamEndCapture(cap.stream)))
+graph = cap.capture(lambda: hipskinny.mla.sparse_decode(tq, tc, ti, tp, scale=0.05, out=tout))
 res = {{"captured_not_run": bool(float(tout.float().abs().max()) == 0)}}
-ok(hip.hipGraphLaunch(graph, cap.stream))
-ok(hip.hipStreamSynchronize(cap.stream))
+cap.replay(graph)
 res["replay_a_equal"] = bool((tout.view(torch.int16).numpy() == eager_a).all())
 ti.copy_(torch.from_numpy(i0_b))                                             # new lists, same graph
 tp.copy_(torch.from_numpy(p0_b))
-ok(hip.hipGraphLaunch(graph, cap.stream))
-ok(hip.hipStreamSynchronize(cap.stream))
+cap.replay(graph)
 res["o_b"] = tout.view(torch.int16).numpy().astype(np.uint16).tolist()
 res["splits"] = hipskinny.ops.sparse_mla.split_count(2, 16, len(i0))
 cap.current = 0

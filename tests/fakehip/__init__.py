@@ -21,6 +21,13 @@ hipMalloc/hipFree/hipStreamSynchronize/hipDeviceSynchronize fail with hipErrorSt
 invalidating the capture (logged as ``"invalidated": [ids]``), so hipStreamEndCapture then fails
 with hipErrorStreamCaptureInvalidated (901). The exact rules are in fake_hip.c ("stream capture
 state"); tests/test_fakehip_capture.py checks them through both hip-python generations.
+
+Scenarios import their scaffolding from here (after ``sys.path.insert(0, <the tests directory>)``):
+`fakehip.scenario` (hip-python and ctypes only: ``ok``/``code`` for hip-python results,
+``instantiate`` across both generations, the fake's launch hook type and live allocations),
+`fakehip.torch_seam` (torch tensors over fake device memory, the ``present_cpu_torch_as_gpu`` seam
+with a capture stream, a bump pool for outputs during a capture) and `fakehip.emulated` (launches
+carried out on the CPU emulator).
 """
 
 from __future__ import annotations

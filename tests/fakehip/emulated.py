@@ -13,33 +13,22 @@ import ctypes
 import hashlib
 import os
 import traceback
-from pathlib import Path
 from typing import Any
 
+from fakehip.scenario import LAUNCH_HOOK, fake_library, live_allocations
 from hipskinny.emulator import EmulatedDevice
 
 HIP_ERROR_LAUNCH_FAILURE = 719
-
-_HOOK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t,
-                         ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
-                         ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
 
 
 class EmulatedRuntime:
     def __init__(self, arch: str, cu_count: int | None) -> None:
         self.device = EmulatedDevice(arch, cu_count, host_backed=True)
-        self.lib = ctypes.CDLL(str(Path(os.environ["ROCM_PATH"]) / "lib" / "libamdhip64.so"))
-        self.lib.fakehip_allocations.restype = ctypes.c_size_t
+        self.lib = fake_library()
         self.modules: dict[str, Any] = {}
         self.errors: list[str] = []
-        self._hook = _HOOK(self._launch)          # keep the C callback alive
+        self._hook = LAUNCH_HOOK(self._launch)    # keep the C callback alive
         self.lib.fakehip_set_launch_hook(self._hook, None)
-
-    def _allocations(self) -> list[tuple[int, int]]:
-        n = self.lib.fakehip_allocations(None, None, 0)
-        ptrs, sizes = (ctypes.c_size_t * n)(), (ctypes.c_size_t * n)()
-        n = self.lib.fakehip_allocations(ptrs, sizes, n)
-        return [(ptrs[i], sizes[i]) for i in range(n)]
 
     def _launch(self, kernel: bytes, image: int, image_size: int, gx: int, gy: int, gz: int, bx: int, by: int,
                 bz: int, shared: int, stream: int, kernarg: int, kernarg_size: int, user: int) -> int:
@@ -48,7 +37,7 @@ class EmulatedRuntime:
             key = hashlib.sha256(data).hexdigest()
             if key not in self.modules:
                 self.modules[key] = self.device.load_module(data)
-            self.device.memory.sync_external(self._allocations())
+            self.device.memory.sync_external(live_allocations(self.lib))
             fn = self.device.get_function(self.modules[key], kernel.decode())
             self.device.launch(fn, (gx, gy, gz), (bx, by, bz), ctypes.string_at(kernarg, kernarg_size), shared)
             return 0
