@@ -33,7 +33,7 @@ def run_demo(spec: str | None = None) -> int:
         return 2
     ref = gemv_reference(x, w).astype(np.float64)
     err = np.abs(y.astype(np.float64) - ref)
-    # fp32 accumulation of K products, then one fp16 rounding (see tests/test_gemv_emulated.py).
+    # fp32 accumulation of K products, then one fp16 rounding (see tests/gemv/test_gemv_emulated.py).
     scale = np.abs(w.astype(np.float64)) @ np.abs(x.astype(np.float64)).ravel()
     bound = (DEMO_K + 1) * 2.0**-24 * scale + 2.0**-10 * (np.abs(ref).ravel() + scale)
     ok = bool(np.all(err.ravel() <= bound))

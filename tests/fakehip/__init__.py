@@ -20,7 +20,7 @@ hipMalloc/hipFree/hipStreamSynchronize/hipDeviceSynchronize fail with hipErrorSt
 (900) and synchronous copies/memsets and null-stream work with hipErrorStreamCaptureImplicit (906),
 invalidating the capture (logged as ``"invalidated": [ids]``), so hipStreamEndCapture then fails
 with hipErrorStreamCaptureInvalidated (901). The exact rules are in fake_hip.c ("stream capture
-state"); tests/test_fakehip_capture.py checks them through both hip-python generations.
+state"); tests/runtime/test_fakehip_capture.py checks them through both hip-python generations.
 
 Scenarios import their scaffolding from here (after ``sys.path.insert(0, <the tests directory>)``):
 `fakehip.scenario` (hip-python and ctypes only: ``ok``/``code`` for hip-python results,

@@ -3,7 +3,7 @@ vLLM's fused_experts semantics (quant_specs.md 3.3) built from the checkpoint te
 
 Bound (derived, not tuned). GEMM1's fp32 sums of exact products carry at most K/2 + 40
 roundings (16-bit experts: every dot2 goes into the lane's accumulator) or K/32 + 40 (int4: a
-chunk's 16 dot2 are summed apart and scaled once, see tests/test_w4a16_linear.py), each within
+chunk's 16 dot2 are summed apart and scaled once, see tests/w4a16_linear/test_w4a16_linear.py), each within
 2**-24 of the running |sum| <= sum |x w| (c1 = that count * 2**-24; bf16 int4 adds the
 activation-sum correction's c1 * 143 * sum |x| |s|).
 So the kernel's gate and up lie in [exact - d, exact + d]; each end is rounded to T, silu's fp32

@@ -5,11 +5,11 @@ through hip-python and the HIP C API, and the numbers that come back are compute
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+import paths
 import pytest
 
-TESTS = str(Path(__file__).parent)
+TESTS = str(paths.TESTS)
 
 SCENARIO = """
 import json, sys

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import functools
 import json
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
+import paths
 import pytest
 
 import hipskinny
@@ -37,7 +37,7 @@ IDS = ["f16", "bf16", "f32"]
 U = 2.0**-24
 FULL_ARCH = "gfx1201"           # the whole matrix; the other archs a subset (below)
 ES, KS, NS = (8, 16, 60, 128, 257, 512), (1, 2, 4, 8, 16), (1, 3, 33)
-TESTS = str(Path(__file__).parent)
+TESTS = str(paths.TESTS)
 
 
 @functools.cache

@@ -1,6 +1,6 @@
 """The fake HIP runtime's stream capture and graphs, through both hip-python generations.
 
-hipskinny's capture tests (tests/test_call_path_hip.py) rely on the fake to refuse everything a
+hipskinny's capture tests (tests/runtime/test_call_path_hip.py) rely on the fake to refuse everything a
 capture forbids, so these tests pin the fake down first: a test must never pass because the fake
 is lax. Each generation runs one subprocess (a fresh process is needed per hip-python library
 load, and each costs about a second); it performs every check, prints the results as one JSON
@@ -14,13 +14,13 @@ Error codes (hipError_t): 1 InvalidValue, 101 InvalidDevice, 401 IllegalState,
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
+import paths
 import pytest
 from fakehip import fake_code_object
 
-TESTS = str(Path(__file__).parent)
+TESTS = str(paths.TESTS)
 
 SCENARIO = r"""
 import ctypes, json, struct, sys, threading

@@ -5,11 +5,11 @@ scratch from the pool of the device) is exercised with real results."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+import paths
 import pytest
 
-TESTS = str(Path(__file__).parent)
+TESTS = str(paths.TESTS)
 
 SCENARIO = """
 import ctypes, json, sys
@@ -73,7 +73,7 @@ def test_device_tensors_in_place(fakehip_run, arch):
     res = json.loads(run.stdout.split("RES ", 1)[1])
     assert res["errors"] == []
     # fp32 accumulation of K = 1040 products and the bias, one rounding to fp16 (see
-    # tests/test_skinny_gemm.py): relative to sum |x w| + |b| at most (K + 1) 2**-24 + 2**-10.
+    # tests/skinny_gemm/test_skinny_gemm.py): relative to sum |x w| + |b| at most (K + 1) 2**-24 + 2**-10.
     for n, kernel in (("4", "skinny_gemm_f16_n4_"), ("24", "skinny_gemm_splitk_f16_t2")):
         assert res[n]["err_over_scale"] <= 1041 * 2.0**-24 + 2.0**-10, n
         assert res[n]["repeat_equal"], n

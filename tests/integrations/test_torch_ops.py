@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
+import paths
 import pytest
 import torch
 import torch._dynamo
@@ -18,7 +18,7 @@ import hipskinny
 from hipskinny import torch_ops
 from hipskinny.devices import parse_device
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.REPO
 OPS = ("gemv", "gemv_out", "skinny_gemm", "skinny_gemm_out", "fp8_linear", "fp8_linear_out", "matmul_4bit",
        "matmul_4bit_out", "w4a16_linear", "w4a16_linear_out", "fused_moe", "fused_moe_out", "topk_softmax",
        "topk_softmax_out", "sparse_mla_decode", "sparse_mla_decode_out", "linear_grad_x", "moe_grad")

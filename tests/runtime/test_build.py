@@ -10,9 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import paths
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = paths.REPO
 sys.path.insert(0, str(REPO))   # build_scripts is a repo tool, not part of the package
 
 from compilers import needs_compiler, needs_recorded_compiler  # noqa: E402
@@ -162,7 +163,8 @@ def test_build_tests_pass_without_a_compiler(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ROCM_PATH")}
     env["PATH"] = str(tmp_path)         # an empty PATH: no clang++-22 (ROCm's hipcc is found by path)
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-                           "tests/test_build.py", "tests/test_codeobject.py", "-k", "not without_a_compiler"],
+                           "tests/runtime/test_build.py", "tests/runtime/test_codeobject.py",
+                           "-k", "not without_a_compiler"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     if not Path("/opt/rocm/bin/hipcc").is_file():

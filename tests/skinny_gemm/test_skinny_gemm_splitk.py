@@ -4,7 +4,7 @@ Tolerance (derived, not tuned): each matrix instruction adds its exact 16-bit pr
 the fp32 accumulator with one rounding (the emulator's model; CDNA3 hardware groups and
 truncates products differently but within the same per-term budget), shard partials
 are added in fp32, then the bias: fewer than K + 1 roundings of u = 2**-24 in all, so the
-bound of tests/test_gemv_emulated.py applies row by row:
+bound of tests/gemv/test_gemv_emulated.py applies row by row:
 |y - exact| <= (K + 1) * u * S + ulp_out(|exact| + (K + 1) * u * S), S = sum |x w| + |bias|.
 """
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import functools
 import json
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
+import paths
 import pytest
 from test_skinny_gemm import _bits, _inputs, assert_bound
 
@@ -26,7 +26,7 @@ from hipskinny.emulator import EmulatedDevice
 from hipskinny.launch import make_plan
 from hipskinny.ops import skinny_gemm as op
 
-MANIFEST = Path(__file__).resolve().parent.parent / "hsaco" / "manifest.json"
+MANIFEST = paths.REPO / "hsaco" / "manifest.json"
 
 
 @functools.cache

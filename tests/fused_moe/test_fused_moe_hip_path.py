@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import numpy as np
+import paths
 import pytest
 from test_fused_moe import _experts16, _routing, _stack, assert_moe
 
-TESTS = str(Path(__file__).parent)
+TESTS = str(paths.TESTS)
 
 DLPACK = """
 import json, sys

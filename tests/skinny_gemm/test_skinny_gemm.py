@@ -1,7 +1,7 @@
 """The small-N skinny GEMM code objects of every shipped arch, on the emulator, against exact
 math; and the input checks the op applies to every N.
 
-Tolerance (derived, not tuned; the same model as tests/test_gemv_emulated.py, whose helper
+Tolerance (derived, not tuned; the same model as tests/gemv/test_gemv_emulated.py, whose helper
 is reused row by row). Output y[n, m] is an fp32 sum of the K exact 16-bit products
 x[n, k] * w[m, k] in a fixed order, plus the bias: <= K + 1 roundings of u = 2**-24, so
 |s - exact| <= (K + 1) * u * S with S = sum_k |x[n, k] w[m, k]| + |bias|, then one rounding
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import functools
 import json
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
+import paths
 import pytest
 from test_gemv_emulated import assert_within_accumulation_bound
 
@@ -28,7 +28,7 @@ from hipskinny.launch import make_plan
 from hipskinny.ops import skinny_gemm as op
 
 DTYPES = [np.float16, ml_dtypes.bfloat16]
-MANIFEST = Path(__file__).resolve().parent.parent / "hsaco" / "manifest.json"
+MANIFEST = paths.REPO / "hsaco" / "manifest.json"
 
 
 def assert_bound(y, x, w, bias=None):

@@ -9,6 +9,7 @@ from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
+import paths
 import pytest
 
 from hipskinny.emulator import fp
@@ -1095,9 +1096,8 @@ def test_unsupported_forms_raise_at_decode(text: str, arch: str) -> None:
 def test_gemv_listings_decode_and_run() -> None:
     """Every VALU line of the shipped GEMV code objects decodes and runs on random registers."""
     import gzip
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1] / "hsaco"
+    root = paths.REPO / "hsaco"
     seen = 0
     for arch in ARCH:
         path = root / arch / "gemv.lst.gz"

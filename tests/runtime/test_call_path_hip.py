@@ -10,14 +10,14 @@ buffer freed or moved after the capture would fault or give wrong results.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+import paths
 import pytest
 from fakehip import fnv1a64
 
 from hipskinny import registry
 
-TESTS = str(Path(__file__).parent)
+TESTS = str(paths.TESTS)
 
 COMMON = """
 import json, sys
@@ -39,7 +39,7 @@ def err_over_scale(y, x, w):
     return float(np.max(np.abs(y.numpy().astype(np.float64) - exact(x, w)) / scale))
 
 def bound(k):
-    # fp32 accumulation of K exact products, one rounding to fp16 (tests/test_skinny_gemm.py)
+    # fp32 accumulation of K exact products, one rounding to fp16 (tests/skinny_gemm/test_skinny_gemm.py)
     return (k + 1) * 2.0**-24 + 2.0**-10
 
 cap = Capture(empty)          # torch tensors take the GPU path, outputs in fake-device memory

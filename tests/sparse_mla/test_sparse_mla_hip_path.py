@@ -8,14 +8,14 @@ shapes only."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
+import paths
 import pytest
 from test_sparse_mla import _case, assert_close
 
-TESTS = str(Path(__file__).parent)
+TESTS = str(paths.TESTS)
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 DLPACK = """

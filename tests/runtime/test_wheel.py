@@ -6,11 +6,11 @@ import json
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
+import paths
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = paths.REPO
 
 
 def test_wheel_contains_code_objects_and_imports_without_rocm(tmp_path):

@@ -16,8 +16,8 @@ from __future__ import annotations
 import functools
 import json
 import warnings
-from pathlib import Path
 
+import paths
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -336,7 +336,7 @@ def test_torch_compile_of_linear4bit(served):
     assert torch.equal(got, eager)
 
 
-TESTS = str(Path(__file__).parent)
+TESTS = str(paths.TESTS)
 CAPTURE = r"""
 import json, sys
 sys.path.insert(0, TESTS_DIR)

@@ -5,11 +5,11 @@ scales in place, scratch from the pool) is exercised with real results."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+import paths
 import pytest
 
-TESTS = str(Path(__file__).parent)
+TESTS = str(paths.TESTS)
 
 SCENARIO = """
 import ctypes, json, sys

@@ -1,6 +1,6 @@
 """The shared operand layer (frontend/operands.py), the scratch pool's graph rules and per-thread
 device selection, in-process on the emulator. (GPU-resident operands, the fake HIP runtime's
-capture and two GPUs: tests/test_call_path_hip.py.)"""
+capture and two GPUs: tests/runtime/test_call_path_hip.py.)"""
 
 from __future__ import annotations
 

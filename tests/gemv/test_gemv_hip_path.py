@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import struct
 
+import paths
 from fakehip import fnv1a64
 
 from hipskinny import registry
@@ -107,9 +108,8 @@ print("RES", json.dumps(res))
 
 def test_device_tensors_layout_rules(fakehip_run):
     """GPU-resident DLPack tensors: used in place when aligned, clear errors otherwise."""
-    from pathlib import Path
 
-    run = fakehip_run(DEVICE_TENSORS.format(tests=str(Path(__file__).parent)),
+    run = fakehip_run(DEVICE_TENSORS.format(tests=str(paths.TESTS)),
                       env={"FAKEHIP_ARCH": "gfx1100"})
     res = json.loads(run.stdout.split("RES ", 1)[1])
     assert res["ok"] == "ok" and res["padded_ok"] == "ok"

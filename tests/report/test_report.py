@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
+import paths
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.REPO
 
 
 def test_report_check_mode(tmp_path):

@@ -6,15 +6,15 @@ import json
 import random
 import struct
 import sys
-from pathlib import Path
 
+import paths
 import pytest
 
 from hipskinny.arch import ARCHS
 from hipskinny.codeobject import PT_NOTE, CodeObject, read_code_object
 from hipskinny.errors import CodeObjectError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = paths.REPO
 sys.path.insert(0, str(REPO))   # build_scripts is a repo tool, not part of the package
 
 from compilers import NO_COMPILER  # noqa: E402
