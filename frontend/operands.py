@@ -307,6 +307,7 @@ class DeviceCall:
         self.stream = stream_of(ops.first, ops.first.device_id)
         self.scratch_slots = tuple(scratch_slots)
         self._scratch: dict[int, tuple[int, ...]] = {}
+        self._locks: dict[int, tuple[Callable[[], Any], Callable[[], None]]] = {}   # pool lock per stream
         # The operands that must be 16-byte aligned, checked on every call: up to three positions
         # (repeated to fill three), so the check is one expression.
         idx = [names.index(n) for n in aligned]
@@ -336,6 +337,11 @@ class DeviceCall:
         slots, per_stream, scratch_for = self.scratch_slots, self._scratch, self._scratch_for
         a0, a1, a2 = self.aligned if self.aligned else (-1, -1, -1)
         checked, n, new_out = bool(self.aligned), len(news), news[0]
+        # Several launches that pass data through the stream's scratch (a dequantize launch writing
+        # weights the next one reads, fused_moe's routing metadata) are enqueued as one: another
+        # thread's call on the same stream, whose launches would land between them and overwrite that
+        # scratch, waits for the stream's pool lock (held by host calls for their whole sequence too).
+        locks, atomic = self._locks, bool(slots) and len(runs) > 1
 
         def call(objs: Sequence[Any], addresses: list[int | None] | None) -> Any:
             if addresses is None:        # torch tensors only (what a GPU call without DLPack producers is)
@@ -363,6 +369,18 @@ class DeviceCall:
             s = stream()
             if slots:
                 ptrs += per_stream.get(s) or scratch_for(s)
+                if atomic:
+                    acquire, release = locks[s]      # bound methods: a third cheaper than ``with``
+                    acquire()
+                    try:
+                        for launcher, count, tail, select in runs:
+                            if select:
+                                launcher([ptrs[i] for i in select], tail, s)
+                            else:
+                                launcher(ptrs if count == len(ptrs) else ptrs[:count], tail, s)
+                    finally:
+                        release()
+                    return result
             for launcher, count, tail, select in runs:
                 if select:
                     launcher([ptrs[i] for i in select], tail, s)
@@ -377,6 +395,7 @@ class DeviceCall:
         found = self._scratch.get(stream)
         if found is None:
             pool = scratch.pool(self.device, stream)
+            self._locks[stream] = (pool.lock.acquire, pool.lock.release)   # first: found with the addresses
             found = self._scratch[stream] = tuple(pool.buffer(name, size) for name, size in self.scratch_slots)
         return found
 

@@ -36,8 +36,9 @@ class ScratchPool:
         self._slots: dict[str, tuple[int, int]] = {}   # name -> (address, capacity)
         self._retired: list[tuple[int, int]] = []        # outgrown slots: kept for captured graphs
         self.allocations = 0                              # how often the pool had to grow
-        # Growth, and a host call's whole stage-launch-copy sequence, hold this lock: threads
-        # sharing a stream must not overwrite each other's staged inputs.
+        # Growth, a host call's whole stage-launch-copy sequence, and the launches of a device call
+        # that pass data through scratch (operands.DeviceCall) hold this lock: threads sharing a
+        # stream must not overwrite each other's staged inputs or intermediate results.
         self.lock = threading.RLock()
 
     def buffer(self, name: str, nbytes: int) -> int:

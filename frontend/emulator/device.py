@@ -85,7 +85,11 @@ class EmulatedDevice(Device):
         self._queue = self.memory.alloc(256, "queue")
         self._kernarg = (0, 0)             # (address, capacity) reused across launches
         self._packet = self.memory.alloc(64, "dispatch packet")
-        self._launch_lock = threading.Lock()   # one launch at a time: kernarg and packet are shared
+        # Everything a stream does (launches, copies, memsets) runs to completion when it is enqueued,
+        # one at a time on the whole device: so work on one stream runs in enqueue order, never
+        # interleaved, whichever thread enqueued it (HIP's ordering; streams need not overlap). The
+        # launches also share the kernarg buffer and the dispatch packet.
+        self._launch_lock = threading.Lock()
 
     @property
     def properties(self) -> DeviceProperties:
@@ -109,26 +113,31 @@ class EmulatedDevice(Device):
             self.memory.free(ptr)
 
     def copy_to_device(self, dst: int, src: Any, nbytes: int, stream: int = 0) -> None:
-        self.memory.view(dst, nbytes)[:] = _host_bytes(src)[:nbytes]
+        data = _host_bytes(src)[:nbytes]
+        with self._launch_lock:
+            self.memory.view(dst, nbytes)[:] = data
 
     def copy_to_host(self, dst: Any, src: int, nbytes: int, stream: int = 0) -> None:
         out = _host_bytes(dst)
         if not out.flags.writeable:
             raise EmulatorError("copy_to_host into a read-only buffer")
-        out[:nbytes] = self.memory.view(src, nbytes)
+        with self._launch_lock:
+            out[:nbytes] = self.memory.view(src, nbytes)
 
     def memset(self, ptr: int, value: int, nbytes: int, stream: int = 0) -> None:
-        self.memory.view(ptr, nbytes)[:] = value & 0xFF
+        with self._launch_lock:
+            self.memory.view(ptr, nbytes)[:] = value & 0xFF
 
     # code objects -------------------------------------------------------------------
     def load_module(self, image: bytes) -> EmulatedModule:
         code = CodeObject.parse(bytes(image))
         if code.arch != self._props.gcn_arch_name:
             raise EmulatorError(f"code object for {code.arch} cannot run on the emulated {self._props.gcn_arch_name}")
-        base = self.memory.alloc(code.image_size, f"code object {code.arch}", align=4096)
-        mapped = self.memory.view(base, code.image_size)
-        for seg in code.load_segments:
-            mapped[seg.vaddr:seg.vaddr + seg.memsz] = np.frombuffer(code.segment_bytes(seg), np.uint8)
+        with self._launch_lock:     # the image is written as a copy would be: between launches
+            base = self.memory.alloc(code.image_size, f"code object {code.arch}", align=4096)
+            mapped = self.memory.view(base, code.image_size)
+            for seg in code.load_segments:
+                mapped[seg.vaddr:seg.vaddr + seg.memsz] = np.frombuffer(code.segment_bytes(seg), np.uint8)
         program = Program(code, _listing_for(bytes(image)), arch_info(code.arch), image_base=base)
         return EmulatedModule(code, program, base)
 

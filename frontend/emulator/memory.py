@@ -5,11 +5,16 @@ that already exists (host buffers handed in by the fake HIP runtime in tests) ca
 be registered at its own address. An access by an active lane that does not fall
 entirely inside one allocation raises `EmulatorFault` naming kernel, pc, lane,
 address and the nearest allocation.
+
+Thread-safe: changes to the set of allocations are serialized and published whole (the sorted
+bases and their allocations as one tuple, replaced, never edited), so a lookup -- a host copy
+racing an allocation in another thread, or a kernel -- never sees a half-made change.
 """
 
 from __future__ import annotations
 
 import bisect
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,11 +54,12 @@ class Memory:
     runtime's hipMalloc) can be registered beside it without address clashes."""
 
     def __init__(self, host_backed: bool = False) -> None:
-        self._bases: list[int] = []
-        self._allocs: list[Allocation] = []
+        # (sorted bases, their allocations): replaced whole under `_lock`, read without it
+        self._index: tuple[list[int], list[Allocation]] = ([], [])
         self._next = _BASE
         self.host_backed = host_backed
         self._external: dict[int, int] = {}     # base -> size of registered foreign memory
+        self._lock = threading.RLock()
 
     # allocation ---------------------------------------------------------------
     def alloc(self, nbytes: int, label: str = "buffer", align: int = 256) -> int:
@@ -63,9 +69,11 @@ class Memory:
             data = raw[skip:skip + max(nbytes, 1)]
             self._insert(Allocation(data.ctypes.data, data, label))
             return data.ctypes.data
-        base = -(-self._next // align) * align
-        self._insert(Allocation(base, np.zeros(max(nbytes, 1), np.uint8), label))
-        self._next = base + max(nbytes, 1) + _GAP
+        data = np.zeros(max(nbytes, 1), np.uint8)
+        with self._lock:
+            base = -(-self._next // align) * align
+            self._insert(Allocation(base, data, label))
+            self._next = base + len(data) + _GAP
         return base
 
     def register(self, base: int, data: np.ndarray, label: str) -> None:
@@ -77,41 +85,46 @@ class Memory:
         import ctypes
 
         live = dict(regions)
-        for base, size in list(self._external.items()):
-            if live.get(base) != size:
-                self.free(base)
-                del self._external[base]
-        for base, size in live.items():
-            if base not in self._external:
-                view = np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(base))
-                self._insert(Allocation(base, view, f"host allocation of {size} bytes"))
-                self._external[base] = size
+        with self._lock:
+            for base, size in list(self._external.items()):
+                if live.get(base) != size:
+                    self.free(base)
+                    del self._external[base]
+            for base, size in live.items():
+                if base not in self._external:
+                    view = np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(base))
+                    self._insert(Allocation(base, view, f"host allocation of {size} bytes"))
+                    self._external[base] = size
 
     def _insert(self, a: Allocation) -> None:
-        i = bisect.bisect_left(self._bases, a.base)
-        if (i > 0 and self._allocs[i - 1].end > a.base) or (i < len(self._bases) and a.end > self._bases[i]):
-            raise EmulatorFault(f"allocation {a.label} at 0x{a.base:x} overlaps another")
-        self._bases.insert(i, a.base)
-        self._allocs.insert(i, a)
+        with self._lock:
+            bases, allocs = self._index
+            i = bisect.bisect_left(bases, a.base)
+            if (i > 0 and allocs[i - 1].end > a.base) or (i < len(bases) and a.end > bases[i]):
+                raise EmulatorFault(f"allocation {a.label} at 0x{a.base:x} overlaps another")
+            self._index = ([*bases[:i], a.base, *bases[i:]], [*allocs[:i], a, *allocs[i:]])
 
     def free(self, base: int) -> None:
-        i = bisect.bisect_left(self._bases, base)
-        if i == len(self._bases) or self._bases[i] != base:
-            raise EmulatorFault(f"free of 0x{base:x}, which is not the start of an allocation")
-        del self._bases[i]
-        del self._allocs[i]
+        with self._lock:
+            bases, allocs = self._index
+            i = bisect.bisect_left(bases, base)
+            if i == len(bases) or bases[i] != base:
+                raise EmulatorFault(f"free of 0x{base:x}, which is not the start of an allocation")
+            self._index = (bases[:i] + bases[i + 1:], allocs[:i] + allocs[i + 1:])
 
     def find(self, addr: int, size: int = 1) -> Allocation | None:
-        i = bisect.bisect_right(self._bases, addr) - 1
+        bases, allocs = self._index
+        i = bisect.bisect_right(bases, addr) - 1
         if i >= 0:
-            a = self._allocs[i]
+            a = allocs[i]
             if addr + size <= a.end:
                 return a
         return None
 
     def nearest(self, addr: int) -> str:
-        i = bisect.bisect_right(self._bases, addr) - 1
-        cands = [self._allocs[j] for j in (i, i + 1) if 0 <= j < len(self._allocs)]
+        bases, allocs = self._index
+        i = bisect.bisect_right(bases, addr) - 1
+        cands = [allocs[j] for j in (i, i + 1) if 0 <= j < len(allocs)]
         if not cands:
             return "no allocations"
         a = min(cands, key=lambda c: min(abs(addr - c.base), abs(addr - c.end)))
