@@ -2,6 +2,10 @@
 
 import gc
 
+import paths
+
+paths.importable()      # test modules import helpers from other families' test modules by name
+
 pytest_plugins = ["conftest_fakehip"]
 
 

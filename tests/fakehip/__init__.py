@@ -48,6 +48,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from paths import folders as suite_folders
+
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "fake_hip.c"
 REPO = HERE.parent.parent
@@ -234,6 +236,7 @@ def fakehip_env(root: Path, workdir: Path, hip_python: str, log_path: Path,
     paths += hipskinny_path(workdir)
     if os.environ.get("PYTHONPATH"):
         paths.append(os.environ["PYTHONPATH"])
+    paths += suite_folders()          # scenarios import the suite's helpers and test modules by name
     out["PYTHONPATH"] = os.pathsep.join(paths)
     out["PYTHONDONTWRITEBYTECODE"] = "1"
     for key, value in (env or {}).items():
