@@ -71,12 +71,15 @@ class EmulatedDevice(Device):
 
     def __init__(self, arch: str = "gfx942", num_cus: int | None = None, *, seed: int | None = None,
                  strict_lds: bool = False, max_wave_steps: int = DEFAULT_MAX_WAVE_STEPS,
-                 host_backed: bool = False) -> None:
+                 host_backed: bool = False, lockstep: bool = True) -> None:
+        """`lockstep=False` runs each wave alone between barriers instead of the waves of a
+        workgroup together (same results for a race-free kernel; kept to compare against)."""
         info = arch_info(arch)
         self.memory = Memory(host_backed)
         self.seed = seed                      # None: deterministic schedule; int: shuffled, seeded
         self.strict_lds = strict_lds
         self.max_wave_steps = max_wave_steps
+        self.lockstep = lockstep
         self._props = DeviceProperties(name=f"emulated {info.name}", gcn_arch_name=info.name,
                                        cu_count=num_cus or info.default_cu_count,
                                        lds_per_workgroup=info.lds_per_workgroup, wave_size=info.wave_size,
@@ -166,7 +169,7 @@ class EmulatedDevice(Device):
         self._write_packet(module, kernel, grid, block, shared_mem, addr)
         stats = run_launch(module.program, kernel, self.memory, grid, block, addr, self._packet, self._queue,
                            shared_mem, seed=self.seed, strict_lds=self.strict_lds,
-                           max_wave_steps=self.max_wave_steps)
+                           max_wave_steps=self.max_wave_steps, lockstep=self.lockstep)
         self.launches.append(stats)
 
     def _write_packet(self, module: EmulatedModule, kernel: Kernel, grid: tuple[int, int, int],

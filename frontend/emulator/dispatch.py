@@ -1,9 +1,16 @@
 """Running one kernel launch: dispatch state exactly as hardware + HIP set it up,
-then workgroups in order and the waves of a workgroup round-robin between barriers.
+then workgroups in order, and inside a workgroup its waves between barriers.
 
-Deterministic by default. With a seed, workgroups run in a shuffled order and the
-scheduler switches waves at random instruction boundaries, so a missing barrier
-or a race changes the result.
+Deterministic by default, in lockstep: the waves of a workgroup that stand at the
+same instruction form a `Cohort` and execute a lane-wise instruction as one numpy
+operation over all their lanes; anything else (scalar, branches, barriers, lane
+crossings) each wave executes alone, in wave order, and waves whose PCs part run
+separately (the lowest PC first) until they meet again. For a race-free kernel the
+results are those of running the waves one after another.
+
+With a seed, workgroups run in a shuffled order and the scheduler switches single
+waves at random instruction boundaries, so a missing barrier or a race changes the
+result.
 """
 
 from __future__ import annotations
@@ -19,17 +26,36 @@ from ..codeobject import Kernel
 from ..errors import EmulatorError, EmulatorFault
 from .memory import Memory
 from .ops import Handler
-from .program import Program
-from .state import AT_BARRIER, DONE, RUNNING, TTMP0, Wave
+from .program import LANEWISE, NOOP, LockstepCode, Program
+from .state import AT_BARRIER, DONE, NUM_SREGS, RUNNING, TTMP0, Cohort, Wave
 from .stats import LaunchStats
 
 DEFAULT_MAX_WAVE_STEPS = 20_000_000
 
 
+class _Codes(dict):
+    """A launch's lockstep handlers by cohort size in lanes."""
+
+    def __init__(self, program: Program, kernel: Kernel) -> None:
+        super().__init__()
+        self.program, self.kernel = program, kernel
+
+    def __missing__(self, lanes: int) -> LockstepCode:
+        found = self[lanes] = self.program.lockstep_code(self.kernel, lanes)
+        return found
+
+
 class Workgroup:
     def __init__(self, gid: tuple[int, int, int], lds_bytes: int, mem: Memory, stats: LaunchStats,
-                 strict_lds: bool = False) -> None:
+                 strict_lds: bool = False, nwaves: int = 1, wave_size: int = 64, gfx9: bool = False) -> None:
         self.id = gid
+        # Register files of all waves, lanes side by side, so that any run of consecutive waves
+        # is one view (`cohort`); each wave's files are views too.
+        self.wave_size = wave_size
+        self.vfile = np.zeros((256, nwaves * wave_size), np.uint32)
+        self.afile = np.zeros((256, nwaves * wave_size), np.uint32) if gfx9 else None
+        self.sfile = np.zeros((nwaves, NUM_SREGS), np.uint32)
+        self._cohorts: dict[tuple[int, int], Cohort] = {}
         self.lds = np.zeros(-(-max(lds_bytes, 4) // 4) * 4, np.uint8)
         self.lds_size = lds_bytes
         self.lds_written = np.zeros(len(self.lds), bool) if strict_lds else None
@@ -37,6 +63,23 @@ class Workgroup:
         self.stats = stats
         self.waves: list[Wave] = []
         self._lds_windows: dict[int, np.ndarray] = {}
+
+    def new_wave(self, index: int, gfx9: bool) -> Wave:
+        n = self.wave_size
+        lanes = slice(index * n, (index + 1) * n)
+        return Wave(n, gfx9, self, index, s=self.sfile[index], v=self.vfile[:, lanes],
+                    a=None if self.afile is None else self.afile[:, lanes])
+
+    def cohort(self, waves: list[Wave]) -> Cohort:
+        """The cohort of `waves`, which are consecutive waves of this workgroup."""
+        key = (waves[0].index, len(waves))
+        found = self._cohorts.get(key)
+        if found is None:
+            n = self.wave_size
+            lanes = slice(waves[0].index * n, (waves[-1].index + 1) * n)
+            found = self._cohorts[key] = Cohort(waves, self.vfile[:, lanes],
+                                                None if self.afile is None else self.afile[:, lanes])
+        return found
 
     def lds_window(self, size: int) -> np.ndarray:
         """A view of the LDS whose row k is bytes k..k+size-1 (one row per lane access)."""
@@ -49,7 +92,9 @@ class Workgroup:
 def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, int, int],
                block: tuple[int, int, int], kernarg_addr: int, packet_addr: int, queue_addr: int,
                dynamic_lds: int, seed: int | None = None, strict_lds: bool = False,
-               max_wave_steps: int = DEFAULT_MAX_WAVE_STEPS) -> LaunchStats:
+               max_wave_steps: int = DEFAULT_MAX_WAVE_STEPS, lockstep: bool = True) -> LaunchStats:
+    """`lockstep=False` runs each wave alone between barriers (the emulator before cohorts; kept
+    to compare against). A seeded run always schedules single waves."""
     kd = kernel.descriptor
     wave_size = kd.wave_size
     if wave_size != program.arch.wave_size:
@@ -82,12 +127,13 @@ def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, i
     rng = random.Random(seed) if seed is not None else None
     if rng is not None:
         rng.shuffle(order)
+    lock = _Codes(program, kernel) if lockstep and rng is None and nwaves > 1 else None
     start = time.perf_counter()
     with np.errstate(all="ignore"):      # IEEE results (inf, NaN) are the kernel's, not warnings
         for gid in order:
-            group = Workgroup(gid, lds_bytes, mem, stats, strict_lds)
+            group = Workgroup(gid, lds_bytes, mem, stats, strict_lds, nwaves, wave_size, gfx9)
             for wi in range(nwaves):
-                w = Wave(wave_size, gfx9, group, wi)
+                w = group.new_wave(wi, gfx9)
                 for name, first, count in kd.user_sgpr_layout():
                     if name not in user:
                         raise EmulatorError(f"kernel {kernel.name} enables user SGPR block {name!r}, "
@@ -109,7 +155,7 @@ def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, i
                 w.set_exec((1 << len(lane_ids)) - 1)
                 w.pc = entry
                 group.waves.append(w)
-            _run_group(program, handlers, group, counts, rng, max_wave_steps)
+            _run_group(program, handlers, group, counts, rng, max_wave_steps, lock)
             stats.workgroups += 1
             stats.waves += nwaves
     stats.seconds = time.perf_counter() - start
@@ -126,7 +172,7 @@ def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, i
 
 
 def _run_group(program: Program, handlers: list[Handler], group: Workgroup, counts: list[int],
-               rng: random.Random | None, max_steps: int) -> None:
+               rng: random.Random | None, max_steps: int, lock: _Codes | None) -> None:
     waves = group.waves
     while True:
         runnable = [w for w in waves if w.state == RUNNING]
@@ -138,44 +184,215 @@ def _run_group(program: Program, handlers: list[Handler], group: Workgroup, coun
                 w.state = RUNNING
             group.stats.barriers += 1
             continue
-        if rng is None:
+        if rng is not None:
+            w = rng.choice(runnable)
+            _step(program, handlers, w, counts, rng.randint(1, 64), max_steps)
+        elif lock is None or len(runnable) == 1:
             for w in runnable:
                 _step(program, handlers, w, counts, max_steps, max_steps)
         else:
-            w = rng.choice(runnable)
-            _step(program, handlers, w, counts, rng.randint(1, 64), max_steps)
+            _run_lockstep(program, handlers, lock, group, runnable, counts, max_steps)
+
+
+def _run_lockstep(program: Program, handlers: list[Handler], lock: _Codes, group: Workgroup,
+                  waves: list[Wave], counts: list[int], max_steps: int) -> None:
+    """Run `waves` until each has blocked or ended. The waves at the lowest PC go first, as one
+    cohort when they are consecutive, and stop where they reach another wave's PC, so the two
+    groups merge there."""
+    while True:
+        live = [w for w in waves if w.state == RUNNING]
+        if not live:
+            return
+        lo = min(w.pc for w in live)
+        members = [w for w in live if w.pc == lo]
+        stop = min((w.pc for w in live if w.pc > lo), default=-1)
+        if len(members) > 1 and members[-1].index - members[0].index == len(members) - 1:
+            cohort = group.cohort(members)
+            _run_cohort(program, handlers, lock[cohort.n], cohort, counts, stop, max_steps)
+        else:
+            for w in members:
+                _step(program, handlers, w, counts, max_steps, max_steps, stop)
+
+
+def _uniform(waves: list[Wave], sgprs: tuple[int, ...]) -> bool:
+    """Whether every wave holds the first one's values in `sgprs`."""
+    s0 = waves[0].s
+    for w in waves[1:]:
+        s = w.s
+        for r in sgprs:
+            if s[r] != s0[r]:
+                return False
+    return True
+
+
+def _run_cohort(program: Program, handlers: list[Handler], lock: LockstepCode, cohort: Cohort,
+                counts: list[int], stop: int, max_steps: int) -> None:
+    """Run the cohort's waves together from their common PC until they part, block or end, or
+    reach `stop`, each instruction as `Program.cohort_plan` says: lane-wise ones once on the
+    cohort, scalar ones once on the first wave (results copied), both when the waves agree on
+    what the instruction reads; anything else on each wave in order."""
+    members = cohort.members
+    first = members[0]
+    rest = members[1:]
+    k = len(members)
+    plan_of = program.cohort_plan
+    lhandlers = lock.handlers
+    i = first.pc
+    n = 0
+    budget = max_steps - max(w.steps for w in members)
+    synced = True                # members' own pc fields are up to date
+    stale_exec = True
+    w = first
+    try:
+        while i != stop and n < budget:
+            plan = plan_of(i)
+            if plan is not None:
+                kind = plan[0]
+                if kind == LANEWISE:
+                    if not plan[1] or _uniform(members, plan[1]):
+                        if stale_exec:
+                            cohort.refresh()
+                            stale_exec = False
+                        h = lhandlers[i] or lock.handler(i)
+                        try:
+                            h(cohort)
+                        except Exception as e:
+                            _replay(program, handlers, members, i, e)
+                        counts[i] += k
+                        n += 1
+                        i += 1
+                        synced = False
+                        continue
+                elif kind == NOOP:
+                    counts[i] += k
+                    n += 1
+                    i += 1
+                    synced = False
+                    continue
+                elif _scalar_uniform(first, rest, plan[1]):
+                    w = first
+                    first.pc = i + 1
+                    handlers[i](first)
+                    _copy_scalar(first, rest, plan[2])
+                    counts[i] += k
+                    n += 1
+                    stale_exec = True
+                    i = first.pc
+                    synced = True
+                    if first.state != RUNNING:
+                        return
+                    continue
+            for w in members:
+                w.pc = i + 1
+                handlers[i](w)
+            counts[i] += k
+            n += 1
+            stale_exec = True
+            i = first.pc
+            synced = True
+            for w in members:
+                if w.pc != i or w.state != RUNNING:
+                    return
+    except EmulatorFault as e:
+        raise _located(program, handlers, w, i, e) from None
+    except EmulatorError:
+        raise
+    except Exception as e:
+        raise _located(program, handlers, w, i, e) from None
+    finally:
+        if not synced:
+            for w in members:
+                w.pc = i
+        for w in members:
+            w.steps += n
+    _check_runaway(program, first, max_steps)
+
+
+def _scalar_uniform(first: Wave, rest: list[Wave], sgprs: tuple[int, ...]) -> bool:
+    """Whether the waves agree on SCC, EXEC and `sgprs`."""
+    s0, scc, exec_ = first.s, first.scc, first.exec
+    for w in rest:
+        if w.scc != scc or w.exec != exec_:
+            return False
+        s = w.s
+        for r in sgprs:
+            if s[r] != s0[r]:
+                return False
+    return True
+
+
+def _copy_scalar(first: Wave, rest: list[Wave], sgprs: tuple[int, ...]) -> None:
+    """Give `rest` the scalar results `first` computed: `sgprs`, SCC, EXEC, PC and status."""
+    s0 = first.s
+    for w in rest:
+        s = w.s
+        for r in sgprs:
+            s[r] = s0[r]
+        w.scc = first.scc
+        if w.exec != first.exec:
+            w.set_exec(first.exec)
+        w.pc = first.pc
+        w.state = first.state
+
+
+def _replay(program: Program, handlers: list[Handler], members: list[Wave], i: int, error: Exception) -> None:
+    """A lane-wise instruction failed on the cohort: run it wave by wave, so a fault names the wave
+    and lane it belongs to. If every wave then succeeds, the lockstep path itself is wrong."""
+    for w in members:
+        try:
+            w.pc = i + 1
+            handlers[i](w)
+        except EmulatorFault as e:
+            raise _located(program, handlers, w, i, e) from None
+        except EmulatorError:
+            raise
+        except Exception as e:
+            raise _located(program, handlers, w, i, e) from None
+    raise EmulatorError(f"emulator bug: lockstep execution of {program.insts[i].text!r} at "
+                        f"{program.where(program.insts[i].addr)} failed where wave-by-wave execution did not: "
+                        f"{error!r}") from error
+
+
+def _located(program: Program, handlers: list[Handler], w: Wave, i: int, e: Exception) -> Exception:
+    """An exception of instruction `i` on wave `w`, said where it happened."""
+    if isinstance(e, EmulatorFault):
+        return EmulatorFault(f"{program.where(program.insts[i].addr)} ({program.arch.name}, wave {w.index} of "
+                             f"workgroup {w.group.id}): {e}")
+    if isinstance(e, IndexError):
+        if i >= len(handlers):
+            return EmulatorError(f"wave ran past the end of the code ({program.where(program.insts[-1].addr)})")
+        return EmulatorError(f"emulator bug at {program.where(program.insts[i].addr)}: {e!r}")
+    return EmulatorError(f"emulator failure at {program.where(program.insts[i].addr)} "
+                         f"({program.insts[i].text!r}): {e!r}")
+
+
+def _check_runaway(program: Program, w: Wave, max_steps: int) -> None:
+    if w.steps >= max_steps:
+        raise EmulatorError(f"runaway wave: {w.steps} instructions without finishing "
+                            f"({program.where(program.insts[w.pc].addr)}, {program.arch.name}); "
+                            "raise max_wave_steps if the kernel really needs more")
 
 
 def _step(program: Program, handlers: list[Handler], w: Wave, counts: list[int], budget: int,
-          max_steps: int) -> None:
-    """Run `w` until it blocks, ends, or has executed `budget` instructions."""
+          max_steps: int, stop: int = -1) -> None:
+    """Run `w` until it blocks, ends, has executed `budget` instructions, or reaches PC `stop`."""
     running = RUNNING
     n = 0
     i = w.pc
     try:
         while w.state == running and n < budget:
             i = w.pc
+            if i == stop:
+                break
             w.pc = i + 1
             handlers[i](w)
             counts[i] += 1
             n += 1
     except EmulatorFault as e:
-        raise EmulatorFault(f"{program.where(program.insts[i].addr)} ({program.arch.name}, wave {w.index} of "
-                            f"workgroup {w.group.id}): {e}") from None
+        raise _located(program, handlers, w, i, e) from None
     except EmulatorError:
         raise
-    except IndexError as e:
-        if w.pc >= len(handlers):
-            raise EmulatorError(f"wave ran past the end of the code ({program.where(program.insts[-1].addr)})") \
-                from e
-        raise EmulatorError(f"emulator bug at {program.where(program.insts[i].addr)}: {e!r}") from e
-    except Exception as e:  # a bug in a handler: say where it happened
-        raise EmulatorError(f"emulator failure at {program.where(program.insts[i].addr)} "
-                            f"({program.insts[i].text!r}): {e!r}") from e
+    except Exception as e:
+        raise _located(program, handlers, w, i, e) from None
     w.steps += n
-    if w.steps >= max_steps:
-        raise EmulatorError(f"runaway wave: {w.steps} instructions without finishing "
-                            f"({program.where(program.insts[w.pc].addr)}, {program.arch.name}); "
-                            "raise max_wave_steps if the kernel really needs more")
-    if w.state == DONE:
-        return
+    _check_runaway(program, w, max_steps)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import hashlib
+import re
 import threading
 
 from ..arch import ArchInfo
@@ -13,7 +14,27 @@ from ..errors import EmulatorError
 from .listing import Inst, Listing, parse_listing
 from .mode import FloatMode, float_mode
 from .ops import CLASSES, DecodeContext, Handler, load_all, lookup
-from .state import Wave
+from .ops.salu import nop_factory
+from .state import EXEC_HI, EXEC_LO, NULL, VCC_HI, VCC_LO, Wave, parse_operand
+
+# What a lockstep cohort may execute as one: lane-wise vector, LDS and memory instructions. Out:
+# anything that reads or writes a lane mask or another scalar register implicitly (carries,
+# compares, cndmask, div_scale/div_fmas, 64-bit mads with a carry-out), moves data between lanes
+# (DPP, readlane, permlane, swizzle, permute, mbcnt), uses M0 (LDS-direct loads, movrel, interp,
+# addtid), or whose effect depends on the order of waves (atomics, GWS, append/consume).
+_LOCKSTEP_CLASSES = frozenset({"valu", "trans", "lds", "vmem_load", "vmem_store"})
+_NOT_LANE_WISE = re.compile(r"cndmask|addc|subb|_co_|_co\b|div_scale|div_fmas|cmp|lane|mbcnt|permute|swizzle|"
+                            r"addtid|gws|append|consume|atomic|lds|movrel|interp|dpp|mad_u64|mad_i64|"
+                            r"\bvcc|\bexec|\bscc|\bm0\b|\bttmp|\bnull|quad_perm|row_|wave_|bank_mask")
+# Scalar instructions besides SALU a cohort runs once (see `cohort_plan`).
+_SCALAR_OK = frozenset({("branch", m) for m in ("s_branch", "s_cbranch_scc0", "s_cbranch_scc1", "s_cbranch_vccz",
+                                                "s_cbranch_vccnz", "s_cbranch_execz", "s_cbranch_execnz",
+                                                "s_endpgm")}
+                       | {("barrier", "s_barrier"), ("barrier", "s_barrier_signal")})
+# SALU ops whose first operand is read too (compares, the K forms that update it, conditional moves).
+_READS_FIRST_OPERAND = ("s_cmp", "s_bitcmp", "s_addk", "s_mulk", "s_cmov")
+LANEWISE, SCALAR, NOOP = 0, 1, 2
+_UNKNOWN = object()
 
 _PARSED: dict[tuple[bytes, bytes], tuple[Listing, dict[str, int]]] = {}
 _PARSED_LOCK = threading.Lock()
@@ -50,6 +71,8 @@ class Program:
             self.ctx.extra["image_base"] = image_base
         self.handlers = self._decode_all(self.ctx)
         self._class_of: dict[str, int] = {}
+        self._cohort_plans: list = [_UNKNOWN] * len(self.insts)
+        self._lockstep: dict[tuple[FloatMode, int], LockstepCode] = {}
         # MODE bits that change semantics are decode-time constants: one handler list per MODE.
         self._by_mode: dict[FloatMode, list[Handler]] = {}
 
@@ -64,6 +87,76 @@ class Program:
             found = self._by_mode[mode] = self._decode_all(ctx)
         return found
 
+    def cohort_plan(self, i: int) -> tuple | None:
+        """How a lockstep cohort executes instruction ``i``:
+
+        - ``(LANEWISE, sgprs)``: once on the cohort, if the waves agree on the SGPRs it reads;
+        - ``(SCALAR, sgprs, writes)``: a scalar instruction (ALU, branch, barrier, end) that reads
+          `sgprs`, SCC and EXEC only: once on the first wave if the waves agree on those, its
+          results (`writes`, SCC, EXEC, PC, status) then copied to the others;
+        - ``(NOOP,)``: nothing to do (waits, hints);
+        - None: each wave executes it alone.
+        """
+        found = self._cohort_plans[i]
+        if found is _UNKNOWN:
+            found = self._cohort_plans[i] = self._cohort_plan(self.insts[i], i)
+        return found
+
+    def _cohort_plan(self, inst: Inst, i: int) -> tuple | None:
+        cls = CLASSES[self.class_of(i)]
+        if cls in _LOCKSTEP_CLASSES:
+            if _NOT_LANE_WISE.search(inst.text.lower()):
+                return None
+            per_op = self._sgpr_operands(inst, lanewise=True)
+            return None if per_op is None else (LANEWISE, tuple(r for regs in per_op for r in regs))
+        found = lookup(inst.mnemonic)
+        if found is None:
+            return None
+        if found[0] is nop_factory:
+            return (NOOP,)
+        if (cls, inst.mnemonic) not in _SCALAR_OK and cls != "salu":
+            return None
+        if cls == "branch" or cls == "barrier":
+            reads = (VCC_LO, VCC_HI) if "vcc" in inst.mnemonic else ()
+            return (SCALAR, reads, ())
+        per_op = self._sgpr_operands(inst, lanewise=False)
+        if per_op is None:
+            return None
+        keep = lambda regs: tuple(r for r in regs if r not in (EXEC_LO, EXEC_HI, NULL))  # noqa: E731 (EXEC: whole)
+        writes = keep(r for regs in per_op for r in regs)
+        if inst.mnemonic.startswith(_READS_FIRST_OPERAND):
+            return (SCALAR, writes, writes)
+        return (SCALAR, keep(r for regs in per_op[1:] for r in regs), writes)    # operand 0: written only
+
+    @staticmethod
+    def _sgpr_operands(inst: Inst, lanewise: bool) -> list[tuple[int, ...]] | None:
+        """The SGPRs each of `inst`'s operands names, or None if an operand rules out cohort execution."""
+        out: list[tuple[int, ...]] = []
+        for tok in inst.operands:
+            try:
+                op = parse_operand(tok[5:-1] if tok.startswith("sext(") and tok.endswith(")") else tok)
+            except EmulatorError:
+                return None
+            if op.kind == "s":
+                if lanewise and op.index >= VCC_LO:
+                    return None
+                out.append(tuple(range(op.index, op.index + op.count)))
+            elif op.kind in (("v", "a", "const", "off") if lanewise else ("const", "scc", "aperture")):
+                out.append(())
+            else:
+                return None
+        return out
+
+    def lockstep_code(self, kernel: Kernel, lanes: int) -> "LockstepCode":
+        """`kernel`'s instructions decoded (when first needed) for a cohort of `lanes` lanes."""
+        mode = float_mode(kernel, self.arch.name, self.ctx.gfx)
+        found = self._lockstep.get((mode, lanes))
+        if found is None:
+            extra = self.ctx.extra if mode == FloatMode() else {**self.ctx.extra, **dataclasses.asdict(mode)}
+            found = self._lockstep[(mode, lanes)] = LockstepCode(
+                self, dataclasses.replace(self.ctx, lanes=lanes, extra=extra), [None] * len(self.insts))
+        return found
+
     def _decode_all(self, ctx: DecodeContext) -> list[Handler]:
         """A placeholder per instruction, replaced by its handler when it first executes: a code
         object holds hundreds of kernels of which a run uses a few, and decoding all of them cost
@@ -73,7 +166,7 @@ class Program:
 
         def decode_here(w: Wave) -> None:
             i = w.pc - 1
-            fn = handlers[i] = self._decode(self.insts[i], ctx)[0]
+            fn = handlers[i] = self.decode(self.insts[i], ctx)[0]
             fn(w)
 
         handlers.extend([decode_here] * len(self.insts))
@@ -88,7 +181,7 @@ class Program:
             found = self._class_of[mnemonic] = CLASSES.index(op[1] if op is not None else "other")
         return found
 
-    def _decode(self, inst: Inst, ctx: DecodeContext) -> tuple[Handler, str]:
+    def decode(self, inst: Inst, ctx: DecodeContext) -> tuple[Handler, str]:
         found = lookup(inst.mnemonic)
         if found is None:
             return self._failing(inst, f"instruction {inst.mnemonic!r} is not implemented by the emulator"), "other"
@@ -120,3 +213,18 @@ class Program:
             return self.index_of[entry_addr]
         except KeyError:
             raise EmulatorError(f"kernel entry 0x{entry_addr:x} is not an instruction of the listing") from None
+
+
+@dataclasses.dataclass
+class LockstepCode:
+    """Handlers for a lockstep cohort of ``ctx.lanes`` lanes, decoded per instruction when first run."""
+
+    program: Program
+    ctx: DecodeContext
+    handlers: list[Handler | None]
+
+    def handler(self, i: int) -> Handler:
+        h = self.handlers[i]
+        if h is None:
+            h = self.handlers[i] = self.program.decode(self.program.insts[i], self.ctx)[0]
+        return h

@@ -125,7 +125,7 @@ def const_bits(op: Operand, width: int) -> int:
 
 
 _FULL: dict[int, np.ndarray] = {}
-_MASKS: dict[int, dict[int, np.ndarray]] = {32: {}, 64: {}}
+_MASKS: dict[int, dict[int, np.ndarray]] = {}
 _MASK_CACHE_LIMIT = 4096
 _BITS_TO_BOOL = bytes.maketrans(b"01", b"\x00\x01")
 _BOOL_TO_BITS = bytes.maketrans(b"\x00\x01", b"01")
@@ -138,7 +138,9 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 
 def lane_mask(n: int, value: int) -> np.ndarray:
     """The per-lane bools of an n-bit lane mask: a shared, read-only array (do not modify)."""
-    cache = _MASKS[n]
+    cache = _MASKS.get(n)
+    if cache is None:
+        cache = _MASKS.setdefault(n, {})
     m = cache.get(value)
     if m is None:
         if value == (1 << n) - 1:
@@ -162,16 +164,19 @@ class Wave:
     per-instruction view. None of these arrays is ever rebound.
     """
 
-    def __init__(self, n: int, gfx9: bool, group: Any, index: int) -> None:
+    def __init__(self, n: int, gfx9: bool, group: Any, index: int, *, s: np.ndarray | None = None,
+                 v: np.ndarray | None = None, a: np.ndarray | None = None) -> None:
+        """`s`, `v`, `a`: the wave's register files as views into its workgroup's (so that a
+        lockstep `Cohort` sees the lanes of several waves as one array); fresh ones if not given."""
         self.n = n
-        self.s = np.zeros(NUM_SREGS, np.uint32)
+        self.s = np.zeros(NUM_SREGS, np.uint32) if s is None else s
         self.sf = self.s.view(np.float32)
         self.si = self.s.view(np.int32)
         self.s64 = self.s.view(np.uint64)   # SGPR pairs s[2k:2k+1] (always even-aligned) as one uint64
-        self.v = np.zeros((256, n), np.uint32)
+        self.v = np.zeros((256, n), np.uint32) if v is None else v
         self.vf = self.v.view(np.float32)
         self.vi = self.v.view(np.int32)
-        self.a = np.zeros((256, n), np.uint32) if gfx9 else None
+        self.a = (np.zeros((256, n), np.uint32) if gfx9 else None) if a is None else a
         self.scc = 0
         self.pc = 0                   # index into the program's instruction list
         self.state = RUNNING
@@ -225,6 +230,48 @@ class Wave:
             self.s[index + 1] = (value >> 32) & 0xFFFFFFFF
         if index + count > EXEC_LO:
             self.exec_from_sgprs()
+
+
+class Cohort:
+    """Waves ``first..first+count-1`` of a workgroup executing one instruction as one: their lanes
+    side by side (wave k's lane j is lane ``k * n + j``), so a lane-wise handler decoded for
+    ``count * n`` lanes serves them all in one call.
+
+    Only lane-wise instructions run on a cohort (see `Program.lockstep_reads`): they read SGPRs
+    but write none, and those SGPRs hold the same value in every member (checked before each
+    instruction), so the first member's scalar file stands for all. EXEC is per member: `refresh`
+    rebuilds the cohort's lane mask after any member's EXEC may have changed.
+    """
+
+    def __init__(self, waves: list[Wave], v: np.ndarray, a: np.ndarray | None) -> None:
+        first = waves[0]
+        self.members = waves
+        self.wave_n = first.n
+        self.n = first.n * len(waves)
+        self.v = v
+        self.vf = v.view(np.float32)
+        self.vi = v.view(np.int32)
+        self.a = a
+        self.s, self.sf, self.si, self.s64 = first.s, first.sf, first.si, first.s64
+        self.group = first.group
+        self.index = f"{first.index}..{waves[-1].index}"
+        self.full = lane_mask(self.n, (1 << self.n) - 1)
+        self.exec = 0
+        self.mask = self.full
+        self._execs: tuple[int, ...] = ()
+
+    def refresh(self) -> None:
+        execs = tuple(w.exec for w in self.members)
+        if execs != self._execs:
+            self._execs = execs
+            value = 0
+            for k, e in enumerate(execs):
+                value |= e << (k * self.wave_n)
+            self.exec = value
+            self.mask = lane_mask(self.n, value)
+
+    def exec_mask(self) -> np.ndarray:
+        return self.mask
 
 
 Reader = Callable[[Wave], Any]

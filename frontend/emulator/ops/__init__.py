@@ -65,6 +65,12 @@ class DecodeContext:
     fp8: str | None                # "fnuz", "ocp" or None
     index_of: dict[int, int]       # instruction address -> index
     extra: dict[str, Any] = field(default_factory=dict)
+    lanes: int = 0                 # per-lane array length of the handlers (0: wave_size; more in lockstep)
+
+    @property
+    def nlanes(self) -> int:
+        """How many lanes a handler's per-lane arrays have: one wave, or the waves of a lockstep cohort."""
+        return self.lanes or self.wave_size
 
     def branch_target(self, inst: Inst, simm16: int) -> int:
         """Index of PC + 4 + 4 * simm16 (the immediate is printed unsigned)."""

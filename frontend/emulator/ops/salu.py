@@ -583,7 +583,7 @@ def _sendmsg(inst: Inst, ctx: DecodeContext) -> Handler:
     if name != "MSG_DEALLOC_VGPRS" or ctx.gfx < 11:
         raise EmulatorError(f"s_sendmsg message {name} is not implemented by the emulator "
                             "(only MSG_DEALLOC_VGPRS on gfx11/gfx12)")
-    return _nop(inst, ctx)
+    return nop_factory(inst, ctx)
 
 
 @register("s_endpgm", cls="branch")
@@ -608,7 +608,8 @@ def _code_end(inst: Inst, ctx: DecodeContext) -> Handler:
     return run
 
 
-def _nop(inst: Inst, ctx: DecodeContext) -> Handler:
+def nop_factory(inst: Inst, ctx: DecodeContext) -> Handler:
+    """The handler of instructions without architectural effect (a lockstep cohort skips them)."""
     return lambda w: None
 
 
@@ -621,4 +622,4 @@ register("s_nop", "s_waitcnt", "s_waitcnt_vscnt", "s_waitcnt_vmcnt", "s_waitcnt_
          "s_setprio", "s_sleep", "s_inst_prefetch", "s_icache_inv", "s_dcache_inv", "s_dcache_wb",
          "buffer_gl0_inv", "buffer_gl1_inv", "buffer_inv", "buffer_wbl2", "buffer_wbinvl1", "buffer_wbinvl1_vol",
          "global_inv", "global_wb", "global_wbinv", "s_prefetch_inst", "s_prefetch_data",
-         cls="other")(_nop)
+         cls="other")(nop_factory)

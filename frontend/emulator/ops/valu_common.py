@@ -341,7 +341,7 @@ def raw_reader(op: Operand, width: int, ctx: DecodeContext, *, hi: bool = False,
     `hi` selects bits 31:16 of a 16-bit operand (op_sel / ``.h``); a ``.l``/``.h``
     half of a 32-bit operand reads that half zero-extended (gfx11 true16).
     """
-    n = ctx.wave_size
+    n = ctx.nlanes
     half = op.half is not None
     if op.half == "h":
         hi = True
@@ -478,7 +478,7 @@ def typed_reader(tok: str, typ: str, ctx: DecodeContext, *, hi: bool = False, dp
     if not plain:
         return lambda w: to_typed(r(w), typ)
     dt = _NP[typ]
-    n = ctx.wave_size
+    n = ctx.nlanes
     if op.kind == "const":
         arr = to_typed(const_array(op, WIDTH[typ], n, typ), typ)
         return lambda w: arr

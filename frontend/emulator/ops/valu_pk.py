@@ -53,7 +53,7 @@ def _word_reader(op: Operand, ctx: DecodeContext, elem_width: int, word: int, in
         raise fail(inst, f"modifier syntax on packed operand {op.text}; expected neg_lo/neg_hi")
     if op.half is not None:
         raise fail(inst, f"true16 operand {op.text} in a packed op")
-    n = ctx.wave_size
+    n = ctx.nlanes
     if op.kind == "const":
         if _is_inline(op):
             if word:
@@ -236,7 +236,7 @@ def _pk_mov(inst: Inst, ctx: DecodeContext) -> Handler:
 def _f32_reader(op: Operand, ctx: DecodeContext, inst: Inst) -> Callable[[Wave], np.ndarray]:
     """A whole 32-bit source register / constant (f32 operand of a mix op or dot accumulator)."""
     if op.kind == "const":
-        arr = np.full(ctx.wave_size, const_bits(op, 32), U32)
+        arr = np.full(ctx.nlanes, const_bits(op, 32), U32)
         return lambda w: arr
     if op.count != 1 or op.half is not None:
         raise fail(inst, f"operand {op.text} must be one 32-bit register")
