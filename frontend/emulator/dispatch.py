@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -121,7 +121,7 @@ def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, i
     packed = (tx | (ty << 10) | (tz << 20)).astype(np.uint32)
     nwaves = -(-threads // wave_size)
     gfx9 = program.ctx.gfx == 9
-    counts = [0] * len(program.insts)
+    counts: defaultdict[int, int] = defaultdict(int)     # instruction index -> wave-instructions
 
     order = [(x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])]
     rng = random.Random(seed) if seed is not None else None
@@ -162,7 +162,7 @@ def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, i
     classes = Counter()
     mnemonics = Counter()
     from .ops import CLASSES
-    for i, c in enumerate(counts):
+    for i, c in counts.items():
         if c:
             classes[CLASSES[program.class_of(i)]] += c
             mnemonics[program.insts[i].mnemonic] += c
@@ -171,7 +171,7 @@ def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, i
     return stats
 
 
-def _run_group(program: Program, handlers: list[Handler], group: Workgroup, counts: list[int],
+def _run_group(program: Program, handlers: list[Handler], group: Workgroup, counts: defaultdict[int, int],
                rng: random.Random | None, max_steps: int, lock: _Codes | None) -> None:
     waves = group.waves
     while True:
@@ -195,7 +195,7 @@ def _run_group(program: Program, handlers: list[Handler], group: Workgroup, coun
 
 
 def _run_lockstep(program: Program, handlers: list[Handler], lock: _Codes, group: Workgroup,
-                  waves: list[Wave], counts: list[int], max_steps: int) -> None:
+                  waves: list[Wave], counts: defaultdict[int, int], max_steps: int) -> None:
     """Run `waves` until each has blocked or ended. The waves at the lowest PC go first, as one
     cohort when they are consecutive, and stop where they reach another wave's PC, so the two
     groups merge there."""
@@ -226,7 +226,7 @@ def _uniform(waves: list[Wave], sgprs: tuple[int, ...]) -> bool:
 
 
 def _run_cohort(program: Program, handlers: list[Handler], lock: LockstepCode, cohort: Cohort,
-                counts: list[int], stop: int, max_steps: int) -> None:
+                counts: defaultdict[int, int], stop: int, max_steps: int) -> None:
     """Run the cohort's waves together from their common PC until they part, block or end, or
     reach `stop`, each instruction as `Program.cohort_plan` says: lane-wise ones once on the
     cohort, scalar ones once on the first wave (results copied), both when the waves agree on
@@ -373,7 +373,7 @@ def _check_runaway(program: Program, w: Wave, max_steps: int) -> None:
                             "raise max_wave_steps if the kernel really needs more")
 
 
-def _step(program: Program, handlers: list[Handler], w: Wave, counts: list[int], budget: int,
+def _step(program: Program, handlers: list[Handler], w: Wave, counts: defaultdict[int, int], budget: int,
           max_steps: int, stop: int = -1) -> None:
     """Run `w` until it blocks, ends, has executed `budget` instructions, or reaches PC `stop`."""
     running = RUNNING

@@ -17,15 +17,31 @@ from .ops import CLASSES, DecodeContext, Handler, load_all, lookup
 from .ops.salu import nop_factory
 from .state import EXEC_HI, EXEC_LO, NULL, VCC_HI, VCC_LO, Wave, parse_operand
 
-# What a lockstep cohort may execute as one: lane-wise vector, LDS and memory instructions. Out:
-# anything that reads or writes a lane mask or another scalar register implicitly (carries,
-# compares, cndmask, div_scale/div_fmas, 64-bit mads with a carry-out), moves data between lanes
-# (DPP, readlane, permlane, swizzle, permute, mbcnt), uses M0 (LDS-direct loads, movrel, interp,
-# addtid), or whose effect depends on the order of waves (atomics, GWS, append/consume).
+# What a lockstep cohort may execute as one: lane-wise vector, LDS and memory instructions,
+# including those that read or write lane masks in SGPRs (compares, carries, cndmask: each member's
+# own mask, see `_MASK_OPERANDS`). Out: anything that writes EXEC (cmpx) or reads or writes another
+# scalar register implicitly (div_scale/div_fmas), moves data between lanes (DPP, readlane,
+# permlane, swizzle, permute, mbcnt), uses M0 (LDS-direct loads, movrel, interp, addtid), or whose
+# effect depends on the order of waves (atomics, GWS, append/consume).
 _LOCKSTEP_CLASSES = frozenset({"valu", "trans", "lds", "vmem_load", "vmem_store"})
-_NOT_LANE_WISE = re.compile(r"cndmask|addc|subb|_co_|_co\b|div_scale|div_fmas|cmp|lane|mbcnt|permute|swizzle|"
-                            r"addtid|gws|append|consume|atomic|lds|movrel|interp|dpp|mad_u64|mad_i64|"
-                            r"\bvcc|\bexec|\bscc|\bm0\b|\bttmp|\bnull|quad_perm|row_|wave_|bank_mask")
+_NOT_LANE_WISE = re.compile(r"cmpx|div_scale|div_fmas|lane|mbcnt|permute|swizzle|addtid|gws|append|consume|"
+                            r"atomic|lds|movrel|interp|dpp|\bexec|\bscc|\bm0\b|\bttmp|quad_perm|row_|wave_|"
+                            r"bank_mask|::.*cndmask|cndmask.*::")
+
+
+def _mask_operands(mnemonic: str, count: int) -> frozenset[int]:
+    """Positions of the operands a lane-wise instruction reads or writes as lane masks."""
+    if "cmp" in mnemonic:
+        return frozenset({0})
+    if "cndmask" in mnemonic:
+        return frozenset({count - 1})
+    if "addc" in mnemonic or "subb" in mnemonic or "_co_ci" in mnemonic:
+        return frozenset({1, count - 1})
+    if "_co_" in mnemonic or mnemonic.endswith("_co") or "mad_u64" in mnemonic or "mad_i64" in mnemonic:
+        return frozenset({1})
+    return frozenset()
+
+
 # Scalar instructions besides SALU a cohort runs once (see `cohort_plan`).
 _SCALAR_OK = frozenset({("branch", m) for m in ("s_branch", "s_cbranch_scc0", "s_cbranch_scc1", "s_cbranch_vccz",
                                                 "s_cbranch_vccnz", "s_cbranch_execz", "s_cbranch_execnz",
@@ -107,8 +123,11 @@ class Program:
         if cls in _LOCKSTEP_CLASSES:
             if _NOT_LANE_WISE.search(inst.text.lower()):
                 return None
-            per_op = self._sgpr_operands(inst, lanewise=True)
-            return None if per_op is None else (LANEWISE, tuple(r for regs in per_op for r in regs))
+            masks = _mask_operands(inst.mnemonic, len(inst.operands))
+            per_op = self._sgpr_operands(inst, lanewise=True, masks=masks)
+            if per_op is None:
+                return None
+            return (LANEWISE, tuple(r for pos, regs in enumerate(per_op) if pos not in masks for r in regs))
         found = lookup(inst.mnemonic)
         if found is None:
             return None
@@ -129,16 +148,19 @@ class Program:
         return (SCALAR, keep(r for regs in per_op[1:] for r in regs), writes)    # operand 0: written only
 
     @staticmethod
-    def _sgpr_operands(inst: Inst, lanewise: bool) -> list[tuple[int, ...]] | None:
-        """The SGPRs each of `inst`'s operands names, or None if an operand rules out cohort execution."""
+    def _sgpr_operands(inst: Inst, lanewise: bool, masks: frozenset[int] = frozenset()
+                       ) -> list[tuple[int, ...]] | None:
+        """The SGPRs each of `inst`'s operands names, or None if an operand rules out cohort execution
+        (for a lane-wise one, any special register except VCC or NULL as a mask operand)."""
         out: list[tuple[int, ...]] = []
-        for tok in inst.operands:
+        for pos, tok in enumerate(inst.operands):
             try:
                 op = parse_operand(tok[5:-1] if tok.startswith("sext(") and tok.endswith(")") else tok)
             except EmulatorError:
                 return None
             if op.kind == "s":
-                if lanewise and op.index >= VCC_LO:
+                if lanewise and op.index >= VCC_LO and not (
+                        pos in masks and op.index in (VCC_LO, NULL)):
                     return None
                 out.append(tuple(range(op.index, op.index + op.count)))
             elif op.kind in (("v", "a", "const", "off") if lanewise else ("const", "scc", "aperture")):

@@ -155,6 +155,13 @@ def lane_mask(n: int, value: int) -> np.ndarray:
     return m
 
 
+def mask_bits(lanes: np.ndarray) -> int:
+    """A per-lane bool array as an integer mask (bit i = lane i)."""
+    if lanes.dtype != np.bool_:
+        lanes = lanes.astype(bool)
+    return int(lanes.tobytes().translate(_BOOL_TO_BITS)[::-1], 2)
+
+
 class Wave:
     """Registers, program counter and status of one wavefront.
 
@@ -209,9 +216,7 @@ class Wave:
 
     def mask_bits(self, lanes: np.ndarray) -> int:
         """A per-lane bool array as an integer mask (bit i = lane i)."""
-        if lanes.dtype != np.bool_:
-            lanes = lanes.astype(bool)
-        return int(lanes.tobytes().translate(_BOOL_TO_BITS)[::-1], 2)
+        return mask_bits(lanes)
 
     def sget(self, index: int, count: int = 1) -> int:
         if index == NULL:
@@ -272,6 +277,34 @@ class Cohort:
 
     def exec_mask(self) -> np.ndarray:
         return self.mask
+
+    def read_mask(self, i: int, count: int) -> np.ndarray:
+        """Per-lane bools of the lane masks the members hold in SGPR `i` (an aligned pair if `count` is 2)."""
+        n, value, shift = self.wave_n, 0, 0
+        if count == 2:
+            k = i >> 1
+            for w in self.members:
+                value |= int(w.s64[k]) << shift
+                shift += n
+        else:
+            for w in self.members:
+                value |= int(w.s[i]) << shift
+                shift += n
+        return lane_mask(self.n, value)
+
+    def write_mask(self, i: int, count: int, lanes: np.ndarray) -> None:
+        """Each member's lanes of `lanes` as its lane mask in SGPR `i` (not EXEC)."""
+        bits, n = mask_bits(lanes), self.wave_n
+        low = (1 << n) - 1
+        if count == 2:
+            k = i >> 1
+            for w in self.members:
+                w.s64[k] = bits & low
+                bits >>= n
+        else:
+            for w in self.members:
+                w.s[i] = bits & low
+                bits >>= n
 
 
 Reader = Callable[[Wave], Any]

@@ -568,12 +568,18 @@ def mask_reader(op: Operand, ctx: DecodeContext) -> Callable[[Wave], np.ndarray]
     if op.kind == "const":
         bits = const_bits(op, 64 if ctx.wave_size == 64 else 32)
         lanes = ((np.uint64(bits) >> np.arange(ctx.wave_size, dtype=np.uint64)) & np.uint64(1)).astype(bool)
+        lanes = np.tile(lanes, ctx.nlanes // ctx.wave_size)
         return lambda w: lanes
     check_mask_operand(op, ctx, "mask operand")
     i, n = op.index, ctx.wave_size
     if i == NULL:
-        none = lane_mask(n, 0)
+        none = lane_mask(ctx.nlanes, 0)
         return lambda w: none
+    if ctx.lanes:                           # a lockstep cohort: each member's own mask
+        if n == 64 and i & 1:
+            raise EmulatorError(f"mask operand {op.text} is not an aligned SGPR pair")
+        count = 2 if n == 64 else 1
+        return lambda w: w.read_mask(i, count)
     if n == 32:
         return lambda w: lane_mask(32, int(w.s[i]))
     if not i & 1:
@@ -588,6 +594,10 @@ def mask_writer(op: Operand, ctx: DecodeContext) -> Callable[[Wave, np.ndarray],
     i, cnt = op.index, (2 if ctx.wave_size == 64 else 1)
     if i == NULL:
         return lambda w, lanes: None
+    if ctx.lanes:                           # a lockstep cohort: each member's lanes to its own SGPRs
+        if i + cnt > EXEC_LO or (cnt == 2 and i & 1):
+            raise EmulatorError(f"mask destination {op.text}: a cohort writes only aligned non-EXEC masks")
+        return lambda w, lanes: w.write_mask(i, cnt, lanes)
     if i + cnt <= EXEC_LO:                  # (EXEC goes through sset, which keeps its lane mask in step)
         if cnt == 1:
             def write32(w: Wave, lanes: np.ndarray) -> None:
