@@ -23,7 +23,7 @@ from .state import EXEC_HI, EXEC_LO, NULL, VCC_HI, VCC_LO, Wave, parse_operand
 # scalar register implicitly (div_scale/div_fmas), moves data between lanes (DPP, readlane,
 # permlane, swizzle, permute, mbcnt), uses M0 (LDS-direct loads, movrel, interp, addtid), or whose
 # effect depends on the order of waves (atomics, GWS, append/consume).
-_LOCKSTEP_CLASSES = frozenset({"valu", "trans", "lds", "vmem_load", "vmem_store"})
+_LOCKSTEP_CLASSES = frozenset({"valu", "trans", "lds", "vmem_load", "vmem_store", "matrix"})
 _NOT_LANE_WISE = re.compile(r"cmpx|div_scale|div_fmas|lane|mbcnt|permute|swizzle|addtid|gws|append|consume|"
                             r"atomic|lds|movrel|interp|dpp|\bexec|\bscc|\bm0\b|\bttmp|quad_perm|row_|wave_|"
                             r"bank_mask|::.*cndmask|cndmask.*::")

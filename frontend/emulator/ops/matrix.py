@@ -45,9 +45,11 @@ Modelling choices (where hardware may differ):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import numpy as np
 
@@ -354,7 +356,7 @@ def _c_reader(inst: Inst, tok: str, form: Form, ctx: DecodeContext, hi: bool) ->
             # which halves a nonzero 16-bit constant fills is not documented
             raise fail(inst, f"nonzero constant C {tok} for a 16-bit accumulator is not implemented")
         bits = const_bits(op, 32) if form.d_type == "f32" else 0
-        c = np.full((per_lane, form.lanes), _from_bits(np.array(bits), "f32"), np.float64)
+        c = np.full((per_lane, ctx.nlanes), _from_bits(np.array(bits), "f32"), np.float64)
         return lambda w: c
     regs = _read_regs(_reg_operand(inst, tok, form.d_regs, ctx, "C"))
     typ = form.d_type
@@ -450,6 +452,9 @@ def matrix_factory(inst: Inst, ctx: DecodeContext) -> Handler:
     half = form.lanes // 2
     sat = bool(ctx.extra.get("fp16_ovfl"))
 
+    if ctx.lanes and ctx.lanes != form.lanes:
+        return _cohort_handler(inst, ctx, form, read_a, read_b, read_c, write_d, a_lane, b_lane)
+
     def handler(w: Wave) -> None:
         check_exec(w)
         ra, rb = read_a(w), read_b(w)
@@ -461,6 +466,54 @@ def matrix_factory(inst: Inst, ctx: DecodeContext) -> Handler:
         b = dec_b(_elements(rb, bits_b))[b_elem, b_lane]
         out = _block_sums(a, b, read_c(w), form, pa, pb)
         write_d(w, _to_bits(out, form.d_type, sat))
+
+    return handler
+
+
+def _cohort_handler(inst: Inst, ctx: DecodeContext, form: Form, read_a: Callable, read_b: Callable,
+                    read_c: Callable, write_d: Callable, a_lane: np.ndarray, b_lane: np.ndarray) -> Handler:
+    """The matrix op for a lockstep cohort (`Cohort`; ctx.lanes = its waves x the wave size): the
+    waves' blocks as one batched float64 matmul when that is exact for all of them (then every wave
+    alone would take the same exact path: the test below is stricter over the batch than per
+    wave), else each member through the one-wave handler."""
+    single = matrix_factory(inst, dataclasses.replace(ctx, lanes=0))
+    waves, lanes = ctx.lanes // form.lanes, form.lanes
+    dec_a, dec_b = _decoder(form.a_type, ctx), _decoder(form.b_type, ctx)
+    bits_a, bits_b = _ELEM_BITS[form.a_type], _ELEM_BITS[form.b_type]
+    pa, pb = _PREC[form.a_type], _PREC[form.b_type]
+    a_elem, b_elem, half = form.a_elem, form.b_elem, lanes // 2
+    d_blk, d_row, d_col = form.d_blk, form.d_row, form.d_col
+    slots = d_blk.shape[0]
+
+    def gather(regs: np.ndarray, bits: int, dec: Callable, elem: np.ndarray, lane: np.ndarray) -> np.ndarray:
+        codes = _elements(regs, bits)                        # [elements, waves * lanes]
+        vals = dec(codes).reshape(codes.shape[0], waves, lanes)
+        return np.moveaxis(vals[elem, :, lane], -1, 0)       # [waves, blocks, rows, cols]
+
+    def handler(w: Any) -> None:
+        if w.mask is not w.full:
+            for m in w.members:
+                single(m)                                    # raises with the member's EXEC
+            return
+        ra, rb = read_a(w), read_b(w)
+        if form.replicated:
+            ha, hb = ra.reshape(ra.shape[0], waves, lanes), rb.reshape(rb.shape[0], waves, lanes)
+            if not (np.array_equal(ha[..., :half], ha[..., half:]) and np.array_equal(hb[..., :half], hb[..., half:])):
+                for m in w.members:
+                    single(m)                                # raises for the wave with unequal halves
+                return
+        a = gather(ra, bits_a, dec_a, a_elem, a_lane)
+        b = gather(rb, bits_b, dec_b, b_elem, b_lane)
+        if np.isfinite(a).all() and np.isfinite(b).all():
+            q = _quantum(a, pa) * _quantum(b, pb)
+            if q == np.inf or float((np.abs(a) @ np.abs(b)).max()) <= np.ldexp(q, 52):
+                s = (a @ b)[:, d_blk, d_row, d_col]              # [waves, slots, lanes], exact
+                s = s.transpose(1, 0, 2).reshape(slots, waves * lanes)
+                write_d(w, _to_bits(fp.round_to_odd(*fp.two_sum(s, read_c(w))), form.d_type,
+                                    bool(ctx.extra.get("fp16_ovfl"))))
+                return
+        for m in w.members:
+            single(m)
 
     return handler
 
