@@ -774,6 +774,21 @@ def test_min_max_nan_rules_per_generation() -> None:
     assert np.all(as_f32(w.v[8]) == 1.0)
 
 
+def test_perm_constant_selectors_match_the_per_lane_table() -> None:
+    """A selector that is one value in every lane (a constant or an SGPR: read-only arrays) takes a
+    byte-shuffle path; for every byte pick (0-15) it gives the per-lane table's result."""
+    from hipskinny.emulator.ops.valu_arith import _perm
+    rng = np.random.default_rng(5)
+    a, b = (rng.integers(0, 2**32, 64, dtype=np.uint32) for _ in range(2))
+    a[:8] |= 0x80808080                              # sign bits set in some lanes' bytes
+    for picks in rng.integers(0, 16, (600, 4)):
+        value = sum(int(p) << (8 * k) for k, p in enumerate(picks))
+        table = _perm(a, b, np.full(64, value, np.uint32))    # writable: the per-lane table
+        const = np.full(64, value, np.uint32)
+        const.flags.writeable = False
+        np.testing.assert_array_equal(_perm(a, b, const), table, err_msg=hex(value))
+
+
 def test_integer_and_bit_ops() -> None:
     w = wave()
     w.v[1][:] = 0xF0F0F0F0

@@ -403,11 +403,30 @@ vop("v_ffbh_i32 v_cls_i32", Spec("i32", ("b32",), _cls))
 _PERM_ROWS: dict[int, np.ndarray] = {}
 
 
+_PERM_SHUFFLES: dict[int, np.ndarray | None] = {}
+
+
+def _perm_shuffle(selector: int) -> np.ndarray | None:
+    """For a constant selector without sign picks (8-11): the byte of an [S1, S0, 0x0000FF00] row
+    each result byte takes (0-3 S1, 4-7 S0, 8 for 0x00, 9 for 0xFF); else None."""
+    if selector not in _PERM_SHUFFLES:
+        picks = [(selector >> (8 * k)) & 0xFF for k in range(4)]
+        ok = not any(8 <= p <= 11 for p in picks)
+        _PERM_SHUFFLES[selector] = np.array([p if p < 8 else 8 if p == 12 else 9 for p in picks]) if ok else None
+    return _PERM_SHUFFLES[selector]
+
+
 def _perm(a: np.ndarray, b: np.ndarray, sel: np.ndarray) -> np.ndarray:
     # Selector byte k picks from a per-lane table: 0-3 bytes of S1, 4-7 bytes of S0, 8-11 the sign of
     # bytes 1,3,5,7 replicated, 12 0x00, 13 (and every selector above) 0xFF.
     a, b, sel = np.asarray(a, U32), np.asarray(b, U32), np.asarray(sel, U32)
     lanes = max(a.size, b.size, sel.size)
+    if not sel.flags.writeable and sel.ndim == 1 and a.shape == b.shape == sel.shape:
+        cols = _perm_shuffle(int(sel[0]))         # a constant selector (read-only: one value in every lane)
+        if cols is not None:
+            row = np.empty((lanes, 3), U32)
+            row[:, 0], row[:, 1], row[:, 2] = b, a, 0xFF00
+            return row.view(np.uint8).take(cols, axis=1).view("<u4").reshape(-1)
     table = np.empty((lanes, 14), np.uint8)
     src = table[:, :8].view("<u4")                      # little-endian: byte 0 of S1 first
     src[:, 0], src[:, 1] = b, a

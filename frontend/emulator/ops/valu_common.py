@@ -313,7 +313,14 @@ def strip_sext(tok: str) -> tuple[str, bool]:
 
 
 def const_array(op: Operand, width: int, n: int, typ: str = "") -> np.ndarray:
-    """The value a constant operand supplies, as raw bits per lane (typed by the operand's width/type)."""
+    """The value a constant operand supplies, as raw bits per lane (typed by the operand's width/type):
+    read-only, which also tells an op that this source is one value in every lane."""
+    arr = _const_array(op, width, n, typ)
+    arr.flags.writeable = False
+    return arr
+
+
+def _const_array(op: Operand, width: int, n: int, typ: str) -> np.ndarray:
     if typ == "bf16" and isinstance(op.value, float):
         raise EmulatorError(f"float inline constant {op.text} for a bf16 operand is not implemented")
     if width == 64 and isinstance(op.value, int) and not -16 <= op.value <= 64:
@@ -507,11 +514,13 @@ def typed_reader(tok: str, typ: str, ctx: DecodeContext, *, hi: bool = False, dp
         return lambda w: w.s64.take(bcast).view(dt)
     if op.kind == "s" and typ in _ROWS:
         bcast = np.full(n, op.index)
-        if rows == "v":
-            return lambda w: w.s.take(bcast)
-        if rows == "vf":
-            return lambda w: w.sf.take(bcast)
-        return lambda w: w.si.take(bcast)
+        view = {"v": "s", "vf": "sf", "vi": "si"}[rows]
+
+        def scalar(w: Wave) -> np.ndarray:
+            out = getattr(w, view).take(bcast)
+            out.flags.writeable = False         # like a constant: one value in every lane
+            return out
+        return scalar
     return lambda w: to_typed(r(w), typ)
 
 
