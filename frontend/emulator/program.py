@@ -19,12 +19,12 @@ from .state import EXEC_HI, EXEC_LO, NULL, VCC_HI, VCC_LO, Wave, parse_operand
 
 # What a lockstep cohort may execute as one: lane-wise vector, LDS and memory instructions,
 # including those that read or write lane masks in SGPRs (compares, carries, cndmask: each member's
-# own mask, see `_MASK_OPERANDS`). Out: anything that writes EXEC (cmpx) or reads or writes another
-# scalar register implicitly (div_scale/div_fmas), moves data between lanes (DPP, readlane,
+# own mask, see `_mask_operands`; div_fmas reads VCC as one). Out: anything that writes EXEC (cmpx),
+# moves data between lanes (DPP, readlane,
 # permlane, swizzle, permute, mbcnt), uses M0 (LDS-direct loads, movrel, interp, addtid), or whose
 # effect depends on the order of waves (atomics, GWS, append/consume).
 _LOCKSTEP_CLASSES = frozenset({"valu", "trans", "lds", "vmem_load", "vmem_store", "matrix"})
-_NOT_LANE_WISE = re.compile(r"cmpx|div_scale|div_fmas|lane|mbcnt|permute|swizzle|addtid|gws|append|consume|"
+_NOT_LANE_WISE = re.compile(r"cmpx|lane|mbcnt|permute|swizzle|addtid|gws|append|consume|"
                             r"atomic|lds|movrel|interp|dpp|\bexec|\bscc|\bm0\b|\bttmp|quad_perm|row_|wave_|"
                             r"bank_mask|::.*cndmask|cndmask.*::")
 
@@ -37,7 +37,8 @@ def _mask_operands(mnemonic: str, count: int) -> frozenset[int]:
         return frozenset({count - 1})
     if "addc" in mnemonic or "subb" in mnemonic or "_co_ci" in mnemonic:
         return frozenset({1, count - 1})
-    if "_co_" in mnemonic or mnemonic.endswith("_co") or "mad_u64" in mnemonic or "mad_i64" in mnemonic:
+    if ("_co_" in mnemonic or mnemonic.endswith("_co") or "mad_u64" in mnemonic or "mad_i64" in mnemonic
+            or "div_scale" in mnemonic):
         return frozenset({1})
     return frozenset()
 

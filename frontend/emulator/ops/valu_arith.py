@@ -578,6 +578,8 @@ def _div_scale(t: str) -> Callable[..., tuple[np.ndarray, np.ndarray]]:
             sd = np.where(take, a, sd)
             sn = np.where(take, b, sn)
             done |= take
+            if done.all():                    # later combinations take no lane
+                break
         flag = sd != sn
         is_num = (s0.view(np.uint64 if t == "f64" else U32) == num.view(np.uint64 if t == "f64" else U32)) & \
             (s0.view(np.uint64 if t == "f64" else U32) != den.view(np.uint64 if t == "f64" else U32))
