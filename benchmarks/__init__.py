@@ -8,6 +8,7 @@ may be older than the tree being measured).
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -23,7 +24,10 @@ def _load(name: str, where: Path) -> None:
 
 
 def _use_tree() -> None:
-    front, hsaco = ROOT / "frontend", ROOT / "hsaco"
+    """Import `hipskinny` from this tree, or from the tree ``HIPSKINNY_TREE`` names (how
+    `emulator_rate` runs a baseline commit's emulator on the same launches)."""
+    root = Path(os.environ.get("HIPSKINNY_TREE") or ROOT)
+    front, hsaco = root / "frontend", root / "hsaco"
     if "hipskinny" in sys.modules or not (front / "__init__.py").is_file() or not (hsaco / "__init__.py").is_file():
         return
     _load("hipskinny.hsaco", hsaco)     # lives outside frontend/: registered before the package needs it

@@ -27,7 +27,7 @@ from ..errors import EmulatorError, EmulatorFault
 from .memory import Memory
 from .ops import Handler
 from .program import LANEWISE, NOOP, LockstepCode, Program
-from .state import AT_BARRIER, DONE, NUM_SREGS, RUNNING, TTMP0, Cohort, Wave
+from .state import AT_BARRIER, NUM_SREGS, RUNNING, TTMP0, Cohort, Wave
 from .stats import LaunchStats
 
 DEFAULT_MAX_WAVE_STEPS = 20_000_000

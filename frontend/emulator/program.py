@@ -170,7 +170,7 @@ class Program:
                 return None
         return out
 
-    def lockstep_code(self, kernel: Kernel, lanes: int) -> "LockstepCode":
+    def lockstep_code(self, kernel: Kernel, lanes: int) -> LockstepCode:
         """`kernel`'s instructions decoded (when first needed) for a cohort of `lanes` lanes."""
         mode = float_mode(kernel, self.arch.name, self.ctx.gfx)
         found = self._lockstep.get((mode, lanes))

@@ -15,8 +15,7 @@ import test_sparse_mla as mla_tests
 
 import hipskinny
 from hipskinny import bnb, fp8
-from hipskinny.emulator import EmulatedDevice
-from hipskinny.emulator import dispatch
+from hipskinny.emulator import EmulatedDevice, dispatch
 from hipskinny.emulator.dispatch import _run_cohort
 
 ARCHS = ("gfx942", "gfx950", "gfx1100", "gfx1151", "gfx1201")

@@ -1,0 +1,213 @@
+"""The emulator's speed: wave-instructions per second of host time over a fixed set of
+launches, for this tree and a baseline commit, in one run on one machine.
+
+    python -m benchmarks.emulator_rate [--baseline f654dca] [--arch A ..] [--write]
+
+Two sets of launches per arch, every kernel family in each:
+
+- ``tests``: the small shapes the test suite uses (K = 512, a few dozen rows, 2 CUs);
+- ``report``: decode shapes as the report's scaled-down GPU runs them (K = 4096, 4 CUs).
+
+Each tree runs in a process of its own (``--worker``, with ``HIPSKINNY_TREE`` naming the
+tree to import); a baseline commit is checked out into a git worktree under /tmp. Every
+workload is called once to warm up (listing parse, decode), then timed: the rate is the sum
+of the launches' instruction counts over the sum of their `LaunchStats.seconds`. Both trees
+get the same inputs, and their outputs must agree bit for bit (exit 1 otherwise). ``--write``
+stores the result in RESULTS.json and rewrites the "Emulator rate" section of RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+ARCHS = ("gfx942", "gfx950", "gfx1100", "gfx1151", "gfx1201")
+SETS = {"tests": {"k": 512, "m": 96, "cus": 2}, "report": {"k": 4096, "m": 256, "cus": 4}}
+
+
+def _workloads(hs: Any, arch: str, size: dict[str, int]) -> dict[str, Callable[[], Any]]:
+    """name -> a call of the public API on fixed inputs (only API the baseline has too)."""
+    import ml_dtypes
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    k, m = size["k"], size["m"]
+    rng = np.random.default_rng(0)
+    w16 = (rng.standard_normal((m, k)) * 0.05).astype(np.float16)
+    wbf = w16.astype(bf16)
+    xs = {n: rng.standard_normal((n, k)).astype(np.float16) for n in (1, 4, 16, 32)}
+    flavor = "fnuz" if arch == "gfx942" else "ocp"
+    q8 = hs.fp8.quantize(w16.astype(np.float32), granularity="channel", flavor=flavor)
+    # plain absmax: the nested (compress_statistics) quantizer changed after the baseline commit
+    packed, state = hs.bnb.quantize_4bit(w16, quant_type="nf4", blocksize=64, compress_statistics=False)
+    e, h, i = 8, 256, 128
+    w13 = (rng.standard_normal((e, 2 * i, h)) * 0.05).astype(bf16)
+    w2 = (rng.standard_normal((e, h, i)) * 0.05).astype(bf16)
+    xm = rng.standard_normal((3, h)).astype(bf16)
+    ids = np.stack([rng.choice(e, 2, replace=False) for _ in range(3)]).astype(np.int32)
+    tw = rng.uniform(0.05, 1.0, (3, 2)).astype(np.float32)
+    keys = rng.standard_normal((80, 512))
+    cache = hs.mla.pack_cache(keys, layout="v4", block_size=64, fp8="ocp", rng=np.random.default_rng(1))
+    idx = rng.integers(0, 80, 41).astype(np.int32)
+    ptr = np.array([0, 1, 41], np.int32)
+    q = (rng.standard_normal((2, 20, 512)) * 0.5).astype(bf16)
+    return {
+        "skinny_gemm n=1": lambda: hs.skinny_gemm(xs[1], w16),
+        "skinny_gemm n=16": lambda: hs.skinny_gemm(xs[16].astype(bf16), wbf),
+        "skinny_gemm n=32": lambda: hs.skinny_gemm(xs[32], w16),
+        "fp8_linear n=4": lambda: hs.fp8_linear(xs[4], *q8),
+        "fp8_linear n=16": lambda: hs.fp8_linear(xs[16], *q8),
+        "matmul_4bit n=1": lambda: hs.matmul_4bit(xs[1], packed, state),
+        "matmul_4bit n=16": lambda: hs.matmul_4bit(xs[16], packed, state),
+        "fused_moe n=3": lambda: hs.moe.fused_moe(xm, w13, w2, tw, ids),
+        "sparse_mla t=2": lambda: hs.mla.sparse_decode(q, cache, idx, ptr, scale=512 ** -0.5, return_lse=True),
+    }
+
+
+def _digest(out: Any) -> str:
+    h = hashlib.sha256()
+    for o in out if isinstance(out, tuple) else (out,):
+        h.update(np.ascontiguousarray(np.asarray(o)).tobytes())
+    return h.hexdigest()[:16]
+
+
+def worker(archs: list[str], sets: list[str]) -> dict[str, Any]:
+    """Run every workload in this process's `hipskinny` (see `benchmarks._use_tree`)."""
+    import hipskinny as hs
+    from hipskinny.emulator import EmulatedDevice
+    out: dict[str, Any] = {}
+    for arch in archs:
+        for name in sets:
+            size = SETS[name]
+            for label, call in _workloads(hs, arch, size).items():
+                dev = EmulatedDevice(arch, size["cus"])
+                with hs.on_device(dev):
+                    call()                                 # warm: listing parsed, handlers decoded
+                    dev.launches.clear()
+                    wall = time.perf_counter()
+                    result = call()
+                    wall = time.perf_counter() - wall
+                stats = list(dev.launches)
+                out[f"{arch}|{name}|{label}"] = {
+                    "wave_instructions": sum(s.total_instructions for s in stats),
+                    "seconds": sum(s.seconds for s in stats), "wall": wall, "launches": len(stats),
+                    "digest": _digest(result)}
+    return out
+
+
+def _run_tree(tree: Path, archs: list[str], sets: list[str]) -> dict[str, Any]:
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        env = dict(os.environ, HIPSKINNY_TREE=str(tree), HIPSKINNY_DEVICE="")
+        subprocess.run([sys.executable, "-m", "benchmarks.emulator_rate", "--worker", f.name, "--arch", *archs,
+                        "--set", *sets], cwd=ROOT, env=env, check=True)
+        return json.loads(Path(f.name).read_text())
+
+
+def _worktree(commit: str) -> Path:
+    sha = subprocess.run(["git", "rev-parse", "--short", commit], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    path = Path(tempfile.gettempdir()) / f"hipskinny-{sha}"
+    if not (path / "frontend").is_dir():
+        subprocess.run(["git", "worktree", "add", "--detach", str(path), sha], cwd=ROOT, check=True,
+                       capture_output=True)
+    return path
+
+
+def _totals(res: dict[str, Any], arch: str, name: str) -> tuple[int, float]:
+    rows = [v for key, v in res.items() if key.startswith(f"{arch}|{name}|")]
+    return sum(r["wave_instructions"] for r in rows), sum(r["seconds"] for r in rows)
+
+
+def compare(new: dict[str, Any], old: dict[str, Any] | None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Per arch and set: both rates; and every workload whose output differs. (Instruction counts
+    differ where a code object changed between the commits; each tree's rate is over its own.)"""
+    rows, differ = [], []
+    for key in sorted(new):
+        if old is not None and old[key]["digest"] != new[key]["digest"]:
+            differ.append(key)
+    for arch in dict.fromkeys(k.split("|")[0] for k in new):
+        for name in dict.fromkeys(k.split("|")[1] for k in new):
+            instr, sec = _totals(new, arch, name)
+            row = {"arch": arch, "set": name, "wave_instructions": instr, "seconds": sec,
+                   "per_second": instr / sec if sec else 0.0}
+            if old is not None:
+                oi, osec = _totals(old, arch, name)
+                row.update(baseline_seconds=osec, baseline_per_second=oi / osec if osec else 0.0)
+                row["speedup"] = row["per_second"] / row["baseline_per_second"] if osec else 0.0
+            rows.append(row)
+    return rows, differ
+
+
+def markdown(speed: dict[str, Any]) -> list[str]:
+    """The "Emulator rate" table of RESULTS.md from the stored result."""
+    base = speed.get("baseline")
+    out = [f"Measured by `{speed['command']}` on {speed['date']} at commit `{speed['commit']}`"
+           + (f", against commit `{base}` in the same run on the same machine" if base else "")
+           + ": wave-instructions per second of host time over fixed launches of every kernel family "
+           "(`benchmarks/emulator_rate.py`: `tests` = the test suite's small shapes, `report` = the report's "
+           "scaled-down decode shapes), each called once to warm up, then timed"
+           + ("; the outputs of both trees agree bit for bit" if base else "")
+           + (f" (instruction counts differ where the code objects changed between the commits: "
+              f"{', '.join(speed['recompiled'])})" if speed.get("recompiled") else "") + ".", ""]
+    if base:
+        out += [f"| arch | launches | wave-instructions | `{base}` per second | this tree per second | speedup |",
+                "|---|---|---|---|---|---|"]
+        for r in speed["rows"]:
+            out.append(f"| {r['arch']} | {r['set']} | {r['wave_instructions']:,} | {r['baseline_per_second']:,.0f} "
+                       f"| {r['per_second']:,.0f} | {r['speedup']:.2f}x |")
+        instr = sum(r["wave_instructions"] for r in speed["rows"])
+        sec, bsec = sum(r["seconds"] for r in speed["rows"]), sum(r["baseline_seconds"] for r in speed["rows"])
+        out += ["", f"All launches: {bsec:.1f} s at `{base}`, {sec:.1f} s in this tree ({bsec / sec:.2f}x; "
+                f"{instr:,} wave-instructions here)."]
+    else:
+        out += ["| arch | launches | wave-instructions | per second |", "|---|---|---|---|"]
+        for r in speed["rows"]:
+            out.append(f"| {r['arch']} | {r['set']} | {r['wave_instructions']:,} | {r['per_second']:,.0f} |")
+    return out + [""]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.emulator_rate", description=__doc__.split("\n")[0])
+    p.add_argument("--baseline", help="a commit to measure against (checked out into a git worktree)")
+    p.add_argument("--arch", nargs="+", default=list(ARCHS))
+    p.add_argument("--set", nargs="+", default=list(SETS), choices=list(SETS))
+    p.add_argument("--write", action="store_true", help="store in RESULTS.json and rewrite RESULTS.md")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        Path(args.worker).write_text(json.dumps(worker(args.arch, args.set)))
+        return 0
+    new = _run_tree(ROOT, args.arch, args.set)
+    old = _run_tree(_worktree(args.baseline), args.arch, args.set) if args.baseline else None
+    rows, differ = compare(new, old)
+    recompiled = sorted({key.split("|")[2].split()[0] for key in new
+                         if old is not None and old[key]["wave_instructions"] != new[key]["wave_instructions"]})
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                            check=True).stdout.strip()
+    command = "python -m benchmarks.emulator_rate" + (f" --baseline {args.baseline}" if args.baseline else "")
+    speed = {"command": command, "date": datetime.date.today().isoformat(), "commit": commit,
+             "baseline": args.baseline, "rows": rows, "recompiled": recompiled, "workloads": new,
+             "baseline_workloads": old}
+    print("\n".join(markdown(speed)))
+    for key in differ:
+        print(f"DIFFERS from the baseline: {key}: {old[key]} vs {new[key]}" if old else key)
+    if args.write and not differ:
+        from . import report
+        report.store_emulator_speed(speed)
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
