@@ -45,48 +45,109 @@ class _Codes(dict):
         return found
 
 
-class Workgroup:
-    def __init__(self, gid: tuple[int, int, int], lds_bytes: int, mem: Memory, stats: LaunchStats,
-                 strict_lds: bool = False, nwaves: int = 1, wave_size: int = 64, gfx9: bool = False) -> None:
-        self.id = gid
-        # Register files of all waves, lanes side by side, so that any run of consecutive waves
-        # is one view (`cohort`); each wave's files are views too.
+# How many lanes of whole workgroups run side by side in lockstep: enough that numpy's work per
+# instruction outweighs the Python around it, small enough that arrays stay in cache.
+LOCKSTEP_LANES = 2048
+
+
+class Batch:
+    """Workgroups run side by side: one register file with every wave's lanes next to each
+    other (any run of consecutive waves is one view, a `Cohort`), and one LDS buffer holding
+    each workgroup's LDS at a fixed stride."""
+
+    def __init__(self, count: int, nwaves: int, wave_size: int, gfx9: bool, lds_bytes: int, strict_lds: bool,
+                 mem: Memory, stats: LaunchStats) -> None:
+        lanes = count * nwaves * wave_size
         self.wave_size = wave_size
-        self.vfile = np.zeros((256, nwaves * wave_size), np.uint32)
-        self.afile = np.zeros((256, nwaves * wave_size), np.uint32) if gfx9 else None
-        self.sfile = np.zeros((nwaves, NUM_SREGS), np.uint32)
-        self._cohorts: dict[tuple[int, int], Cohort] = {}
-        self.lds = np.zeros(-(-max(lds_bytes, 4) // 4) * 4, np.uint8)
+        self.vfile = np.zeros((256, lanes), np.uint32)
+        self.afile = np.zeros((256, lanes), np.uint32) if gfx9 else None
+        self.sfile = np.zeros((count * nwaves, NUM_SREGS), np.uint32)
+        self.lds_stride = -(-max(lds_bytes, 4) // 4) * 4
+        self.lds = np.zeros(count * self.lds_stride, np.uint8)
         self.lds_size = lds_bytes
         self.lds_written = np.zeros(len(self.lds), bool) if strict_lds else None
         self.mem = mem
         self.stats = stats
+        self.groups: list[Workgroup] = []
+        self.waves: list[Wave] = []            # in slot order
+        self._cohorts: dict[tuple[int, int], Cohort] = {}
+        self._lds_windows: dict[int, np.ndarray] = {}
+
+    def cohort(self, waves: list[Wave]) -> Cohort:
+        """The cohort of `waves`, consecutive waves of this batch (of one workgroup or several)."""
+        key = (waves[0].slot, len(waves))
+        found = self._cohorts.get(key)
+        if found is None:
+            n = self.wave_size
+            lanes = slice(waves[0].slot * n, (waves[-1].slot + 1) * n)
+            group = waves[0].group if waves[0].group is waves[-1].group else _Span(self, waves)
+            found = self._cohorts[key] = Cohort(waves, self.vfile[:, lanes],
+                                                None if self.afile is None else self.afile[:, lanes], group)
+        return found
+
+    def lds_window(self, size: int) -> np.ndarray:
+        return _window(self._lds_windows, self.lds, size)
+
+
+def _window(cache: dict[int, np.ndarray], lds: np.ndarray, size: int) -> np.ndarray:
+    """A view of `lds` whose row k is bytes k..k+size-1 (one row per lane access)."""
+    w = cache.get(size)
+    if w is None:
+        w = cache[size] = as_strided(lds, (max(len(lds) - size + 1, 0), size), (1, 1))
+    return w
+
+
+class Workgroup:
+    """One workgroup: its id, its waves, and its LDS (a slice of its batch's)."""
+
+    lane_base = None                     # LDS rows are this workgroup's own
+
+    def __init__(self, gid: tuple[int, int, int], batch: Batch, index: int) -> None:
+        self.id = gid
+        self.batch = batch
+        stride = batch.lds_stride
+        self.lds = batch.lds[index * stride:(index + 1) * stride]
+        self.lds_size = batch.lds_size
+        self.lds_written = None if batch.lds_written is None else batch.lds_written[index * stride:(index + 1) * stride]
+        self.mem = batch.mem
+        self.stats = batch.stats
         self.waves: list[Wave] = []
         self._lds_windows: dict[int, np.ndarray] = {}
 
     def new_wave(self, index: int, gfx9: bool) -> Wave:
-        n = self.wave_size
-        lanes = slice(index * n, (index + 1) * n)
-        return Wave(n, gfx9, self, index, s=self.sfile[index], v=self.vfile[:, lanes],
-                    a=None if self.afile is None else self.afile[:, lanes])
-
-    def cohort(self, waves: list[Wave]) -> Cohort:
-        """The cohort of `waves`, which are consecutive waves of this workgroup."""
-        key = (waves[0].index, len(waves))
-        found = self._cohorts.get(key)
-        if found is None:
-            n = self.wave_size
-            lanes = slice(waves[0].index * n, (waves[-1].index + 1) * n)
-            found = self._cohorts[key] = Cohort(waves, self.vfile[:, lanes],
-                                                None if self.afile is None else self.afile[:, lanes])
-        return found
+        b = self.batch
+        slot = len(b.waves)
+        n = b.wave_size
+        lanes = slice(slot * n, (slot + 1) * n)
+        w = Wave(n, gfx9, self, index, s=b.sfile[slot], v=b.vfile[:, lanes],
+                 a=None if b.afile is None else b.afile[:, lanes])
+        w.slot = slot
+        b.waves.append(w)
+        self.waves.append(w)
+        return w
 
     def lds_window(self, size: int) -> np.ndarray:
-        """A view of the LDS whose row k is bytes k..k+size-1 (one row per lane access)."""
-        w = self._lds_windows.get(size)
-        if w is None:
-            w = self._lds_windows[size] = as_strided(self.lds, (max(len(self.lds) - size + 1, 0), size), (1, 1))
-        return w
+        return _window(self._lds_windows, self.lds, size)
+
+
+class _Span:
+    """What lane-wise LDS and memory instructions see as the workgroup of a cohort that spans
+    several: the batch's LDS, with each lane's accesses offset to its own workgroup's slice
+    (`lane_base`, added after the bounds check against one workgroup's size)."""
+
+    def __init__(self, batch: Batch, waves: list[Wave]) -> None:
+        self.id = tuple(dict.fromkeys(w.group.id for w in waves))
+        self.lds = batch.lds
+        self.lds_size = batch.lds_size
+        self.lds_written = batch.lds_written
+        self.mem = batch.mem
+        self.stats = batch.stats
+        bases = [w.group.lds.ctypes.data - batch.lds.ctypes.data for w in waves]
+        self.lane_base = np.repeat(np.array(bases, np.int64), batch.wave_size)
+        self._batch = batch
+
+    def lds_window(self, size: int) -> np.ndarray:
+        return self._batch.lds_window(size)
 
 
 def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, int, int],
@@ -127,37 +188,22 @@ def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, i
     rng = random.Random(seed) if seed is not None else None
     if rng is not None:
         rng.shuffle(order)
-    lock = _Codes(program, kernel) if lockstep and rng is None and nwaves > 1 else None
+    side_by_side = max(1, LOCKSTEP_LANES // (nwaves * wave_size)) if lockstep and rng is None else 1
+    lock = _Codes(program, kernel) if lockstep and rng is None else None
     start = time.perf_counter()
     with np.errstate(all="ignore"):      # IEEE results (inf, NaN) are the kernel's, not warnings
-        for gid in order:
-            group = Workgroup(gid, lds_bytes, mem, stats, strict_lds, nwaves, wave_size, gfx9)
-            for wi in range(nwaves):
-                w = group.new_wave(wi, gfx9)
-                for name, first, count in kd.user_sgpr_layout():
-                    if name not in user:
-                        raise EmulatorError(f"kernel {kernel.name} enables user SGPR block {name!r}, "
-                                            "which the emulator does not provide")
-                    w.sset(first, user[name], count)
-                s = kd.user_sgpr_count
-                for axis, on in enumerate((kd.enable_sgpr_workgroup_id_x, kd.enable_sgpr_workgroup_id_y,
-                                           kd.enable_sgpr_workgroup_id_z)):
-                    if on:
-                        w.s[s] = gid[axis]
-                        s += 1
-                if kd.enable_sgpr_workgroup_info:
-                    w.s[s] = nwaves | (0x80000000 if wi == 0 else 0)
-                if program.ctx.gfx >= 12:       # architected SGPRs: TTMP9 = x, TTMP7 = y | z << 16
-                    w.s[TTMP0 + 9] = gid[0]
-                    w.s[TTMP0 + 7] = gid[1] | (gid[2] << 16)
-                lane_ids = packed[wi * wave_size:(wi + 1) * wave_size]
-                w.v[0, :len(lane_ids)] = lane_ids
-                w.set_exec((1 << len(lane_ids)) - 1)
-                w.pc = entry
-                group.waves.append(w)
-            _run_group(program, handlers, group, counts, rng, max_wave_steps, lock)
-            stats.workgroups += 1
-            stats.waves += nwaves
+        for first in range(0, len(order), side_by_side):
+            gids = order[first:first + side_by_side]
+            batch = Batch(len(gids), nwaves, wave_size, gfx9, lds_bytes, strict_lds, mem, stats)
+            for j, gid in enumerate(gids):
+                batch.groups.append(_start_group(program, kernel, batch, j, gid, nwaves, packed, user, entry))
+            if rng is not None or lock is None:
+                for group in batch.groups:
+                    _run_group(program, handlers, group, counts, rng, max_wave_steps)
+            else:
+                _run_lockstep(program, handlers, lock, batch, counts, max_wave_steps)
+            stats.workgroups += len(gids)
+            stats.waves += nwaves * len(gids)
     stats.seconds = time.perf_counter() - start
     classes = Counter()
     mnemonics = Counter()
@@ -171,8 +217,42 @@ def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, i
     return stats
 
 
+def _start_group(program: Program, kernel: Kernel, batch: Batch, j: int, gid: tuple[int, int, int], nwaves: int,
+                 packed: np.ndarray, user: dict[str, int], entry: int) -> Workgroup:
+    """Workgroup `gid` with its waves in their dispatch state (SGPRs, v0, EXEC, PC)."""
+    kd = kernel.descriptor
+    wave_size = batch.wave_size
+    gfx9 = program.ctx.gfx == 9
+    group = Workgroup(gid, batch, j)
+    for wi in range(nwaves):
+        w = group.new_wave(wi, gfx9)
+        for name, first, count in kd.user_sgpr_layout():
+            if name not in user:
+                raise EmulatorError(f"kernel {kernel.name} enables user SGPR block {name!r}, "
+                                    "which the emulator does not provide")
+            w.sset(first, user[name], count)
+        s = kd.user_sgpr_count
+        for axis, on in enumerate((kd.enable_sgpr_workgroup_id_x, kd.enable_sgpr_workgroup_id_y,
+                                   kd.enable_sgpr_workgroup_id_z)):
+            if on:
+                w.s[s] = gid[axis]
+                s += 1
+        if kd.enable_sgpr_workgroup_info:
+            w.s[s] = nwaves | (0x80000000 if wi == 0 else 0)
+        if program.ctx.gfx >= 12:       # architected SGPRs: TTMP9 = x, TTMP7 = y | z << 16
+            w.s[TTMP0 + 9] = gid[0]
+            w.s[TTMP0 + 7] = gid[1] | (gid[2] << 16)
+        lane_ids = packed[wi * wave_size:(wi + 1) * wave_size]
+        w.v[0, :len(lane_ids)] = lane_ids
+        w.set_exec((1 << len(lane_ids)) - 1)
+        w.pc = entry
+    return group
+
+
 def _run_group(program: Program, handlers: list[Handler], group: Workgroup, counts: defaultdict[int, int],
-               rng: random.Random | None, max_steps: int, lock: _Codes | None) -> None:
+               rng: random.Random | None, max_steps: int) -> None:
+    """One wave at a time: in order until each blocks (lockstep off), or a random wave for a
+    random number of instructions (seeded)."""
     waves = group.waves
     while True:
         runnable = [w for w in waves if w.state == RUNNING]
@@ -187,27 +267,35 @@ def _run_group(program: Program, handlers: list[Handler], group: Workgroup, coun
         if rng is not None:
             w = rng.choice(runnable)
             _step(program, handlers, w, counts, rng.randint(1, 64), max_steps)
-        elif lock is None or len(runnable) == 1:
+        else:
             for w in runnable:
                 _step(program, handlers, w, counts, max_steps, max_steps)
-        else:
-            _run_lockstep(program, handlers, lock, group, runnable, counts, max_steps)
 
 
-def _run_lockstep(program: Program, handlers: list[Handler], lock: _Codes, group: Workgroup,
-                  waves: list[Wave], counts: defaultdict[int, int], max_steps: int) -> None:
-    """Run `waves` until each has blocked or ended. The waves at the lowest PC go first, as one
-    cohort when they are consecutive, and stop where they reach another wave's PC, so the two
-    groups merge there."""
+def _run_lockstep(program: Program, handlers: list[Handler], lock: _Codes, batch: Batch,
+                  counts: defaultdict[int, int], max_steps: int) -> None:
+    """Run the batch's workgroups to the end. The waves at the lowest PC go first, as one cohort
+    when they are consecutive, and stop where they reach another wave's PC, so the two groups
+    merge there. When every wave is blocked, each workgroup's barrier releases (all its live waves
+    wait at it then)."""
+    waves = batch.waves
     while True:
         live = [w for w in waves if w.state == RUNNING]
         if not live:
-            return
+            for group in batch.groups:
+                waiting = [w for w in group.waves if w.state == AT_BARRIER]
+                if waiting:
+                    for w in waiting:
+                        w.state = RUNNING
+                    group.stats.barriers += 1
+            if not any(w.state == RUNNING for w in waves):
+                return
+            continue
         lo = min(w.pc for w in live)
         members = [w for w in live if w.pc == lo]
         stop = min((w.pc for w in live if w.pc > lo), default=-1)
-        if len(members) > 1 and members[-1].index - members[0].index == len(members) - 1:
-            cohort = group.cohort(members)
+        if len(members) > 1 and members[-1].slot - members[0].slot == len(members) - 1:
+            cohort = batch.cohort(members)
             _run_cohort(program, handlers, lock[cohort.n], cohort, counts, stop, max_steps)
         else:
             for w in members:
@@ -233,7 +321,6 @@ def _run_cohort(program: Program, handlers: list[Handler], lock: LockstepCode, c
     what the instruction reads; anything else on each wave in order."""
     members = cohort.members
     first = members[0]
-    rest = members[1:]
     k = len(members)
     plan_of = program.cohort_plan
     lhandlers = lock.handlers
@@ -269,18 +356,26 @@ def _run_cohort(program: Program, handlers: list[Handler], lock: LockstepCode, c
                     i += 1
                     synced = False
                     continue
-                elif _scalar_uniform(first, rest, plan[1]):
-                    w = first
-                    first.pc = i + 1
-                    handlers[i](first)
-                    _copy_scalar(first, rest, plan[2])
+                else:
+                    # once per workgroup whose waves agree on the inputs, else on each of its waves
+                    for sub in cohort.subgroups:
+                        w = sub[0]
+                        if _scalar_uniform(w, sub[1:], plan[1]):
+                            w.pc = i + 1
+                            handlers[i](w)
+                            _copy_scalar(w, sub[1:], plan[2])
+                        else:
+                            for w in sub:
+                                w.pc = i + 1
+                                handlers[i](w)
                     counts[i] += k
                     n += 1
                     stale_exec = True
                     i = first.pc
                     synced = True
-                    if first.state != RUNNING:
-                        return
+                    for w in members:
+                        if w.pc != i or w.state != RUNNING:
+                            return
                     continue
             for w in members:
                 w.pc = i + 1

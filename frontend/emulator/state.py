@@ -189,6 +189,7 @@ class Wave:
         self.state = RUNNING
         self.group = group            # the Workgroup (LDS, barrier)
         self.index = index            # wave index inside the workgroup
+        self.slot = index             # position among the waves run side by side (set by the dispatcher)
         self.lanes = np.arange(n, dtype=np.uint64)
         self.full = lane_mask(n, (1 << n) - 1)
         self.exec = 0
@@ -238,18 +239,26 @@ class Wave:
 
 
 class Cohort:
-    """Waves ``first..first+count-1`` of a workgroup executing one instruction as one: their lanes
-    side by side (wave k's lane j is lane ``k * n + j``), so a lane-wise handler decoded for
-    ``count * n`` lanes serves them all in one call.
+    """Consecutive waves (of one workgroup or of several run side by side) executing one
+    instruction as one: their lanes next to each other (member k's lane j is lane ``k * n + j``),
+    so a lane-wise handler decoded for ``count * n`` lanes serves them all in one call.
 
-    Only lane-wise instructions run on a cohort (see `Program.lockstep_reads`): they read SGPRs
-    but write none, and those SGPRs hold the same value in every member (checked before each
-    instruction), so the first member's scalar file stands for all. EXEC is per member: `refresh`
-    rebuilds the cohort's lane mask after any member's EXEC may have changed.
+    What a cohort executes as one is decided per instruction (`Program.cohort_plan`): lane-wise
+    instructions whose SGPR sources hold the same value in every member (checked before each
+    instruction), so the first member's scalar file stands for all; lane masks in SGPRs are
+    each member's own (`read_mask`, `write_mask`). EXEC is per member: `refresh` rebuilds the
+    cohort's lane mask after any member's EXEC may have changed. `group` is the members'
+    workgroup, or a span of several whose LDS accesses land in each lane's own workgroup.
     """
 
-    def __init__(self, waves: list[Wave], v: np.ndarray, a: np.ndarray | None) -> None:
+    def __init__(self, waves: list[Wave], v: np.ndarray, a: np.ndarray | None, group: Any) -> None:
         first = waves[0]
+        self.subgroups: list[list[Wave]] = []      # the members by workgroup
+        for w in waves:
+            if self.subgroups and self.subgroups[-1][0].group is w.group:
+                self.subgroups[-1].append(w)
+            else:
+                self.subgroups.append([w])
         self.members = waves
         self.wave_n = first.n
         self.n = first.n * len(waves)
@@ -258,7 +267,7 @@ class Cohort:
         self.vi = v.view(np.int32)
         self.a = a
         self.s, self.sf, self.si, self.s64 = first.s, first.sf, first.si, first.s64
-        self.group = first.group
+        self.group = group                         # its workgroup, or a span of several (LDS, memory)
         self.index = f"{first.index}..{waves[-1].index}"
         self.full = lane_mask(self.n, (1 << self.n) - 1)
         self.exec = 0

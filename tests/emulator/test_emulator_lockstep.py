@@ -93,8 +93,8 @@ def test_lockstep_matches_wave_by_wave(arch, case):
 
 
 def test_cohorts_are_used(monkeypatch):
-    """The comparison above is not vacuous: a skinny_gemm launch of 4-wave workgroups runs in
-    cohorts of all 4 waves."""
+    """The comparison above is not vacuous: the waves of all 4-wave workgroups of a small
+    skinny_gemm launch run as one cohort (workgroups side by side, up to `LOCKSTEP_LANES` lanes)."""
     sizes = []
 
     def spy(program, handlers, lock, cohort, *args):
@@ -102,6 +102,9 @@ def test_cohorts_are_used(monkeypatch):
         return _run_cohort(program, handlers, lock, cohort, *args)
 
     monkeypatch.setattr(dispatch, "_run_cohort", spy)
-    with hipskinny.on_device(EmulatedDevice("gfx942", 2)):
+    dev = EmulatedDevice("gfx942", 2)
+    with hipskinny.on_device(dev):
         _skinny("gfx942", 1, np.float16)()
-    assert sizes and max(sizes) == 4
+    waves = dev.last_launch_stats.waves
+    assert waves > 4 and waves * 64 <= dispatch.LOCKSTEP_LANES
+    assert max(sizes) == waves

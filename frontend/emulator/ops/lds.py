@@ -37,6 +37,9 @@ def _lds_rows(w: Wave, addrs: np.ndarray, size: int, mask: np.ndarray, full: boo
         lane = int(np.flatnonzero(mask)[np.argmax((a < 0) | (a + size > g.lds_size))])
         raise EmulatorFault(f"lane {lane} accessed {size} LDS bytes at offset {int(addrs[lane])}, outside the "
                             f"workgroup's {g.lds_size} bytes of LDS")
+    base = g.lane_base                  # a cohort of several workgroups: each lane's own workgroup's LDS
+    if base is not None:
+        a = a + (base if full else base[mask])
     return a
 
 
