@@ -15,24 +15,25 @@ from .listing import Inst, Listing, parse_listing
 from .mode import FloatMode, float_mode
 from .ops import CLASSES, DecodeContext, Handler, load_all, lookup
 from .ops.salu import nop_factory
+from .ops.valu_common import split_pair
 from .state import EXEC_HI, EXEC_LO, NULL, VCC_HI, VCC_LO, Wave, parse_operand
 
 # What a lockstep cohort may execute as one: lane-wise vector, LDS and memory instructions,
 # including those that read or write lane masks in SGPRs (compares, carries, cndmask: each member's
-# own mask, see `_mask_operands`; div_fmas reads VCC as one). Out: anything that writes EXEC (cmpx),
-# moves data between lanes (DPP, readlane,
+# own mask, see `_mask_operands`; div_fmas reads VCC as one; cmpx writes each member's EXEC). Out:
+# anything that names EXEC, moves data between lanes (DPP, readlane,
 # permlane, swizzle, permute, mbcnt), uses M0 (LDS-direct loads, movrel, interp, addtid), or whose
 # effect depends on the order of waves (atomics, GWS, append/consume).
 _LOCKSTEP_CLASSES = frozenset({"valu", "trans", "lds", "vmem_load", "vmem_store", "matrix"})
-_NOT_LANE_WISE = re.compile(r"cmpx|lane|mbcnt|permute|swizzle|addtid|gws|append|consume|"
+_NOT_LANE_WISE = re.compile(r"lane|mbcnt|permute|swizzle|addtid|gws|append|consume|"
                             r"atomic|lds|movrel|interp|dpp|\bexec|\bscc|\bm0\b|\bttmp|quad_perm|row_|wave_|"
                             r"bank_mask|::.*cndmask|cndmask.*::")
 
 
 def _mask_operands(mnemonic: str, count: int) -> frozenset[int]:
     """Positions of the operands a lane-wise instruction reads or writes as lane masks."""
-    if "cmp" in mnemonic:
-        return frozenset({0})
+    if "cmp" in mnemonic:                 # a destination mask and two sources (gfx10+ cmpx: no destination)
+        return frozenset({0}) if count == 3 else frozenset()
     if "cndmask" in mnemonic:
         return frozenset({count - 1})
     if "addc" in mnemonic or "subb" in mnemonic or "_co_ci" in mnemonic:
@@ -125,7 +126,10 @@ class Program:
             if _NOT_LANE_WISE.search(inst.text.lower()):
                 return None
             masks = _mask_operands(inst.mnemonic, len(inst.operands))
-            per_op = self._sgpr_operands(inst, lanewise=True, masks=masks)
+            operands = inst.operands
+            if "::" in inst.text:                      # a VOPD pair: the operands of both halves
+                operands = tuple(t for _, ops, _ in split_pair(inst.text.split("//")[0]) for t in ops)
+            per_op = self._sgpr_operands(operands, lanewise=True, masks=masks)
             if per_op is None:
                 return None
             return (LANEWISE, tuple(r for pos, regs in enumerate(per_op) if pos not in masks for r in regs))
@@ -139,7 +143,7 @@ class Program:
         if cls == "branch" or cls == "barrier":
             reads = (VCC_LO, VCC_HI) if "vcc" in inst.mnemonic else ()
             return (SCALAR, reads, ())
-        per_op = self._sgpr_operands(inst, lanewise=False)
+        per_op = self._sgpr_operands(inst.operands, lanewise=False)
         if per_op is None:
             return None
         keep = lambda regs: tuple(r for r in regs if r not in (EXEC_LO, EXEC_HI, NULL))  # noqa: E731 (EXEC: whole)
@@ -149,12 +153,12 @@ class Program:
         return (SCALAR, keep(r for regs in per_op[1:] for r in regs), writes)    # operand 0: written only
 
     @staticmethod
-    def _sgpr_operands(inst: Inst, lanewise: bool, masks: frozenset[int] = frozenset()
+    def _sgpr_operands(operands: tuple[str, ...], lanewise: bool, masks: frozenset[int] = frozenset()
                        ) -> list[tuple[int, ...]] | None:
-        """The SGPRs each of `inst`'s operands names, or None if an operand rules out cohort execution
-        (for a lane-wise one, any special register except VCC or NULL as a mask operand)."""
+        """The SGPRs each operand names, or None if an operand rules out cohort execution (for a
+        lane-wise instruction, any special register except VCC or NULL as a mask operand)."""
         out: list[tuple[int, ...]] = []
-        for pos, tok in enumerate(inst.operands):
+        for pos, tok in enumerate(operands):
             try:
                 op = parse_operand(tok[5:-1] if tok.startswith("sext(") and tok.endswith(")") else tok)
             except EmulatorError:

@@ -287,6 +287,18 @@ class Cohort:
     def exec_mask(self) -> np.ndarray:
         return self.mask
 
+    def mask_bits(self, lanes: np.ndarray) -> int:
+        return mask_bits(lanes)
+
+    def set_exec(self, value: int) -> None:
+        """Each member's lanes of `value` as its EXEC (v_cmpx)."""
+        n = self.wave_n
+        low = (1 << n) - 1
+        for w in self.members:
+            w.set_exec(value & low)
+            value >>= n
+        self.refresh()
+
     def read_mask(self, i: int, count: int) -> np.ndarray:
         """Per-lane bools of the lane masks the members hold in SGPR `i` (an aligned pair if `count` is 2)."""
         n, value, shift = self.wave_n, 0, 0
