@@ -27,7 +27,7 @@ from ..errors import EmulatorError, EmulatorFault
 from .memory import Memory
 from .ops import Handler
 from .program import LANEWISE, NOOP, LockstepCode, Program
-from .state import AT_BARRIER, NUM_SREGS, RUNNING, TTMP0, Cohort, Wave
+from .state import AT_BARRIER, NUM_SREGS, RUNNING, TTMP0, Cohort, GatheredCohort, Wave
 from .stats import LaunchStats
 
 DEFAULT_MAX_WAVE_STEPS = 20_000_000
@@ -56,8 +56,9 @@ class Batch:
     each workgroup's LDS at a fixed stride."""
 
     def __init__(self, count: int, nwaves: int, wave_size: int, gfx9: bool, lds_bytes: int, strict_lds: bool,
-                 mem: Memory, stats: LaunchStats) -> None:
+                 mem: Memory, stats: LaunchStats, vgprs: int = 256, agprs: int = 256) -> None:
         lanes = count * nwaves * wave_size
+        self.vgprs, self.agprs = min(vgprs, 256), min(agprs, 256)     # register rows the kernel uses
         self.wave_size = wave_size
         self.vfile = np.zeros((256, lanes), np.uint32)
         self.afile = np.zeros((256, lanes), np.uint32) if gfx9 else None
@@ -74,7 +75,13 @@ class Batch:
         self._lds_windows: dict[int, np.ndarray] = {}
 
     def cohort(self, waves: list[Wave]) -> Cohort:
-        """The cohort of `waves`, consecutive waves of this batch (of one workgroup or several)."""
+        """The cohort of `waves` (in slot order; of one workgroup or several): a view of the batch's
+        registers when they are consecutive, else a gathered copy of the rows the kernel uses."""
+        if waves[-1].slot - waves[0].slot != len(waves) - 1:
+            n = self.wave_size
+            lanes = np.concatenate([np.arange(w.slot * n, (w.slot + 1) * n) for w in waves])
+            group = waves[0].group if waves[0].group is waves[-1].group else _Span(self, waves)
+            return GatheredCohort(waves, self.vfile, self.afile, group, lanes, self.vgprs, self.agprs)
         key = (waves[0].slot, len(waves))
         found = self._cohorts.get(key)
         if found is None:
@@ -194,7 +201,8 @@ def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, i
     with np.errstate(all="ignore"):      # IEEE results (inf, NaN) are the kernel's, not warnings
         for first in range(0, len(order), side_by_side):
             gids = order[first:first + side_by_side]
-            batch = Batch(len(gids), nwaves, wave_size, gfx9, lds_bytes, strict_lds, mem, stats)
+            batch = Batch(len(gids), nwaves, wave_size, gfx9, lds_bytes, strict_lds, mem, stats,
+                          kernel.vgpr_count, kernel.agpr_count)
             for j, gid in enumerate(gids):
                 batch.groups.append(_start_group(program, kernel, batch, j, gid, nwaves, packed, user, entry))
             if rng is not None or lock is None:
@@ -294,12 +302,11 @@ def _run_lockstep(program: Program, handlers: list[Handler], lock: _Codes, batch
         lo = min(w.pc for w in live)
         members = [w for w in live if w.pc == lo]
         stop = min((w.pc for w in live if w.pc > lo), default=-1)
-        if len(members) > 1 and members[-1].slot - members[0].slot == len(members) - 1:
+        if len(members) > 1:
             cohort = batch.cohort(members)
             _run_cohort(program, handlers, lock[cohort.n], cohort, counts, stop, max_steps)
         else:
-            for w in members:
-                _step(program, handlers, w, counts, max_steps, max_steps, stop)
+            _step(program, handlers, members[0], counts, max_steps, max_steps, stop)
 
 
 def _uniform(waves: list[Wave], sgprs: tuple[int, ...]) -> bool:
@@ -344,6 +351,7 @@ def _run_cohort(program: Program, handlers: list[Handler], lock: LockstepCode, c
                         try:
                             h(cohort)
                         except Exception as e:
+                            cohort.finish()
                             _replay(program, handlers, members, i, e)
                         counts[i] += k
                         n += 1
@@ -377,9 +385,14 @@ def _run_cohort(program: Program, handlers: list[Handler], lock: LockstepCode, c
                         if w.pc != i or w.state != RUNNING:
                             return
                     continue
+            h = handlers[i]
+            if plan is None or plan[0] == LANEWISE:    # (a scalar one leaves the vector registers alone)
+                cohort.finish()
             for w in members:
                 w.pc = i + 1
-                handlers[i](w)
+                h(w)
+            if plan is None or plan[0] == LANEWISE:
+                cohort.reload()
             counts[i] += k
             n += 1
             stale_exec = True
@@ -395,12 +408,14 @@ def _run_cohort(program: Program, handlers: list[Handler], lock: LockstepCode, c
     except Exception as e:
         raise _located(program, handlers, w, i, e) from None
     finally:
+        cohort.finish()
         if not synced:
             for w in members:
                 w.pc = i
         for w in members:
             w.steps += n
     _check_runaway(program, first, max_steps)
+
 
 
 def _scalar_uniform(first: Wave, rest: list[Wave], sgprs: tuple[int, ...]) -> bool:

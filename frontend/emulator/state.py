@@ -274,6 +274,19 @@ class Cohort:
         self.mask = self.full
         self._execs: tuple[int, ...] = ()
 
+    def each(self, fn: Callable[[Wave], None]) -> None:
+        """Run a one-wave handler on every member, in order, on the members' own registers."""
+        self.finish()
+        for w in self.members:
+            fn(w)
+        self.reload()
+
+    def finish(self) -> None:
+        """Before members run alone, and when the cohort stops: a gathered cohort writes its registers back."""
+
+    def reload(self) -> None:
+        """After members ran alone: a gathered cohort copies their registers in again."""
+
     def refresh(self) -> None:
         execs = tuple(w.exec for w in self.members)
         if execs != self._execs:
@@ -326,6 +339,31 @@ class Cohort:
             for w in self.members:
                 w.s[i] = bits & low
                 bits >>= n
+
+
+class GatheredCohort(Cohort):
+    """A cohort of waves that are not next to each other (one wave of each workgroup in a branch
+    only it takes, say): their VGPR and AGPR rows in use are copied into a file of their own while
+    the cohort runs, and back before any member runs an instruction alone and when it stops."""
+
+    def __init__(self, waves: list[Wave], vfile: np.ndarray, afile: np.ndarray | None, group: Any,
+                 lanes: np.ndarray, vrows: int, arows: int) -> None:
+        self._vfile, self._afile, self._lanes, self._vrows, self._arows = vfile, afile, lanes, vrows, arows
+        v = np.zeros((vfile.shape[0], len(lanes)), np.uint32)
+        a = None if afile is None else np.zeros((afile.shape[0], len(lanes)), np.uint32)
+        super().__init__(waves, v, a, group)
+        self.reload()
+
+    def reload(self) -> None:
+        self.v[:self._vrows] = self._vfile[:self._vrows, self._lanes]
+        if self.a is not None:
+            self.a[:self._arows] = self._afile[:self._arows, self._lanes]
+
+    def finish(self) -> None:
+        self._vfile[:self._vrows, self._lanes] = self.v[:self._vrows]
+        if self.a is not None:
+            self._afile[:self._arows, self._lanes] = self.a[:self._arows]
+
 
 
 Reader = Callable[[Wave], Any]

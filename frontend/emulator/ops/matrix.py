@@ -492,15 +492,13 @@ def _cohort_handler(inst: Inst, ctx: DecodeContext, form: Form, read_a: Callable
 
     def handler(w: Any) -> None:
         if w.mask is not w.full:
-            for m in w.members:
-                single(m)                                    # raises with the member's EXEC
+            w.each(single)                                   # raises with the member's EXEC
             return
         ra, rb = read_a(w), read_b(w)
         if form.replicated:
             ha, hb = ra.reshape(ra.shape[0], waves, lanes), rb.reshape(rb.shape[0], waves, lanes)
             if not (np.array_equal(ha[..., :half], ha[..., half:]) and np.array_equal(hb[..., :half], hb[..., half:])):
-                for m in w.members:
-                    single(m)                                # raises for the wave with unequal halves
+                w.each(single)                               # raises for the wave with unequal halves
                 return
         a = gather(ra, bits_a, dec_a, a_elem, a_lane)
         b = gather(rb, bits_b, dec_b, b_elem, b_lane)
@@ -512,8 +510,7 @@ def _cohort_handler(inst: Inst, ctx: DecodeContext, form: Form, read_a: Callable
                 write_d(w, _to_bits(fp.round_to_odd(*fp.two_sum(s, read_c(w))), form.d_type,
                                     bool(ctx.extra.get("fp16_ovfl"))))
                 return
-        for m in w.members:
-            single(m)
+        w.each(single)
 
     return handler
 
