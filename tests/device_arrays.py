@@ -62,11 +62,26 @@ def outcome(f: Callable[[], Any]) -> str:
 def dev_strided(a: np.ndarray, offset: int = 0) -> tuple[HandMade, int]:
     """``a`` copied into device memory ``offset`` bytes past an allocation's start, with its own
     strides (padding between rows or blocks kept as zeros): (its DLPack producer, its address)."""
-    span = sum((d - 1) * s for d, s in zip(a.shape, a.strides, strict=True)) + a.dtype.itemsize
+    err, ptr = hip.hipMalloc(max(strided_span(a) + offset, 4))
+    return dev_strided_at(a, int(ptr) + offset)
+
+
+def dev_alloc(size: int) -> int:
+    """The address of ``size`` fresh bytes of device memory."""
+    err, ptr = hip.hipMalloc(max(size, 4))
+    return int(ptr)
+
+
+def strided_span(a: np.ndarray) -> int:
+    """Bytes from ``a``'s first element to the end of its last, with its strides."""
+    return sum((d - 1) * s for d, s in zip(a.shape, a.strides, strict=True)) + a.dtype.itemsize
+
+
+def dev_strided_at(a: np.ndarray, base: int) -> tuple[HandMade, int]:
+    """``a`` with its strides copied to device address ``base`` (memory the caller allocated)."""
+    span = strided_span(a)
     host = np.zeros(span, np.uint8)
     np.lib.stride_tricks.as_strided(host.view(a.dtype), a.shape, a.strides)[...] = a
-    err, ptr = hip.hipMalloc(max(span + offset, 4))
-    base = int(ptr) + offset
     ctypes.memmove(base, host.ctypes.data, span)
     code, bits = CODES[a.dtype.name]
     strides = tuple(s // a.dtype.itemsize for s in a.strides)

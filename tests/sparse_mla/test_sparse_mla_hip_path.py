@@ -22,7 +22,7 @@ DLPACK = """
 import ctypes, json, sys
 sys.path.insert(0, {tests!r})
 import numpy as np, ml_dtypes, hipskinny
-from device_arrays import dev_nd, dev_strided, outcome
+from device_arrays import dev_alloc, dev_nd, dev_strided, dev_strided_at, outcome, strided_span
 from fakehip.emulated import install
 from test_sparse_mla import _case
 
@@ -33,8 +33,11 @@ t, h = 3, 18
 qpad = np.zeros((t, h + 1, 528), q.dtype)
 qpad[:, :h, :512] = q
 qd = dev_strided(qpad[:, :h, :512])[0]
-c1d, c1addr = dev_strided(kw["extra_cache"])            # the extra cache below the SWA cache: rows are
-c0d, c0addr = dev_strided(c0)                            # addressed from the lower of the two
+# the extra cache below the SWA cache (rows are addressed from the lower of the two), whatever
+# order the allocator hands out addresses in
+lo, hi = sorted(dev_alloc(max(strided_span(c0), strided_span(kw["extra_cache"]))) for _ in range(2))
+c1d, c1addr = dev_strided_at(kw["extra_cache"], lo)
+c0d, c0addr = dev_strided_at(c0, hi)
 res0 = {{"extra_below": c1addr < c0addr}}
 i0d, p0d = dev_nd(i0)[0], dev_nd(p0)[0]
 i1d, p1d = dev_nd(kw["extra_indices"])[0], dev_nd(kw["extra_indptr"])[0]
