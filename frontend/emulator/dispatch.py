@@ -1,16 +1,17 @@
 """Running one kernel launch: dispatch state exactly as hardware + HIP set it up,
-then workgroups in order, and inside a workgroup its waves between barriers.
+then the workgroups and their waves.
 
-Deterministic by default, in lockstep: the waves of a workgroup that stand at the
-same instruction form a `Cohort` and execute a lane-wise instruction as one numpy
-operation over all their lanes; anything else (scalar, branches, barriers, lane
-crossings) each wave executes alone, in wave order, and waves whose PCs part run
-separately (the lowest PC first) until they meet again. For a race-free kernel the
-results are those of running the waves one after another.
+Deterministic by default, in lockstep: workgroups run side by side in batches of up to
+`LOCKSTEP_LANES` lanes, and the waves standing at the same instruction form a `Cohort`
+that executes it as one (see `_run_cohort` and `Program.cohort_plan`: lane-wise work as
+one numpy operation over all their lanes, scalar work once per workgroup, the rest wave
+by wave in order). Waves whose PCs part run separately, the lowest PC first, until they
+meet again. For a race-free kernel the results are those of running the waves one after
+another (``lockstep=False``, kept to compare against).
 
-With a seed, workgroups run in a shuffled order and the scheduler switches single
-waves at random instruction boundaries, so a missing barrier or a race changes the
-result.
+With a seed, workgroups run one at a time in a shuffled order and the scheduler switches
+single waves at random instruction boundaries, so a missing barrier or a race changes the
+result. (Lockstep would hide exactly those: a seeded run is wave by wave.)
 """
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, i
                dynamic_lds: int, seed: int | None = None, strict_lds: bool = False,
                max_wave_steps: int = DEFAULT_MAX_WAVE_STEPS, lockstep: bool = True) -> LaunchStats:
     """`lockstep=False` runs each wave alone between barriers (the emulator before cohorts; kept
-    to compare against). A seeded run always schedules single waves."""
+    to compare against). A seeded run schedules single waves, one workgroup at a time."""
     kd = kernel.descriptor
     wave_size = kd.wave_size
     if wave_size != program.arch.wave_size:
@@ -259,8 +260,8 @@ def _start_group(program: Program, kernel: Kernel, batch: Batch, j: int, gid: tu
 
 def _run_group(program: Program, handlers: list[Handler], group: Workgroup, counts: defaultdict[int, int],
                rng: random.Random | None, max_steps: int) -> None:
-    """One wave at a time: in order until each blocks (lockstep off), or a random wave for a
-    random number of instructions (seeded)."""
+    """One workgroup, one wave at a time: each in order until it blocks (lockstep off), or a
+    random wave for a random number of instructions (seeded)."""
     waves = group.waves
     while True:
         runnable = [w for w in waves if w.state == RUNNING]
