@@ -25,7 +25,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..codeobject import Kernel
 from ..errors import EmulatorError, EmulatorFault
-from .memory import Memory
+from .memory import Memory, blocks
 from .ops import Handler
 from .program import LANEWISE, NOOP, LockstepCode, Program
 from .state import AT_BARRIER, NUM_SREGS, RUNNING, TTMP0, Cohort, GatheredCohort, Wave
@@ -96,6 +96,9 @@ class Batch:
     def lds_window(self, size: int) -> np.ndarray:
         return _window(self._lds_windows, self.lds, size)
 
+    def lds_blocks(self, size: int) -> np.ndarray:
+        return _blocks(self._lds_windows, self.lds, size)
+
 
 def _window(cache: dict[int, np.ndarray], lds: np.ndarray, size: int) -> np.ndarray:
     """A view of `lds` whose row k is bytes k..k+size-1 (one row per lane access)."""
@@ -103,6 +106,14 @@ def _window(cache: dict[int, np.ndarray], lds: np.ndarray, size: int) -> np.ndar
     if w is None:
         w = cache[size] = as_strided(lds, (max(len(lds) - size + 1, 0), size), (1, 1))
     return w
+
+
+def _blocks(cache: dict[int, np.ndarray], lds: np.ndarray, size: int) -> np.ndarray:
+    """`lds` as rows of `size` bytes (for accesses at multiples of `size`, `memory.aligned`)."""
+    b = cache.get(-size)
+    if b is None:
+        b = cache[-size] = blocks(lds, size)
+    return b
 
 
 class Workgroup:
@@ -137,6 +148,9 @@ class Workgroup:
     def lds_window(self, size: int) -> np.ndarray:
         return _window(self._lds_windows, self.lds, size)
 
+    def lds_blocks(self, size: int) -> np.ndarray:
+        return _blocks(self._lds_windows, self.lds, size)
+
 
 class _Span:
     """What lane-wise LDS and memory instructions see as the workgroup of a cohort that spans
@@ -156,6 +170,9 @@ class _Span:
 
     def lds_window(self, size: int) -> np.ndarray:
         return self._batch.lds_window(size)
+
+    def lds_blocks(self, size: int) -> np.ndarray:
+        return self._batch.lds_blocks(size)
 
 
 def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, int, int],

@@ -14,6 +14,7 @@ from ...errors import EmulatorError, EmulatorFault
 from ..listing import Inst
 from ..state import Wave, parse_operand
 from . import DecodeContext, Handler, register
+from ..memory import aligned
 from .vmem import place_loaded, store_bytes
 
 
@@ -55,7 +56,8 @@ def _read(w: Wave, addrs: np.ndarray, size: int, mask: np.ndarray) -> np.ndarray
         if not written.all():
             lane = int(np.flatnonzero(mask)[np.flatnonzero(~written.all(axis=1))[0]])
             raise EmulatorFault(f"strict LDS: lane {lane} read uninitialized LDS at offset {int(addrs[lane])}")
-    vals = g.lds_window(size)[rows]
+    at = aligned(rows, size)
+    vals = g.lds_blocks(size).take(at, axis=0) if at is not None else g.lds_window(size)[rows]
     if full:
         out = vals
     else:
@@ -72,7 +74,11 @@ def _write(w: Wave, addrs: np.ndarray, data: np.ndarray, mask: np.ndarray) -> No
         size = data.shape[1]
         rows = _lds_rows(w, addrs, size, mask, full)
         g = w.group
-        g.lds_window(size)[rows] = data if full else data[mask]     # later lanes win on overlap
+        at = aligned(rows, size)
+        if at is not None:
+            g.lds_blocks(size)[at] = data if full else data[mask]     # later lanes win on overlap
+        else:
+            g.lds_window(size)[rows] = data if full else data[mask]
         if g.lds_written is not None:
             g.lds_written[rows[:, None] + np.arange(size)] = True
         g.stats.bytes_stored["lds"] += size * active
