@@ -12,9 +12,9 @@ import numpy as np
 
 from ...errors import EmulatorError, EmulatorFault
 from ..listing import Inst
+from ..memory import aligned
 from ..state import Wave, parse_operand
 from . import DecodeContext, Handler, register
-from ..memory import aligned
 from .vmem import place_loaded, store_bytes
 
 
