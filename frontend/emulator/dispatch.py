@@ -382,34 +382,24 @@ def _run_cohort(program: Program, handlers: list[Handler], lock: LockstepCode, c
                     i += 1
                     synced = False
                     continue
-                else:
-                    # once per workgroup whose waves agree on the inputs, else on each of its waves
-                    for sub in cohort.subgroups:
-                        w = sub[0]
-                        if _scalar_uniform(w, sub[1:], plan[1]):
+            if plan is not None and plan[0] != LANEWISE:
+                # scalar: once per workgroup whose waves agree on the inputs, else on each of its waves
+                for sub in cohort.subgroups:
+                    w = sub[0]
+                    if _scalar_uniform(w, sub[1:], plan[1]):
+                        w.pc = i + 1
+                        handlers[i](w)
+                        _copy_scalar(w, sub[1:], plan[2])
+                    else:
+                        for w in sub:
                             w.pc = i + 1
                             handlers[i](w)
-                            _copy_scalar(w, sub[1:], plan[2])
-                        else:
-                            for w in sub:
-                                w.pc = i + 1
-                                handlers[i](w)
-                    counts[i] += k
-                    n += 1
-                    stale_exec = True
-                    i = first.pc
-                    synced = True
-                    for w in members:
-                        if w.pc != i or w.state != RUNNING:
-                            return
-                    continue
-            h = handlers[i]
-            if plan is None or plan[0] == LANEWISE:    # (a scalar one leaves the vector registers alone)
-                cohort.finish()
-            for w in members:
-                w.pc = i + 1
-                h(w)
-            if plan is None or plan[0] == LANEWISE:
+            else:
+                h = handlers[i]
+                cohort.finish()                      # the members' own vector registers, up to date
+                for w in members:
+                    w.pc = i + 1
+                    h(w)
                 cohort.reload()
             counts[i] += k
             n += 1
@@ -419,10 +409,6 @@ def _run_cohort(program: Program, handlers: list[Handler], lock: LockstepCode, c
             for w in members:
                 if w.pc != i or w.state != RUNNING:
                     return
-    except EmulatorFault as e:
-        raise _located(program, handlers, w, i, e) from None
-    except EmulatorError:
-        raise
     except Exception as e:
         raise _located(program, handlers, w, i, e) from None
     finally:
@@ -470,10 +456,6 @@ def _replay(program: Program, handlers: list[Handler], members: list[Wave], i: i
         try:
             w.pc = i + 1
             handlers[i](w)
-        except EmulatorFault as e:
-            raise _located(program, handlers, w, i, e) from None
-        except EmulatorError:
-            raise
         except Exception as e:
             raise _located(program, handlers, w, i, e) from None
     raise EmulatorError(f"emulator bug: lockstep execution of {program.insts[i].text!r} at "
@@ -482,7 +464,10 @@ def _replay(program: Program, handlers: list[Handler], members: list[Wave], i: i
 
 
 def _located(program: Program, handlers: list[Handler], w: Wave, i: int, e: Exception) -> Exception:
-    """An exception of instruction `i` on wave `w`, said where it happened."""
+    """An exception of instruction `i` on wave `w`, said where it happened (an EmulatorError other
+    than a fault already says so)."""
+    if isinstance(e, EmulatorError) and not isinstance(e, EmulatorFault):
+        return e
     if isinstance(e, EmulatorFault):
         return EmulatorFault(f"{program.where(program.insts[i].addr)} ({program.arch.name}, wave {w.index} of "
                              f"workgroup {w.group.id}): {e}")
@@ -516,10 +501,6 @@ def _step(program: Program, handlers: list[Handler], w: Wave, counts: defaultdic
             handlers[i](w)
             counts[i] += 1
             n += 1
-    except EmulatorFault as e:
-        raise _located(program, handlers, w, i, e) from None
-    except EmulatorError:
-        raise
     except Exception as e:
         raise _located(program, handlers, w, i, e) from None
     w.steps += n
