@@ -101,7 +101,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="only these kernel families (kernels/<F>.hip) or test kernels (tests/kernels/<F>.hip, "
                         "tests/kernels/asm/<F>.s); default: all")
     p.add_argument("-j", "--jobs", type=int, default=2, metavar="N",
-                   help="archs built in parallel (default 2)")
+                   help="code objects built in parallel (default 2)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="compile everything, ignoring the machine's build cache (HIPSKINNY_BUILD_CACHE=0)")
     return p
 
 
@@ -148,31 +150,34 @@ def compile_all(tc: Toolchain, repo: Path, archs: list[str], families: list[str]
 
 def build_jobs(tc: Toolchain, repo: Path, jobs: list[Job], out_dir: Path,
                workers: int) -> tuple[dict[Job, Built], list[str]]:
-    """Build every job into ``out_dir/<tree.out>/<arch>/``; archs run in parallel. Returns (built, errors)."""
-    by_arch: dict[str, list[Job]] = {}
-    for job in jobs:
-        by_arch.setdefault(job.arch, []).append(job)
+    """Build every job into ``out_dir/<tree.out>/<arch>/``, `workers` at a time. Returns (built, errors).
 
-    def one_arch(arch_jobs: list[Job]) -> tuple[list[tuple[Job, Built]], list[str]]:
-        built, errors = [], []
-        for job in arch_jobs:
-            try:
-                b = build_one(tc, repo, job, out_dir)
-            except BuildError as exc:
-                errors.append(f"{job.tree.out}/{exc}")
-                continue
-            print(f"  {job.label}: {len(b.entry['kernels'])} kernels, {b.seconds:.1f} s", flush=True)
-            if b.warnings:
-                print(f"  {job.label}: compiler warnings:\n{b.warnings}", file=sys.stderr, flush=True)
-            built.append((job, b))
-        return built, errors
+    The largest sources start first, so one big family does not finish alone at the end.
+    """
+    def one(job: Job) -> tuple[Job, Built | None, str]:
+        try:
+            b = build_one(tc, repo, job, out_dir)
+        except BuildError as exc:
+            return job, None, f"{job.tree.out}/{exc}"
+        how = "from the build cache" if b.cached else f"{b.seconds:.1f} s"
+        print(f"  {job.label}: {len(b.entry['kernels'])} kernels, {how}", flush=True)
+        if b.warnings:
+            print(f"  {job.label}: compiler warnings:\n{b.warnings}", file=sys.stderr, flush=True)
+        return job, b, ""
 
+    largest_first = sorted(jobs, key=lambda j: -(repo / j.source).stat().st_size)
     results: dict[Job, Built] = {}
     errors: list[str] = []
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for built, errs in pool.map(one_arch, by_arch.values()):
-            results.update(built)
-            errors += errs
+        for job, b, error in pool.map(one, largest_first):
+            if b is None:
+                errors.append(error)
+            else:
+                results[job] = b
+    cached = sum(b.cached for b in results.values())
+    if cached:
+        print(f"  {cached} of {len(jobs)} code objects came from the build cache "
+              "(same tools, flags and sources; --no-cache compiles them all)", flush=True)
     return results, errors
 
 
@@ -379,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         print("error: -j needs a positive number", file=sys.stderr)
         return 2
     archs = [a for a in ARCHS if not args.arch or a in args.arch]
+    if args.no_cache:
+        os.environ["HIPSKINNY_BUILD_CACHE"] = "0"
     try:
         every = {tree: jobs_in(repo, tree) for tree in TREES}
     except SourceError as exc:

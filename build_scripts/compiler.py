@@ -21,6 +21,7 @@ from typing import Any
 from frontend.arch import ARCHS
 from frontend.codeobject import CodeObject, CodeObjectError, target_processor
 
+from . import cache
 from .manifest import kernel_entry
 from .toolchain import Toolchain, ToolchainError
 
@@ -121,6 +122,7 @@ class Built:
     entry: dict[str, Any]  # the manifest entry
     warnings: str          # compiler stderr of a successful compile
     seconds: float
+    cached: bool = False   # taken from the build cache (see cache.py), not compiled now
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -233,6 +235,17 @@ def write_listing(tc: Toolchain, hsaco: Path) -> Path:
     return listing
 
 
+def _from_cache(entry_key: str | None, repo: Path, hsaco: Path) -> dict[str, str] | None:
+    """Place a cached build's code object and listing at `hsaco`; its dependency hashes, or None."""
+    hit = cache.fetch(entry_key, repo, lambda paths: source_hashes(repo, paths))
+    if hit is None:
+        return None
+    data, listing, sources = hit
+    hsaco.write_bytes(data)
+    hsaco.with_suffix(".lst.gz").write_bytes(listing)
+    return sources
+
+
 def _markers_of(repo: Path, source: str, where: str, markers_allowed: bool) -> frozenset[str]:
     try:
         allow = read_markers((repo / source).read_text(errors="replace"))
@@ -258,6 +271,14 @@ def compile_family(tc: Toolchain, repo: Path, arch: str, family: str, out_dir: P
     arch_dir = out_dir / arch
     arch_dir.mkdir(parents=True, exist_ok=True)
     hsaco = arch_dir / f"{family}.hsaco"
+    flags = tc.flags(arch, family)
+    # The oclc module is made from the arch and the compiler's data layout, both in the key already
+    # (its bitcode also names the temporary file it was assembled from).
+    bitcode = [tc.hip_root / "lib" / "ockl.bc", tc.hip_root / "lib" / "ocml.bc"] if tc.hip_root else []
+    entry_key = cache.key(tc, repo, source, flags, [Path(source).parent.as_posix(), "kernels/include"], bitcode)
+    sources = _from_cache(entry_key, repo, hsaco)
+    if sources is not None:
+        return _finish(tc, arch, family, hsaco, flags, sources, allow, "", start, cached=True)
     depfile = arch_dir / f".{family}.d"
     # cwd = repo and relative paths: nothing in the output depends on where the repo is.
     done = subprocess.run(tc.command(arch, family, source, hsaco, depfile), cwd=repo,
@@ -272,7 +293,10 @@ def compile_family(tc: Toolchain, repo: Path, arch: str, family: str, out_dir: P
     sources = source_hashes(repo, deps)
     if source not in sources:
         raise BuildError(f"{where}: dependency output does not list {source}: {deps}")
-    return _finish(tc, arch, family, hsaco, tc.flags(arch, family), sources, allow, done.stderr.strip(), start)
+    built = _finish(tc, arch, family, hsaco, flags, sources, allow, done.stderr.strip(), start)
+    if not built.warnings:        # a build that warned is redone, so the warning is seen again
+        cache.store(entry_key, hsaco.read_bytes(), built.listing.read_bytes(), sources)
+    return built
 
 
 def assemble(tc: Toolchain, repo: Path, arch: str, name: str, source: str, out_dir: Path, *,
@@ -287,6 +311,10 @@ def assemble(tc: Toolchain, repo: Path, arch: str, name: str, source: str, out_d
     arch_dir = out_dir / arch
     arch_dir.mkdir(parents=True, exist_ok=True)
     hsaco = arch_dir / f"{name}.hsaco"
+    entry_key = cache.key(tc, repo, source, tc.asm_flags(arch), [], [])
+    sources = _from_cache(entry_key, repo, hsaco)
+    if sources is not None:
+        return _finish(tc, arch, name, hsaco, tc.asm_flags(arch), sources, allow, "", start, cached=True)
     obj = arch_dir / f".{name}.o"
     text = preprocess_asm((repo / source).read_text(), arch, source)
     assembled = arch_dir / f".{name}.s"       # what llvm-mc reads: this arch's text of the source
@@ -304,13 +332,16 @@ def assemble(tc: Toolchain, repo: Path, arch: str, name: str, source: str, out_d
     obj.unlink()
     assembled.unlink()
     sources = source_hashes(repo, [source])
-    return _finish(tc, arch, name, hsaco, tc.asm_flags(arch), sources, allow,
-                   "\n".join(w for w in warnings if w), start)
+    built = _finish(tc, arch, name, hsaco, tc.asm_flags(arch), sources, allow,
+                    "\n".join(w for w in warnings if w), start)
+    if not built.warnings:
+        cache.store(entry_key, hsaco.read_bytes(), built.listing.read_bytes(), sources)
+    return built
 
 
 def _finish(tc: Toolchain, arch: str, name: str, hsaco: Path, flags: list[str], sources: dict[str, str],
-            allow: frozenset[str], warnings: str, start: float) -> Built:
-    """Check a freshly built code object, write its listing, and make its manifest entry."""
+            allow: frozenset[str], warnings: str, start: float, cached: bool = False) -> Built:
+    """Check a built code object, write its listing (a cached one is already there), make its manifest entry."""
     where = f"{arch}/{name}"
     data = hsaco.read_bytes()
     try:
@@ -320,7 +351,7 @@ def _finish(tc: Toolchain, arch: str, name: str, hsaco: Path, flags: list[str], 
     problems = check_code_object(co, arch, allow)
     if problems:
         raise BuildError(f"{where}: " + f"\n{where}: ".join(problems))
-    listing = write_listing(tc, hsaco)
+    listing = hsaco.with_suffix(".lst.gz") if cached else write_listing(tc, hsaco)
     entry = {
         "arch": arch,
         "family": name,
@@ -332,4 +363,4 @@ def _finish(tc: Toolchain, arch: str, name: str, hsaco: Path, flags: list[str], 
         "sources": sources,
         "kernels": sorted((kernel_entry(k, arch, name) for k in co.kernels), key=lambda k: k["name"]),
     }
-    return Built(arch, name, hsaco, listing, entry, warnings, time.monotonic() - start)
+    return Built(arch, name, hsaco, listing, entry, warnings, time.monotonic() - start, cached)

@@ -1,6 +1,7 @@
 """Shared pytest configuration."""
 
 import gc
+import os
 
 import paths
 
@@ -9,8 +10,56 @@ paths.importable()      # test modules import helpers from other families' test 
 pytest_plugins = ["conftest_fakehip"]
 
 
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: a worker per core the process may use, at most one per 4 GiB of available memory
+    (a worker holding every arch's emulated code objects peaks near 3 GiB)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        with open("/proc/meminfo") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return cores
+    return max(1, min(cores, kib // (4 << 20)))
+
+
 def pytest_sessionfinish(session, exitstatus):
     # The emulated devices the tests keep alive (module caches) hold millions of small objects, and
     # the interpreter's collections at exit would walk them all, for minutes; nothing after the
     # session needs them collected, so they are moved out of the collector's sight.
     gc.freeze()
+
+
+# HIPSKINNY_LAUNCH_LOG=<file>: one JSON line per emulated launch (test id, arch, kernel, grid, block,
+# the by-value arguments' hash, seconds), to find tests that emulate the same launch twice (issue 24).
+_LAUNCH_LOG = os.environ.get("HIPSKINNY_LAUNCH_LOG")
+if _LAUNCH_LOG:
+    import hashlib
+    import json
+    import time
+
+    from hipskinny.emulator import device as _emulated
+
+    _current = {"test": ""}
+    _original_launch = _emulated.EmulatedDevice._launch
+
+    def _logged_launch(self, function, grid, block, kernarg, shared_mem):
+        module, kernel = function
+        values = bytearray(kernarg)
+        for arg in kernel.args:
+            if arg.value_kind == "global_buffer" or arg.is_hidden:
+                values[arg.offset:arg.offset + arg.size] = bytes(arg.size)
+        start = time.perf_counter()
+        try:
+            return _original_launch(self, function, grid, block, kernarg, shared_mem)
+        finally:
+            with open(_LAUNCH_LOG, "a") as log:
+                log.write(json.dumps({"test": _current["test"], "arch": module.code.arch, "kernel": kernel.name,
+                                      "grid": list(grid), "block": list(block), "shared": shared_mem,
+                                      "args": hashlib.sha1(bytes(values)).hexdigest()[:12],
+                                      "seeded": self.seed is not None,
+                                      "s": round(time.perf_counter() - start, 4)}) + "\n")
+
+    _emulated.EmulatedDevice._launch = _logged_launch
+
+    def pytest_runtest_setup(item):
+        _current["test"] = item.nodeid

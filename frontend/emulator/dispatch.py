@@ -9,9 +9,12 @@ by wave in order). Waves whose PCs part run separately, the lowest PC first, unt
 meet again. For a race-free kernel the results are those of running the waves one after
 another (``lockstep=False``, kept to compare against).
 
-With a seed, workgroups run one at a time in a shuffled order and the scheduler switches
-single waves at random instruction boundaries, so a missing barrier or a race changes the
-result. (Lockstep would hide exactly those: a seeded run is wave by wave.)
+With a seed, workgroups run in a shuffled order and the scheduler switches waves at random
+instruction boundaries, so a missing barrier or a race changes the result: it picks a wave
+index and a number of instructions (1..64), and that wave of every workgroup in the batch
+runs them, in lockstep where their PCs agree (`_run_seeded`). Every workgroup thus sees a
+random interleaving of its own waves; ``lockstep=False`` with a seed runs one workgroup at a
+time, one wave at a time (the schedule before batches, with its own random sequence).
 """
 
 from __future__ import annotations
@@ -57,8 +60,12 @@ class Batch:
     each workgroup's LDS at a fixed stride."""
 
     def __init__(self, count: int, nwaves: int, wave_size: int, gfx9: bool, lds_bytes: int, strict_lds: bool,
-                 mem: Memory, stats: LaunchStats, vgprs: int = 256, agprs: int = 256) -> None:
+                 mem: Memory, stats: LaunchStats, vgprs: int = 256, agprs: int = 256, wave_major: bool = False) -> None:
         lanes = count * nwaves * wave_size
+        self.count = count
+        # Slots: a workgroup's waves next to each other, or (wave_major, seeded runs) wave j of
+        # every workgroup next to each other.
+        self.wave_major = wave_major
         self.vgprs, self.agprs = min(vgprs, 256), min(agprs, 256)     # register rows the kernel uses
         self.wave_size = wave_size
         self.vfile = np.zeros((256, lanes), np.uint32)
@@ -124,6 +131,7 @@ class Workgroup:
     def __init__(self, gid: tuple[int, int, int], batch: Batch, index: int) -> None:
         self.id = gid
         self.batch = batch
+        self.index = index                   # in the batch
         stride = batch.lds_stride
         self.lds = batch.lds[index * stride:(index + 1) * stride]
         self.lds_size = batch.lds_size
@@ -135,7 +143,7 @@ class Workgroup:
 
     def new_wave(self, index: int, gfx9: bool) -> Wave:
         b = self.batch
-        slot = len(b.waves)
+        slot = index * b.count + self.index if b.wave_major else len(b.waves)
         n = b.wave_size
         lanes = slice(slot * n, (slot + 1) * n)
         w = Wave(n, gfx9, self, index, s=b.sfile[slot], v=b.vfile[:, lanes],
@@ -213,19 +221,22 @@ def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, i
     rng = random.Random(seed) if seed is not None else None
     if rng is not None:
         rng.shuffle(order)
-    side_by_side = max(1, LOCKSTEP_LANES // (nwaves * wave_size)) if lockstep and rng is None else 1
-    lock = _Codes(program, kernel) if lockstep and rng is None else None
+    side_by_side = max(1, LOCKSTEP_LANES // (nwaves * wave_size)) if lockstep else 1
+    lock = _Codes(program, kernel) if lockstep else None
     start = time.perf_counter()
     with np.errstate(all="ignore"):      # IEEE results (inf, NaN) are the kernel's, not warnings
         for first in range(0, len(order), side_by_side):
             gids = order[first:first + side_by_side]
             batch = Batch(len(gids), nwaves, wave_size, gfx9, lds_bytes, strict_lds, mem, stats,
-                          kernel.vgpr_count, kernel.agpr_count)
+                          kernel.vgpr_count, kernel.agpr_count, wave_major=rng is not None)
             for j, gid in enumerate(gids):
                 batch.groups.append(_start_group(program, kernel, batch, j, gid, nwaves, packed, user, entry))
-            if rng is not None or lock is None:
+            batch.waves.sort(key=lambda w: w.slot)
+            if lock is None:
                 for group in batch.groups:
                     _run_group(program, handlers, group, counts, rng, max_wave_steps)
+            elif rng is not None:
+                _run_seeded(program, handlers, lock, batch, counts, rng, max_wave_steps)
             else:
                 _run_lockstep(program, handlers, lock, batch, counts, max_wave_steps)
             stats.workgroups += len(gids)
@@ -327,6 +338,55 @@ def _run_lockstep(program: Program, handlers: list[Handler], lock: _Codes, batch
             _step(program, handlers, members[0], counts, max_steps, max_steps, stop)
 
 
+def _run_seeded(program: Program, handlers: list[Handler], lock: _Codes, batch: Batch,
+                counts: defaultdict[int, int], rng: random.Random, max_steps: int) -> None:
+    """Run the batch's workgroups to the end on one random schedule: a wave index that some
+    workgroup can run, and a number of instructions, 1..64; that wave of each workgroup runs them
+    (`_burst`). A workgroup's barrier releases as soon as none of its waves can run."""
+    groups = batch.groups
+    nwaves = len(groups[0].waves)
+    while True:
+        for group in groups:
+            ws = group.waves
+            if not any(w.state == RUNNING for w in ws) and any(w.state == AT_BARRIER for w in ws):
+                for w in ws:
+                    if w.state == AT_BARRIER:
+                        w.state = RUNNING
+                group.stats.barriers += 1
+        runnable = [j for j in range(nwaves) if any(g.waves[j].state == RUNNING for g in groups)]
+        if not runnable:
+            return
+        j = rng.choice(runnable)
+        _burst(program, handlers, lock, batch, [g.waves[j] for g in groups if g.waves[j].state == RUNNING],
+               rng.randint(1, 64), counts, max_steps)
+
+
+def _burst(program: Program, handlers: list[Handler], lock: _Codes, batch: Batch, members: list[Wave],
+           count: int, counts: defaultdict[int, int], max_steps: int) -> None:
+    """Run each of `members` (in slot order) for `count` instructions, or until it blocks or ends;
+    the waves at one PC as one cohort, which splits where their PCs part."""
+    pending = [(members, count)]
+    while pending:
+        waves, left = pending.pop()
+        by_pc: dict[int, list[Wave]] = {}
+        for w in waves:
+            if w.state == RUNNING:
+                by_pc.setdefault(w.pc, []).append(w)
+        for pc in sorted(by_pc):
+            together = by_pc[pc]
+            before = together[0].steps
+            if len(together) > 1:
+                cohort = batch.cohort(together)
+                _run_cohort(program, handlers, lock[cohort.n], cohort, counts, -1, max_steps, left)
+            else:
+                _step(program, handlers, together[0], counts, left, max_steps)
+            done = together[0].steps - before
+            if done < left:
+                rest = [w for w in together if w.state == RUNNING]
+                if rest:
+                    pending.append((rest, left - done))
+
+
 def _uniform(waves: list[Wave], sgprs: tuple[int, ...]) -> bool:
     """Whether every wave holds the first one's values in `sgprs`."""
     s0 = waves[0].s
@@ -339,11 +399,11 @@ def _uniform(waves: list[Wave], sgprs: tuple[int, ...]) -> bool:
 
 
 def _run_cohort(program: Program, handlers: list[Handler], lock: LockstepCode, cohort: Cohort,
-                counts: defaultdict[int, int], stop: int, max_steps: int) -> None:
-    """Run the cohort's waves together from their common PC until they part, block or end, or
-    reach `stop`, each instruction as `Program.cohort_plan` says: lane-wise ones once on the
-    cohort, scalar ones once on the first wave (results copied), both when the waves agree on
-    what the instruction reads; anything else on each wave in order."""
+                counts: defaultdict[int, int], stop: int, max_steps: int, limit: int | None = None) -> None:
+    """Run the cohort's waves together from their common PC until they part, block or end, reach
+    `stop`, or have executed `limit` instructions, each instruction as `Program.cohort_plan` says:
+    lane-wise ones once on the cohort, scalar ones once on the first wave (results copied), both
+    when the waves agree on what the instruction reads; anything else on each wave in order."""
     members = cohort.members
     first = members[0]
     k = len(members)
@@ -352,6 +412,8 @@ def _run_cohort(program: Program, handlers: list[Handler], lock: LockstepCode, c
     i = first.pc
     n = 0
     budget = max_steps - max(w.steps for w in members)
+    if limit is not None and limit < budget:
+        budget = limit
     synced = True                # members' own pc fields are up to date
     stale_exec = True
     w = first

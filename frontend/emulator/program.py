@@ -101,9 +101,13 @@ class Program:
             return self.handlers
         found = self._by_mode.get(mode)
         if found is None:
-            ctx = dataclasses.replace(self.ctx, extra={**self.ctx.extra, **dataclasses.asdict(mode)})
-            found = self._by_mode[mode] = self._decode_all(ctx)
+            found = self._by_mode[mode] = self._decode_all(self._context(mode))
         return found
+
+    def _context(self, mode: FloatMode, lanes: int | None = None) -> DecodeContext:
+        """The decode context for a kernel's float `mode` (and a cohort's lane count)."""
+        extra = self.ctx.extra if mode == FloatMode() else {**self.ctx.extra, **dataclasses.asdict(mode)}
+        return dataclasses.replace(self.ctx, extra=extra, **({} if lanes is None else {"lanes": lanes}))
 
     def cohort_plan(self, i: int) -> tuple | None:
         """How a lockstep cohort executes instruction ``i``:
@@ -179,9 +183,8 @@ class Program:
         mode = float_mode(kernel, self.arch.name, self.ctx.gfx)
         found = self._lockstep.get((mode, lanes))
         if found is None:
-            extra = self.ctx.extra if mode == FloatMode() else {**self.ctx.extra, **dataclasses.asdict(mode)}
-            found = self._lockstep[(mode, lanes)] = LockstepCode(
-                self, dataclasses.replace(self.ctx, lanes=lanes, extra=extra), [None] * len(self.insts))
+            found = self._lockstep[(mode, lanes)] = LockstepCode(self, self._context(mode, lanes),
+                                                                 [None] * len(self.insts))
         return found
 
     def _decode_all(self, ctx: DecodeContext) -> list[Handler]:

@@ -106,9 +106,11 @@ amdhsa.kernels:
 """
 
 
-def run_build(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run_build(cwd: Path, *args: str, cache: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m build_scripts` in `cwd`, compiling for real unless a build `cache` folder is given."""
     # cwd first on sys.path: the copy's own build_scripts and frontend are used.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HIPSKINNY_BUILD_CACHE"] = str(cache) if cache else "0"
     return subprocess.run([sys.executable, "-m", "build_scripts", *args], cwd=cwd, env=env,
                           capture_output=True, text=True)
 
@@ -162,7 +164,7 @@ def test_build_tests_pass_without_a_compiler(tmp_path):
     pass, and the ones that need a compiler are reported as skipped with the reason."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ROCM_PATH")}
     env["PATH"] = str(tmp_path)         # an empty PATH: no clang++-22 (ROCm's hipcc is found by path)
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-n", "0",
                            "tests/runtime/test_build.py", "tests/runtime/test_codeobject.py",
                            "-k", "not without_a_compiler"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
@@ -304,6 +306,45 @@ def test_build_is_reproducible_across_directories(tmp_path):
     assert run_build(a, "--check", "--arch", "gfx942", "gfx1201").returncode == 0
     incomplete = run_build(a, "--check", "--no-rebuild")
     assert incomplete.returncode == 1 and "gfx950/small: kernels/small.hip has no code object" in incomplete.stdout
+
+
+@needs_compiler
+def test_build_cache_gives_the_compiled_bytes_and_notices_every_input(tmp_path):
+    """A second tree with the same sources takes the first tree's build from the cache, byte for byte;
+    an edited header, a damaged entry or a new file in the include directory compile again."""
+    cache = tmp_path / "cache"
+    files = {"kernels/small.hip": SMALL_HIP, "kernels/include/small/axpy.h": SMALL_H}
+    a = make_tree(tmp_path / "a", extra=files)
+    b = make_tree(tmp_path / "b", extra=files)
+    first = run_build(a, "--arch", "gfx1201", cache=cache)
+    assert first.returncode == 0 and "from the build cache" not in first.stdout, first.stdout + first.stderr
+    [entry] = [p for p in cache.iterdir() if not p.name.startswith(".")]
+
+    def built_from_cache(root: Path, *args: str) -> bool:
+        done = run_build(root, "--arch", "gfx1201", *args, cache=cache)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return "gfx1201/small: 1 kernels, from the build cache" in done.stdout
+
+    assert built_from_cache(b)
+    for rel in ("gfx1201/small.hsaco", "gfx1201/small.lst.gz", "manifest.json"):
+        assert (a / "hsaco" / rel).read_bytes() == (b / "hsaco" / rel).read_bytes(), rel
+    checked = run_build(b, "--check", "--arch", "gfx1201", cache=cache)
+    assert checked.returncode == 0 and "from the build cache" in checked.stdout, checked.stdout + checked.stderr
+
+    header = b / "kernels" / "include" / "small" / "axpy.h"
+    header.write_text(header.read_text() + "\n// edited\n")
+    assert not built_from_cache(b)            # the entry now holds the edited header's hash
+    header.write_text(SMALL_H)
+    assert not built_from_cache(b)
+    assert built_from_cache(b)
+    assert not built_from_cache(b, "--no-cache")
+
+    (entry / "code.hsaco").write_bytes(b"damaged")
+    assert not built_from_cache(b)
+    (b / "kernels" / "include" / "small" / "shadow.h").write_text("// a new header could shadow an old one\n")
+    assert not built_from_cache(b)
+    same = "gfx1201/small.hsaco"
+    assert (a / "hsaco" / same).read_bytes() == (b / "hsaco" / same).read_bytes()
 
 
 @needs_compiler
