@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -179,49 +181,82 @@ def consistency(meas: dynamic.Measurement, ks: KernelStatic | None) -> list[str]
     return errors
 
 
-def run(archs: list[str], op_names: list[str] | None, shapes: tuple[Shape, ...], dtype_name: str, check: bool,
-        min_rows: int, overhead_seconds: float, log: Any = sys.stderr) -> dict[str, Any]:
+@functools.cache
+def _static_of(family: str, arch: str) -> dict[str, KernelStatic]:
+    """A shipped code object's kernels by name (read once per process: seconds for fp8_linear)."""
+    return {k.name: k for k in family_static(arch, family)}
+
+
+def _measure_unit(unit: tuple, log: Any = None) -> tuple[list[dict[str, Any]], list[str], tuple[str, float, float]]:
+    """One op on one arch over every shape and N: (rows, consistency failures, (arch, emulated
+    wave-instructions, their seconds)). A top-level function: worker processes run it."""
+    op, arch, shapes, dtype_name, check, min_rows, families, started = unit
+    log = log or sys.stderr
     dtype = DTYPES[dtype_name]
     itemsize = np.dtype(dtype).itemsize
+    shipped = families_by_arch()
+    statics = {f: _static_of(f, arch) for f in families if (f, arch) in shipped}
+    rows: list[dict[str, Any]] = []
+    failures: list[str] = []
+    instructions = seconds = 0.0
+    linear_done: set[str] = set()       # one linearity check per (code-object family, arch)
+    for shape in shapes:
+        for n in n_values(op, check):
+            try:
+                kernel = dynamic.plan_info(op, dynamic.device(arch, ARCHS[arch].default_cu_count), dtype,
+                                           n, shape.m, shape.k).get("kernel", "")
+            except Exception:           # noqa: BLE001 - measure() reports it
+                kernel = ""
+            family = dynamic.kernel_family(kernel, families)
+            mid = LINEARITY_SHAPE[0] <= shape.m and shape.m * shape.k <= LINEARITY_SHAPE[1]
+            meas = dynamic.measure(op, arch, dtype, n, shape.m, shape.k, min_rows=min_rows,
+                                   linearity=mid and family is not None and family not in linear_done)
+            ks = statics.get(family, {}).get(kernel) if family else None
+            row = evaluate(meas, statics.get(family, {}) if family else {}, family, itemsize)
+            row.update({"model": shape.model, "layer": shape.layer})
+            rows.append(row)
+            if meas.sample is not None:
+                for s in (meas.sample, meas.check):
+                    if s is not None:
+                        instructions += s.stats.total_instructions
+                        seconds += s.stats.seconds
+                if meas.check is not None and family:
+                    linear_done.add(family)
+                failures += consistency(meas, ks)
+            what = (f"{row['kernel']} ratio {row['traffic_ratio']:.3f} {row['bound']}"
+                    if meas.status == "ok" else meas.message[:70])
+            print(f"{op:12} {arch:8} {shape.label:28} N={n:<3} {meas.status:11} {what} "
+                  f"[{time.time() - started:.0f}s]", file=log, flush=True)
+    return rows, failures, (arch, instructions, seconds)
+
+
+def run(archs: list[str], op_names: list[str] | None, shapes: tuple[Shape, ...], dtype_name: str, check: bool,
+        min_rows: int, overhead_seconds: float, log: Any = sys.stderr, jobs: int = 1) -> dict[str, Any]:
+    """Measure every (op, arch) unit, `jobs` of them at a time in worker processes (1: in this one);
+    rows come out in op, arch, shape order either way."""
     pairs = {key: e for key, e in families_by_arch().items() if key[1] in archs and key[0] not in OUTSIDE_MODEL}
     families = sorted({f for f, _ in pairs})
     op_list = op_names or dynamic.ops()
-    statics = {(f, a): {k.name: k for k in family_static(a, f)} for f, a in sorted(pairs)}
+    statics = {(f, a): _static_of(f, a) for f, a in sorted(pairs)}
     rows: list[dict[str, Any]] = []
     failures: list[str] = []
     rate: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     t0 = time.perf_counter()
     start_commit = _git("rev-parse", "--short", "HEAD")
-    for op in op_list:
-        for arch in archs:
-            linear_done: set[str] = set()       # one linearity check per (code-object family, arch)
-            for shape in shapes:
-                for n in n_values(op, check):
-                    try:
-                        kernel = dynamic.plan_info(op, dynamic.device(arch, ARCHS[arch].default_cu_count), dtype,
-                                                   n, shape.m, shape.k).get("kernel", "")
-                    except Exception:           # noqa: BLE001 - measure() reports it
-                        kernel = ""
-                    family = dynamic.kernel_family(kernel, families)
-                    mid = LINEARITY_SHAPE[0] <= shape.m and shape.m * shape.k <= LINEARITY_SHAPE[1]
-                    meas = dynamic.measure(op, arch, dtype, n, shape.m, shape.k, min_rows=min_rows,
-                                           linearity=mid and family is not None and family not in linear_done)
-                    ks = statics.get((family, arch), {}).get(kernel) if family else None
-                    row = evaluate(meas, statics.get((family, arch), {}) if family else {}, family, itemsize)
-                    row.update({"model": shape.model, "layer": shape.layer})
-                    rows.append(row)
-                    if meas.sample is not None:
-                        for s in (meas.sample, meas.check):
-                            if s is not None:
-                                rate[arch][0] += s.stats.total_instructions
-                                rate[arch][1] += s.stats.seconds
-                        if meas.check is not None and family:
-                            linear_done.add(family)
-                        failures += consistency(meas, ks)
-                    what = (f"{row['kernel']} ratio {row['traffic_ratio']:.3f} {row['bound']}"
-                            if meas.status == "ok" else meas.message[:70])
-                    print(f"{op:12} {arch:8} {shape.label:28} N={n:<3} {meas.status:11} {what} "
-                          f"[{time.perf_counter() - t0:.0f}s]", file=log, flush=True)
+    units = [(op, arch, shapes, dtype_name, check, min_rows, families, time.time()) for op in op_list for arch in archs]
+    if jobs > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        # spawn: a fresh interpreter per worker (forking a process that holds torch's threads is unsafe)
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            done = list(pool.map(_measure_unit, units))
+    else:
+        done = [_measure_unit(u, log) for u in units]
+    for unit_rows, unit_failures, (arch, instructions, seconds) in done:
+        rows += unit_rows
+        failures += unit_failures
+        rate[arch][0] += instructions
+        rate[arch][1] += seconds
     failures += invariants(rows, statics, archs)
     static_rows = [k.row() for f, a in sorted(statics, key=lambda fa: (archs.index(fa[1]), fa[0]))
                    for k in sorted(statics[f, a].values(), key=lambda k: kernel_sort_key(k.name))]
@@ -669,6 +704,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="JSON output (default benchmarks/RESULTS.json; none with --check)")
     p.add_argument("--merge", action="store_true",
                    help="with --op: keep the other ops' rows of the existing JSON report and rewrite both files")
+    p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+                   help="(op, arch) units measured in parallel worker processes (default: the usable cores; "
+                        "1 with --check, whose units are too small to pay for a worker's start)")
     p.add_argument("--per-call", action="store_true",
                    help="measure only the per-call cost and rewrite that section of the existing report")
     args = p.parse_args(argv)
@@ -677,12 +715,17 @@ def main(argv: list[str] | None = None) -> int:
     archs = args.arch or list(registry.manifest()["archs"])
     shapes = CHECK_SHAPES if args.check else SHAPES
     rep = run(archs, args.op, shapes, args.dtype, args.check, args.min_rows,
-              overhead_seconds=0.2 if args.check else 1.0)
+              overhead_seconds=0.2 if args.check else 1.0,
+              jobs=max(1, args.jobs or (1 if args.check else len(os.sched_getaffinity(0)))))
     if args.merge:
         rep = _merge(rep, json.loads(Path(args.json or HERE / "RESULTS.json").read_text()), archs)
     stored = Path(args.json or HERE / "RESULTS.json")
-    if not args.check and stored.is_file():       # measured by benchmarks.emulator_rate, not by this run
-        rep.setdefault("emulator_speed", json.loads(stored.read_text()).get("emulator_speed"))
+    if not args.check and stored.is_file():
+        # sections other commands measure (benchmarks.emulator_rate, .moe, .mla): kept as they are
+        old = json.loads(stored.read_text())
+        for section in ("emulator_speed", "moe", "mla"):
+            if old.get(section) is not None:
+                rep.setdefault(section, old[section])
     md_path = args.md or (None if args.check else str(HERE / "RESULTS.md"))
     json_path = args.json or (None if args.check else str(HERE / "RESULTS.json"))
     if md_path:

@@ -152,7 +152,7 @@ def build_jobs(tc: Toolchain, repo: Path, jobs: list[Job], out_dir: Path,
                workers: int) -> tuple[dict[Job, Built], list[str]]:
     """Build every job into ``out_dir/<tree.out>/<arch>/``, `workers` at a time. Returns (built, errors).
 
-    The largest sources start first, so one big family does not finish alone at the end.
+    The largest builds start first, so one big family does not finish alone at the end.
     """
     def one(job: Job) -> tuple[Job, Built | None, str]:
         try:
@@ -165,7 +165,9 @@ def build_jobs(tc: Toolchain, repo: Path, jobs: list[Job], out_dir: Path,
             print(f"  {job.label}: compiler warnings:\n{b.warnings}", file=sys.stderr, flush=True)
         return job, b, ""
 
-    largest_first = sorted(jobs, key=lambda j: -(repo / j.source).stat().st_size)
+    kernels = _kernel_counts(repo, {j.tree for j in jobs})
+    largest_first = sorted(jobs, key=lambda j: (kernels.get((j.tree, j.key), 0), (repo / j.source).stat().st_size),
+                           reverse=True)
     results: dict[Job, Built] = {}
     errors: list[str] = []
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -179,6 +181,19 @@ def build_jobs(tc: Toolchain, repo: Path, jobs: list[Job], out_dir: Path,
         print(f"  {cached} of {len(jobs)} code objects came from the build cache "
               "(same tools, flags and sources; --no-cache compiles them all)", flush=True)
     return results, errors
+
+
+def _kernel_counts(repo: Path, trees: set[Tree]) -> dict[tuple[Tree, str], int]:
+    """Kernels per code object in the trees' manifests: what a job's compile time follows (its
+    template instances)."""
+    out: dict[tuple[Tree, str], int] = {}
+    for tree in trees:
+        try:
+            manifest = load(repo / tree.out / "manifest.json") or {}
+        except ManifestError:
+            continue
+        out.update(((tree, key), len(e.get("kernels", ()))) for key, e in manifest.get("code_objects", {}).items())
+    return out
 
 
 def compiler_record(tc: Toolchain) -> dict[str, str]:

@@ -21,8 +21,9 @@ ROOT = paths.REPO
 def test_report_check_mode(tmp_path):
     out = tmp_path / "report.json"
     md = tmp_path / "report.md"
+    # -j 2: the worker processes a full run uses (as fast as one process at these sizes)
     proc = subprocess.run([sys.executable, "-m", "benchmarks.report", "--check", "--arch", "gfx942", "gfx1151",
-                           "--json", str(out), "--md", str(md)], cwd=ROOT, capture_output=True, text=True,
+                           "-j", "2", "--json", str(out), "--md", str(md)], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     rep = json.loads(out.read_text())
