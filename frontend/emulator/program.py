@@ -53,6 +53,11 @@ _SCALAR_OK = frozenset({("branch", m) for m in ("s_branch", "s_cbranch_scc0", "s
 _READS_FIRST_OPERAND = ("s_cmp", "s_bitcmp", "s_addk", "s_mulk", "s_cmov")
 LANEWISE, SCALAR, NOOP = 0, 1, 2
 _UNKNOWN = object()
+# A plan depends on the instruction's text only; code objects repeat the same texts in many kernels.
+_PLANS_BY_TEXT: dict[str, tuple | None] = {}
+# Classes whose handlers depend on the instruction's text and the decode context only, never on its
+# address (branches, s_getpc and the like do): one handler serves every copy of a text.
+_SHAREABLE = frozenset({"valu", "trans", "vmem_load", "vmem_store", "lds", "matrix"})
 
 _PARSED: dict[tuple[bytes, bytes], tuple[Listing, dict[str, int]]] = {}
 _PARSED_LOCK = threading.Lock()
@@ -90,6 +95,7 @@ class Program:
         self.handlers = self._decode_all(self.ctx)
         self._class_of: dict[str, int] = {}
         self._cohort_plans: list = [_UNKNOWN] * len(self.insts)
+        self._shared: dict[tuple, Handler] = {}       # see _SHAREABLE
         self._lockstep: dict[tuple[FloatMode, int], LockstepCode] = {}
         # MODE bits that change semantics are decode-time constants: one handler list per MODE.
         self._by_mode: dict[FloatMode, list[Handler]] = {}
@@ -121,7 +127,11 @@ class Program:
         """
         found = self._cohort_plans[i]
         if found is _UNKNOWN:
-            found = self._cohort_plans[i] = self._cohort_plan(self.insts[i], i)
+            inst = self.insts[i]
+            found = _PLANS_BY_TEXT.get(inst.text, _UNKNOWN)
+            if found is _UNKNOWN:
+                found = _PLANS_BY_TEXT[inst.text] = self._cohort_plan(inst, i)
+            self._cohort_plans[i] = found
         return found
 
     def _cohort_plan(self, inst: Inst, i: int) -> tuple | None:
@@ -216,8 +226,17 @@ class Program:
         if found is None:
             return self._failing(inst, f"instruction {inst.mnemonic!r} is not implemented by the emulator"), "other"
         factory, cls = found
+        key = None
+        if cls in _SHAREABLE:
+            key = (inst.text, ctx.lanes, tuple(sorted((k, v) for k, v in ctx.extra.items() if k != "image_base")))
+            shared = self._shared.get(key)
+            if shared is not None:
+                return shared, cls
         try:
-            return factory(inst, ctx), cls
+            handler = factory(inst, ctx)
+            if key is not None:
+                self._shared[key] = handler
+            return handler, cls
         except (EmulatorError, KeyError, ValueError) as e:
             # Decode problems surface when (and only if) the instruction executes.
             return self._failing(inst, f"cannot emulate {inst.text!r}: {e}"), cls

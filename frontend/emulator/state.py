@@ -16,6 +16,7 @@ test ``mask is w.full`` to skip masked copies.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,6 +63,7 @@ class Operand:
     text: str = ""
 
 
+@functools.lru_cache(maxsize=1 << 16)    # Operands are frozen; decoding parses the same texts again and again
 def parse_operand(tok: str) -> Operand:
     text = tok
     neg = absm = False
