@@ -46,7 +46,7 @@
 // 62-98 on gfx942/gfx950 (4+ waves per SIMD) except bf16 on gfx942, which widens bf16
 // pairs in VALU registers: up to 204 (2 waves per SIMD, still the op's two workgroups per
 // CU). No spills, no scratch, no static LDS; dynamic LDS N * kc * 2 <= the arch's LDS per
-// workgroup (hsaco/manifest.json has the per-kernel counts; tests/test_skinny_gemm.py
+// workgroup (hsaco/manifest.json has the per-kernel counts; tests/skinny_gemm/test_skinny_gemm.py
 // asserts them).
 #include "hipskinny/common.h"
 #include "hipskinny/loads.h"
