@@ -181,6 +181,18 @@ def consistency(meas: dynamic.Measurement, ks: KernelStatic | None) -> list[str]
     return errors
 
 
+def _unit_costs() -> dict[tuple[str, str], float]:
+    """Emulated seconds per (op, arch) in the stored report: the order to measure them in."""
+    try:
+        rows = json.loads((HERE / "RESULTS.json").read_text())["rows"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    cost: dict[tuple[str, str], float] = defaultdict(float)
+    for r in rows:
+        cost[r["op"], r["arch"]] += (r.get("sample") or {}).get("seconds") or 0.0
+    return cost
+
+
 @functools.cache
 def _static_of(family: str, arch: str) -> dict[str, KernelStatic]:
     """A shipped code object's kernels by name (read once per process: seconds for fp8_linear)."""
@@ -247,9 +259,13 @@ def run(archs: list[str], op_names: list[str] | None, shapes: tuple[Shape, ...],
     if jobs > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
-        # spawn: a fresh interpreter per worker (forking a process that holds torch's threads is unsafe)
+        # The costliest units first, so the workers finish together; spawn: a fresh interpreter per
+        # worker (forking a process that holds torch's threads is unsafe).
+        cost = _unit_costs()
+        order = sorted(range(len(units)), key=lambda u: -cost.get(units[u][:2], float("inf")))
         with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            done = list(pool.map(_measure_unit, units))
+            by_unit = dict(zip(order, pool.map(_measure_unit, [units[u] for u in order]), strict=True))
+        done = [by_unit[u] for u in range(len(units))]
     else:
         done = [_measure_unit(u, log) for u in units]
     for unit_rows, unit_failures, (arch, instructions, seconds) in done:
