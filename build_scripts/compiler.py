@@ -275,7 +275,9 @@ def compile_family(tc: Toolchain, repo: Path, arch: str, family: str, out_dir: P
     # The oclc module is made from the arch and the compiler's data layout, both in the key already
     # (its bitcode also names the temporary file it was assembled from).
     bitcode = [tc.hip_root / "lib" / "ockl.bc", tc.hip_root / "lib" / "ocml.bc"] if tc.hip_root else []
-    entry_key = cache.key(tc, repo, source, flags, [Path(source).parent.as_posix(), "kernels/include"], bitcode)
+    # Where the compiler looks for headers: the source's folder, then the -I folders of the flags.
+    include_dirs = [Path(source).parent.as_posix(), *(flags[i + 1] for i, f in enumerate(flags[:-1]) if f == "-I")]
+    entry_key = cache.key(tc, repo, source, flags, include_dirs, bitcode)
     sources = _from_cache(entry_key, repo, hsaco)
     if sources is not None:
         return _finish(tc, arch, family, hsaco, flags, sources, allow, "", start, cached=True)

@@ -294,12 +294,8 @@ def _run_group(program: Program, handlers: list[Handler], group: Workgroup, coun
     while True:
         runnable = [w for w in waves if w.state == RUNNING]
         if not runnable:
-            waiting = [w for w in waves if w.state == AT_BARRIER]
-            if not waiting:
+            if not _release_barrier(group):
                 return
-            for w in waiting:            # every live wave has arrived: release the barrier
-                w.state = RUNNING
-            group.stats.barriers += 1
             continue
         if rng is not None:
             w = rng.choice(runnable)
@@ -320,11 +316,7 @@ def _run_lockstep(program: Program, handlers: list[Handler], lock: _Codes, batch
         live = [w for w in waves if w.state == RUNNING]
         if not live:
             for group in batch.groups:
-                waiting = [w for w in group.waves if w.state == AT_BARRIER]
-                if waiting:
-                    for w in waiting:
-                        w.state = RUNNING
-                    group.stats.barriers += 1
+                _release_barrier(group)
             if not any(w.state == RUNNING for w in waves):
                 return
             continue
@@ -338,6 +330,17 @@ def _run_lockstep(program: Program, handlers: list[Handler], lock: _Codes, batch
             _step(program, handlers, members[0], counts, max_steps, max_steps, stop)
 
 
+def _release_barrier(group: Workgroup) -> bool:
+    """Release the barrier of a workgroup none of whose waves can run (every live wave has
+    arrived at it); False if no wave waits there (they have all ended)."""
+    waiting = [w for w in group.waves if w.state == AT_BARRIER]
+    for w in waiting:
+        w.state = RUNNING
+    if waiting:
+        group.stats.barriers += 1
+    return bool(waiting)
+
+
 def _run_seeded(program: Program, handlers: list[Handler], lock: _Codes, batch: Batch,
                 counts: defaultdict[int, int], rng: random.Random, max_steps: int) -> None:
     """Run the batch's workgroups to the end on one random schedule: a wave index that some
@@ -347,12 +350,8 @@ def _run_seeded(program: Program, handlers: list[Handler], lock: _Codes, batch: 
     nwaves = len(groups[0].waves)
     while True:
         for group in groups:
-            ws = group.waves
-            if not any(w.state == RUNNING for w in ws) and any(w.state == AT_BARRIER for w in ws):
-                for w in ws:
-                    if w.state == AT_BARRIER:
-                        w.state = RUNNING
-                group.stats.barriers += 1
+            if not any(w.state == RUNNING for w in group.waves):
+                _release_barrier(group)
         runnable = [j for j in range(nwaves) if any(g.waves[j].state == RUNNING for g in groups)]
         if not runnable:
             return
