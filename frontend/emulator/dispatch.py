@@ -87,9 +87,15 @@ class Batch:
         registers when they are consecutive, else a gathered copy of the rows the kernel uses."""
         if waves[-1].slot - waves[0].slot != len(waves) - 1:
             n = self.wave_size
-            lanes = np.concatenate([np.arange(w.slot * n, (w.slot + 1) * n) for w in waves])
+            runs: list[list[int]] = []
+            for w in waves:
+                if runs and runs[-1][1] == w.slot * n:
+                    runs[-1][1] += n
+                else:
+                    runs.append([w.slot * n, (w.slot + 1) * n])
             group = waves[0].group if waves[0].group is waves[-1].group else _Span(self, waves)
-            return GatheredCohort(waves, self.vfile, self.afile, group, lanes, self.vgprs, self.agprs)
+            return GatheredCohort(waves, self.vfile, self.afile, group, [(a, b) for a, b in runs], self.vgprs,
+                                  self.agprs)
         key = (waves[0].slot, len(waves))
         found = self._cohorts.get(key)
         if found is None:

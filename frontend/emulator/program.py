@@ -56,8 +56,10 @@ _UNKNOWN = object()
 # A plan depends on the instruction's text only; code objects repeat the same texts in many kernels.
 _PLANS_BY_TEXT: dict[str, tuple | None] = {}
 # Classes whose handlers depend on the instruction's text and the decode context only, never on its
-# address (branches, s_getpc and the like do): one handler serves every copy of a text.
+# address (branches, s_getpc and the like do): one handler serves every copy of a text, in every
+# program of the arch (every device loads the same code objects; handlers keep no per-call state).
 _SHAREABLE = frozenset({"valu", "trans", "vmem_load", "vmem_store", "lds", "matrix"})
+_SHARED: dict[tuple, Handler] = {}
 
 _PARSED: dict[tuple[bytes, bytes], tuple[Listing, dict[str, int]]] = {}
 _PARSED_LOCK = threading.Lock()
@@ -95,7 +97,6 @@ class Program:
         self.handlers = self._decode_all(self.ctx)
         self._class_of: dict[str, int] = {}
         self._cohort_plans: list = [_UNKNOWN] * len(self.insts)
-        self._shared: dict[tuple, Handler] = {}       # see _SHAREABLE
         self._lockstep: dict[tuple[FloatMode, int], LockstepCode] = {}
         # MODE bits that change semantics are decode-time constants: one handler list per MODE.
         self._by_mode: dict[FloatMode, list[Handler]] = {}
@@ -228,14 +229,15 @@ class Program:
         factory, cls = found
         key = None
         if cls in _SHAREABLE:
-            key = (inst.text, ctx.lanes, tuple(sorted((k, v) for k, v in ctx.extra.items() if k != "image_base")))
-            shared = self._shared.get(key)
+            key = (ctx.arch, inst.text, ctx.lanes,
+                   tuple(sorted((k, v) for k, v in ctx.extra.items() if k != "image_base")))
+            shared = _SHARED.get(key)
             if shared is not None:
                 return shared, cls
         try:
             handler = factory(inst, ctx)
             if key is not None:
-                self._shared[key] = handler
+                _SHARED[key] = handler
             return handler, cls
         except (EmulatorError, KeyError, ValueError) as e:
             # Decode problems surface when (and only if) the instruction executes.

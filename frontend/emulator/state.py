@@ -346,26 +346,38 @@ class Cohort:
 class GatheredCohort(Cohort):
     """A cohort of waves that are not next to each other (one wave of each workgroup in a branch
     only it takes, say): their VGPR and AGPR rows in use are copied into a file of their own while
-    the cohort runs, and back before any member runs an instruction alone and when it stops."""
+    the cohort runs, and back before any member runs an instruction alone and when it stops.
+
+    `runs` are the members' lanes in the batch's files as (first, stop) ranges of consecutive
+    lanes: copied as slices, which is ten times faster than gathering by lane index."""
 
     def __init__(self, waves: list[Wave], vfile: np.ndarray, afile: np.ndarray | None, group: Any,
-                 lanes: np.ndarray, vrows: int, arows: int) -> None:
-        self._vfile, self._afile, self._lanes, self._vrows, self._arows = vfile, afile, lanes, vrows, arows
-        v = np.zeros((vfile.shape[0], len(lanes)), np.uint32)
-        a = None if afile is None else np.zeros((afile.shape[0], len(lanes)), np.uint32)
+                 runs: list[tuple[int, int]], vrows: int, arows: int) -> None:
+        self._vfile, self._afile, self._vrows, self._arows = vfile, afile, vrows, arows
+        lanes = sum(stop - first for first, stop in runs)
+        self._runs = []
+        at = 0
+        for first, stop in runs:
+            self._runs.append((slice(first, stop), slice(at, at + stop - first)))
+            at += stop - first
+        v = np.zeros((vfile.shape[0], lanes), np.uint32)
+        a = None if afile is None else np.zeros((afile.shape[0], lanes), np.uint32)
         super().__init__(waves, v, a, group)
         self.reload()
 
     def reload(self) -> None:
-        self.v[:self._vrows] = self._vfile[:self._vrows, self._lanes]
-        if self.a is not None:
-            self.a[:self._arows] = self._afile[:self._arows, self._lanes]
+        rows, arows = self._vrows, self._arows
+        for src, dst in self._runs:
+            self.v[:rows, dst] = self._vfile[:rows, src]
+            if self.a is not None:
+                self.a[:arows, dst] = self._afile[:arows, src]
 
     def finish(self) -> None:
-        self._vfile[:self._vrows, self._lanes] = self.v[:self._vrows]
-        if self.a is not None:
-            self._afile[:self._arows, self._lanes] = self.a[:self._arows]
-
+        rows, arows = self._vrows, self._arows
+        for src, dst in self._runs:
+            self._vfile[:rows, src] = self.v[:rows, dst]
+            if self.a is not None:
+                self._afile[:arows, src] = self.a[:arows, dst]
 
 
 Reader = Callable[[Wave], Any]
