@@ -19,15 +19,15 @@ from .ops.valu_common import split_pair
 from .state import EXEC_HI, EXEC_LO, NULL, VCC_HI, VCC_LO, Wave, parse_operand
 
 # What a lockstep cohort may execute as one: lane-wise vector, LDS and memory instructions,
-# including those that read or write lane masks in SGPRs (compares, carries, cndmask: each member's
-# own mask, see `_mask_operands`; div_fmas reads VCC as one; cmpx writes each member's EXEC). Out:
-# anything that names EXEC, moves data between lanes (DPP, readlane,
-# permlane, swizzle, permute, mbcnt), uses M0 (LDS-direct loads, movrel, interp, addtid), or whose
-# effect depends on the order of waves (atomics, GWS, append/consume).
+# including those that read or write lane masks in SGPRs (compares, carries, cndmask, also in a
+# VOPD half: each member's own mask, see `_mask_operands`; div_fmas reads VCC as one; cmpx writes
+# each member's EXEC), and permlane16/x16 (they move data inside rows of 16 lanes, never across a
+# wave). Out: anything that names EXEC, moves data across a wave (DPP, readlane, permlane64,
+# swizzle, permute, mbcnt), uses M0 (LDS-direct loads, movrel, interp, addtid), or whose effect
+# depends on the order of waves (atomics, GWS, append/consume).
 _LOCKSTEP_CLASSES = frozenset({"valu", "trans", "lds", "vmem_load", "vmem_store", "matrix"})
-_NOT_LANE_WISE = re.compile(r"lane|mbcnt|permute|swizzle|addtid|gws|append|consume|"
-                            r"atomic|lds|movrel|interp|dpp|\bexec|\bscc|\bm0\b|\bttmp|quad_perm|row_|wave_|"
-                            r"bank_mask|::.*cndmask|cndmask.*::")
+_NOT_LANE_WISE = re.compile(r"\b(?!v_permlanex?16_b32\b)\w*lane|mbcnt|permute|swizzle|addtid|gws|append|consume|"
+                            r"atomic|lds|movrel|interp|dpp|\bexec|\bscc|\bm0\b|\bttmp|quad_perm|row_|wave_|bank_mask")
 
 
 def _mask_operands(mnemonic: str, count: int) -> frozenset[int]:

@@ -276,6 +276,8 @@ class Cohort:
         self.mask = self.full
         self._execs: tuple[int, ...] = ()
 
+    sget = Wave.sget            # the first member's SGPRs stand for all (checked equal before the instruction)
+
     def each(self, fn: Callable[[Wave], None]) -> None:
         """Run a one-wave handler on every member, in order, on the members' own registers."""
         self.finish()

@@ -108,14 +108,21 @@ def _permlane(cross: bool) -> Any:
         if len(sel) != 2:
             raise fail(inst, "op_sel must be [fi,bound_ctrl]")
         fi, bc = bool(sel[0]), bool(sel[1])
-        lane = np.arange(ctx.wave_size)
+        # Rows of 16 lanes never cross a wave, so the same indexing serves a lockstep cohort's lanes
+        # (ctx.nlanes: several waves side by side, their selector SGPRs checked equal).
+        lane = np.arange(ctx.nlanes)
         row = lane // 16
         base = ((row ^ 1) if cross else row) * 16
         shifts = (4 * (lane % 16)).astype(U64)
+        sources: dict[int, np.ndarray] = {}         # selector -> source lane of each lane (usually one)
 
         def h(w: Wave) -> None:
-            sel64 = U64((get_hi(w) << 32) | get_lo(w))
-            src = base + ((sel64 >> shifts) & U64(0xF)).astype(np.int64)
+            key = (get_hi(w) << 32) | get_lo(w)
+            src = sources.get(key)
+            if src is None:
+                src = base + ((U64(key) >> shifts) & U64(0xF)).astype(np.int64)
+                if len(sources) < 64:
+                    sources[key] = src
             exe = w.exec_mask()
             vals = w.v[si][src]
             ok = exe[src] | fi
