@@ -9,11 +9,12 @@ by wave in order). Waves whose PCs part run separately, the lowest PC first, unt
 meet again. For a race-free kernel the results are those of running the waves one after
 another (``lockstep=False``, kept to compare against).
 
-With a seed, workgroups run in a shuffled order and the scheduler switches waves at random
-instruction boundaries, so a missing barrier or a race changes the result: it picks a wave
-index and a number of instructions (1..64), and that wave of every workgroup in the batch
-runs them, in lockstep where their PCs agree (`_run_seeded`). Every workgroup thus sees a
-random interleaving of its own waves; ``lockstep=False`` with a seed runs one workgroup at a
+With a seed, workgroups run in a shuffled order and the scheduler lets waves run ahead of
+each other by random numbers of instructions, so a missing barrier or a race changes the
+result (`_run_seeded`): in each round a random set of wave indices runs ahead by 1..64
+instructions in every workgroup of the batch, then the other waves follow as far, stopping
+where they meet one that ran ahead; waves at one PC run in lockstep. Every workgroup thus sees
+a random interleaving of its own waves; ``lockstep=False`` with a seed runs one workgroup at a
 time, one wave at a time (the schedule before batches, with its own random sequence).
 """
 
@@ -60,12 +61,10 @@ class Batch:
     each workgroup's LDS at a fixed stride."""
 
     def __init__(self, count: int, nwaves: int, wave_size: int, gfx9: bool, lds_bytes: int, strict_lds: bool,
-                 mem: Memory, stats: LaunchStats, vgprs: int = 256, agprs: int = 256, wave_major: bool = False) -> None:
+                 mem: Memory, stats: LaunchStats, vgprs: int = 256, agprs: int = 256) -> None:
         lanes = count * nwaves * wave_size
         self.count = count
-        # Slots: a workgroup's waves next to each other, or (wave_major, seeded runs) wave j of
-        # every workgroup next to each other.
-        self.wave_major = wave_major
+        # Slots: a workgroup's waves next to each other, the workgroups one after another.
         self.vgprs, self.agprs = min(vgprs, 256), min(agprs, 256)     # register rows the kernel uses
         self.wave_size = wave_size
         self.vfile = np.zeros((256, lanes), np.uint32)
@@ -149,7 +148,7 @@ class Workgroup:
 
     def new_wave(self, index: int, gfx9: bool) -> Wave:
         b = self.batch
-        slot = index * b.count + self.index if b.wave_major else len(b.waves)
+        slot = len(b.waves)
         n = b.wave_size
         lanes = slice(slot * n, (slot + 1) * n)
         w = Wave(n, gfx9, self, index, s=b.sfile[slot], v=b.vfile[:, lanes],
@@ -234,7 +233,7 @@ def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, i
         for first in range(0, len(order), side_by_side):
             gids = order[first:first + side_by_side]
             batch = Batch(len(gids), nwaves, wave_size, gfx9, lds_bytes, strict_lds, mem, stats,
-                          kernel.vgpr_count, kernel.agpr_count, wave_major=rng is not None)
+                          kernel.vgpr_count, kernel.agpr_count)
             for j, gid in enumerate(gids):
                 batch.groups.append(_start_group(program, kernel, batch, j, gid, nwaves, packed, user, entry))
             batch.waves.sort(key=lambda w: w.slot)
@@ -349,47 +348,51 @@ def _release_barrier(group: Workgroup) -> bool:
 
 def _run_seeded(program: Program, handlers: list[Handler], lock: _Codes, batch: Batch,
                 counts: defaultdict[int, int], rng: random.Random, max_steps: int) -> None:
-    """Run the batch's workgroups to the end on one random schedule: a wave index that some
-    workgroup can run, and a number of instructions, 1..64; that wave of each workgroup runs them
-    (`_burst`). A workgroup's barrier releases as soon as none of its waves can run."""
-    groups = batch.groups
-    nwaves = len(groups[0].waves)
+    """Run the batch's workgroups to the end on one random schedule, a sequence of rounds:
+
+    - a random set of wave indices (each with probability 1/2, at least one) and a count 1..64
+      are drawn; those waves of every workgroup run ahead by that many instructions;
+    - then the other waves run as many, stopping early where they reach a PC at which a wave
+      that ran ahead stands (so waves meet again and later rounds run as larger cohorts).
+
+    A wave that runs ahead of the others of its workgroup sees their stores late, so a missing
+    barrier shows. A workgroup's barrier releases as soon as none of its waves can run."""
+    groups, waves = batch.groups, batch.waves
     while True:
         for group in groups:
             if not any(w.state == RUNNING for w in group.waves):
                 _release_barrier(group)
-        runnable = [j for j in range(nwaves) if any(g.waves[j].state == RUNNING for g in groups)]
-        if not runnable:
+        indices = sorted({w.index for w in waves if w.state == RUNNING})
+        if not indices:
             return
-        j = rng.choice(runnable)
-        _burst(program, handlers, lock, batch, [g.waves[j] for g in groups if g.waves[j].state == RUNNING],
-               rng.randint(1, 64), counts, max_steps)
+        ahead = {j for j in indices if rng.random() < 0.5} or {rng.choice(indices)}
+        count = rng.randint(1, 64)
+        leaders = [w for w in waves if w.state == RUNNING and w.index in ahead]
+        _advance(program, handlers, lock, batch, leaders, count, frozenset(), counts, max_steps)
+        meet = frozenset(w.pc for w in leaders if w.state == RUNNING)
+        rest = [w for w in waves if w.state == RUNNING and w.index not in ahead]
+        _advance(program, handlers, lock, batch, rest, count, meet, counts, max_steps)
 
 
-def _burst(program: Program, handlers: list[Handler], lock: _Codes, batch: Batch, members: list[Wave],
-           count: int, counts: defaultdict[int, int], max_steps: int) -> None:
-    """Run each of `members` (in slot order) for `count` instructions, or until it blocks or ends;
-    the waves at one PC as one cohort, which splits where their PCs part."""
-    pending = [(members, count)]
-    while pending:
-        waves, left = pending.pop()
-        by_pc: dict[int, list[Wave]] = {}
-        for w in waves:
-            if w.state == RUNNING:
-                by_pc.setdefault(w.pc, []).append(w)
-        for pc in sorted(by_pc):
-            together = by_pc[pc]
-            before = together[0].steps
-            if len(together) > 1:
-                cohort = batch.cohort(together)
-                _run_cohort(program, handlers, lock[cohort.n], cohort, counts, -1, max_steps, left)
-            else:
-                _step(program, handlers, together[0], counts, left, max_steps)
-            done = together[0].steps - before
-            if done < left:
-                rest = [w for w in together if w.state == RUNNING]
-                if rest:
-                    pending.append((rest, left - done))
+def _advance(program: Program, handlers: list[Handler], lock: _Codes, batch: Batch, members: list[Wave],
+             count: int, meet: frozenset[int], counts: defaultdict[int, int], max_steps: int) -> None:
+    """Run each of `members` (in slot order) for `count` instructions, or until it blocks, ends or
+    stands at a PC in `meet`. As in `_run_lockstep`, the waves at the lowest PC go first, as one
+    cohort, and stop where they reach another member's PC, so members that parted merge again."""
+    goal = {id(w): w.steps + count for w in members}
+    while True:
+        live = [w for w in members if w.state == RUNNING and w.steps < goal[id(w)] and w.pc not in meet]
+        if not live:
+            return
+        lo = min(w.pc for w in live)
+        together = [w for w in live if w.pc == lo]
+        stop = min([w.pc for w in live if w.pc > lo] + [pc for pc in meet if pc > lo], default=-1)
+        left = min(goal[id(w)] - w.steps for w in together)
+        if len(together) > 1:
+            cohort = batch.cohort(together)
+            _run_cohort(program, handlers, lock[cohort.n], cohort, counts, stop, max_steps, left)
+        else:
+            _step(program, handlers, together[0], counts, left, max_steps, stop)
 
 
 def _uniform(waves: list[Wave], sgprs: tuple[int, ...]) -> bool:

@@ -113,8 +113,8 @@ def test_cohorts_are_used(monkeypatch):
 @pytest.mark.parametrize("case", ["skinny_gemm-n16-splitk", "matmul_4bit-n24"])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_seeded_batches_match_seeded_single_workgroups(arch, case, monkeypatch):
-    """A seeded run shuffles workgroups and switches waves at random; with batches, wave j of every
-    workgroup in the batch runs each random burst together. Split-K partials reduced by the last
+    """A seeded run shuffles workgroups and lets random sets of waves run ahead; with batches, the
+    waves of every workgroup in the batch take part in each round together. Split-K partials reduced by the last
     workgroup to arrive, barriers, LDS: the bits and the counts are those of a seeded run of one
     workgroup and one wave at a time, and of the deterministic schedule."""
     call = CASES[case](arch)
