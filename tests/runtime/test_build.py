@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
@@ -381,8 +382,13 @@ def test_test_kernels_build_into_their_own_tree(tmp_path):
              "tests/kernels/asm/tiny.s": ";%targets gfx942 gfx1201\n" + TINY_ASM}
     a = make_tree(tmp_path / "a", extra=files)
     b = make_tree(tmp_path / "elsewhere" / "b", extra=files)
+    # One build cache for the whole test: tree a compiles, b and the rebuilding checks below take a's
+    # builds (compiling in two folders is test_build_is_reproducible_across_directories's job); an
+    # edited source misses the cache and compiles.
+    cache = tmp_path / "cache"
+    run = functools.partial(run_build, cache=cache)
     for root in (a, b):
-        done = run_build(root, "--arch", "gfx942", "gfx1201")
+        done = run(root, "--arch", "gfx942", "gfx1201")
         assert done.returncode == 0, done.stdout + done.stderr
     for rel in ("gfx942/tiny.hsaco", "gfx942/tiny.lst.gz", "gfx1201/tiny.hsaco", "gfx942/probe.hsaco",
                 "manifest.json"):
@@ -402,34 +408,34 @@ def test_test_kernels_build_into_their_own_tree(tmp_path):
     assert tests["code_objects"]["gfx942/probe"]["sources"].keys() == \
         {"tests/kernels/probe.hip", "kernels/include/small/axpy.h"}
 
-    check = run_build(a, "--check", "--arch", "gfx942", "gfx1201")
+    check = run(a, "--check", "--arch", "gfx942", "gfx1201")
     assert check.returncode == 0, check.stdout + check.stderr
     assert "tests/hsaco/ matches the sources (4 code objects)" in check.stdout
 
     # An edit to the assembly: both check modes see it; other archs (gfx950) are simply absent.
     asm = a / "tests" / "kernels" / "asm" / "tiny.s"
     asm.write_text(asm.read_text().replace("v_mov_b32_e32 v1, 7", "v_mov_b32_e32 v1, 8"))
-    hashes = run_build(a, "--check", "--no-rebuild", "--arch", "gfx942")
+    hashes = run(a, "--check", "--no-rebuild", "--arch", "gfx942")
     assert hashes.returncode == 1
     assert "tests/hsaco/gfx942/tiny: source tests/kernels/asm/tiny.s changed since the build" in hashes.stdout
-    rebuilt = run_build(a, "--check", "--arch", "gfx942", "--family", "tiny")
+    rebuilt = run(a, "--check", "--arch", "gfx942", "--family", "tiny")
     assert rebuilt.returncode == 1
     assert "tests/hsaco/gfx942/tiny: rebuilt tests/hsaco/gfx942/tiny.hsaco differs" in rebuilt.stdout
-    missing = run_build(a, "--check", "--no-rebuild")
+    missing = run(a, "--check", "--no-rebuild")
     assert "tests/hsaco/gfx950/probe: tests/kernels/probe.hip has no code object in the manifest" in missing.stdout
     assert "gfx950/tiny" not in missing.stdout           # tiny is only written for gfx942 and gfx1201
 
     # A test kernel that no longer targets an arch makes that code object stale; a build of the kernel
     # drops it.
     asm.write_text(asm.read_text().replace(";%targets gfx942 gfx1201", ";%targets gfx1201"))
-    gone = run_build(a, "--check", "--no-rebuild", "--arch", "gfx942")
+    gone = run(a, "--check", "--no-rebuild", "--arch", "gfx942")
     assert "tests/hsaco/gfx942/tiny: tests/kernels/asm/tiny.s no longer targets gfx942" in gone.stdout
-    done = run_build(a, "--family", "tiny")
+    done = run(a, "--family", "tiny")
     assert done.returncode == 0, done.stdout + done.stderr
     assert set(json.loads((a / "tests" / "hsaco" / "manifest.json").read_text())["code_objects"]) == \
         {"gfx942/probe", "gfx1201/probe", "gfx1201/tiny"}
     asm.unlink()
-    gone = run_build(a, "--check", "--no-rebuild", "--arch", "gfx1201")
+    gone = run(a, "--check", "--no-rebuild", "--arch", "gfx1201")
     assert "tests/hsaco/gfx1201/tiny: tests/kernels/asm/tiny.s no longer exists" in gone.stdout
 
 
