@@ -731,7 +731,7 @@ def main(argv: list[str] | None = None) -> int:
     archs = args.arch or list(registry.manifest()["archs"])
     shapes = CHECK_SHAPES if args.check else SHAPES
     rep = run(archs, args.op, shapes, args.dtype, args.check, args.min_rows,
-              overhead_seconds=0.2 if args.check else 1.0,
+              overhead_seconds=0.05 if args.check else 1.0,
               jobs=max(1, args.jobs or (1 if args.check else len(os.sched_getaffinity(0)))))
     if args.merge:
         rep = _merge(rep, json.loads(Path(args.json or HERE / "RESULTS.json").read_text()), archs)

@@ -11,7 +11,9 @@ Anything malformed raises `CodeObjectError` naming the file and what was wrong.
 
 from __future__ import annotations
 
+import hashlib
 import struct
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -343,14 +345,30 @@ class CodeObject:
 
     @classmethod
     def parse(cls, data: bytes, source: str = "code object") -> CodeObject:
-        """Parse a linked ``.hsaco``; `source` names the file in error messages."""
+        """Parse a linked ``.hsaco``; `source` names the file in error messages. A code object is
+        immutable, so one parse per distinct image serves every device that loads it (the large
+        ones take a tenth of a second)."""
+        data = bytes(data)
+        key = hashlib.sha256(data).digest()
+        found = _PARSED.get(key)
+        if found is not None:
+            return found
         try:
-            return _Parser(bytes(data), source).parse()
+            code = _Parser(data, source).parse()
         except CodeObjectError:
             raise
         except (struct.error, IndexError, ValueError, TypeError, KeyError) as exc:
             # Explicit checks cover the known cases; this keeps a missed one a clear error.
             raise CodeObjectError(f"{source}: malformed code object ({type(exc).__name__}: {exc})") from exc
+        with _PARSED_LOCK:
+            if len(_PARSED) >= 32:
+                _PARSED.pop(next(iter(_PARSED)))
+            _PARSED[key] = code
+        return code
+
+
+_PARSED: dict[bytes, CodeObject] = {}      # sha256 of the image -> its parse (see CodeObject.parse)
+_PARSED_LOCK = threading.Lock()
 
 
 def read_code_object(source: str | Path | bytes) -> CodeObject:

@@ -488,7 +488,8 @@ def _cohort_handler(inst: Inst, ctx: DecodeContext, form: Form, read_a: Callable
     def gather(regs: np.ndarray, bits: int, dec: Callable, elem: np.ndarray, lane: np.ndarray) -> np.ndarray:
         codes = _elements(regs, bits)                        # [elements, waves * lanes]
         vals = dec(codes).reshape(codes.shape[0], waves, lanes)
-        return np.moveaxis(vals[elem, :, lane], -1, 0)       # [waves, blocks, rows, cols]
+        picked = vals[elem, :, lane]                         # [blocks, rows, cols, waves]
+        return picked.transpose(picked.ndim - 1, *range(picked.ndim - 1))    # [waves, blocks, rows, cols]
 
     def handler(w: Any) -> None:
         if w.mask is not w.full:
