@@ -63,7 +63,6 @@ class Batch:
     def __init__(self, count: int, nwaves: int, wave_size: int, gfx9: bool, lds_bytes: int, strict_lds: bool,
                  mem: Memory, stats: LaunchStats, vgprs: int = 256, agprs: int = 256) -> None:
         lanes = count * nwaves * wave_size
-        self.count = count
         # Slots: a workgroup's waves next to each other, the workgroups one after another.
         self.vgprs, self.agprs = min(vgprs, 256), min(agprs, 256)     # register rows the kernel uses
         self.wave_size = wave_size
@@ -236,7 +235,6 @@ def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, i
                           kernel.vgpr_count, kernel.agpr_count)
             for j, gid in enumerate(gids):
                 batch.groups.append(_start_group(program, kernel, batch, j, gid, nwaves, packed, user, entry))
-            batch.waves.sort(key=lambda w: w.slot)
             if lock is None:
                 for group in batch.groups:
                     _run_group(program, handlers, group, counts, rng, max_wave_steps)

@@ -145,13 +145,23 @@ def fma_rto(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 
 
 def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """Fused multiply-add with a single RNE rounding to f32 (denormals kept; the casts quiet NaNs)."""
+    """Fused multiply-add with a single RNE rounding to f32 (denormals kept; the casts quiet NaNs).
+
+    (A float64 fast path that falls back only where fl64(a*b + c) is an f32 rounding midpoint
+    was tried: in accumulation loops many exact sums are such midpoints, so it cost more.)"""
     return fma_rto(a, b, c).astype(np.float32)
 
 
 def fma_f16(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """Fused multiply-add of f16 values with a single RNE rounding to f16."""
-    return to_f16(fma_rto(a, b, c))
+    """Fused multiply-add of f16 values with a single RNE rounding to f16.
+
+    No round-to-odd step is needed: a*b (22 significant bits) is exact in float64, and a*b + c
+    is too unless the terms are about 2^30 or more apart in magnitude. If a*b is then the larger,
+    it exceeds 2^18 (a nonzero c is at least 2^-24) and the result overflows f16 either way; if c
+    is, the tiny a*b lies below half an f16 ulp of c, which is no rounding midpoint, so the f16
+    result is c either way. So float64's rounding never changes the f16 result (also checked
+    against `fma_rto` on 24M random and boundary samples)."""
+    return to_f16(np.asarray(a, np.float64) * b + np.asarray(c, np.float64))
 
 
 def fma_f64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
