@@ -10,7 +10,8 @@ Two sets of launches per arch, every kernel family in each:
 
 Each tree runs in a process of its own (``--worker``, with ``HIPSKINNY_TREE`` naming the
 tree to import); a baseline commit is checked out into a git worktree under /tmp. Every
-workload is called once to warm up (listing parse, decode), then timed: the rate is the sum
+workload is called once to warm up (listing parse, decode), then timed `--repeat` times (3),
+keeping the fastest call (the machine is shared; one call varies by 20-30%): the rate is the sum
 of the launches' instruction counts over the sum of their `LaunchStats.seconds`. Both trees
 get the same inputs, and their outputs must agree bit for bit (exit 1 otherwise). ``--write``
 stores the result in RESULTS.json and rewrites the "Emulator rate" section of RESULTS.md.
@@ -83,7 +84,7 @@ def _digest(out: Any) -> str:
     return h.hexdigest()[:16]
 
 
-def worker(archs: list[str], sets: list[str]) -> dict[str, Any]:
+def worker(archs: list[str], sets: list[str], repeat: int = 3) -> dict[str, Any]:
     """Run every workload in this process's `hipskinny` (see `benchmarks._use_tree`)."""
     import hipskinny as hs
     from hipskinny.emulator import EmulatedDevice
@@ -93,25 +94,32 @@ def worker(archs: list[str], sets: list[str]) -> dict[str, Any]:
             size = SETS[name]
             for label, call in _workloads(hs, arch, size).items():
                 dev = EmulatedDevice(arch, size["cus"])
+                best: tuple[float, float, list, Any] | None = None
                 with hs.on_device(dev):
                     call()                                 # warm: listing parsed, handlers decoded
-                    dev.launches.clear()
-                    wall = time.perf_counter()
-                    result = call()
-                    wall = time.perf_counter() - wall
-                stats = list(dev.launches)
+                    for _ in range(repeat):                # the fastest call: the machine is shared
+                        dev.launches.clear()
+                        wall = time.perf_counter()
+                        result = call()
+                        wall = time.perf_counter() - wall
+                        stats = list(dev.launches)
+                        seconds = sum(s.seconds for s in stats)
+                        if best is None or seconds < best[0]:
+                            best = (seconds, wall, stats, result)
+                assert best is not None
+                seconds, wall, stats, result = best
                 out[f"{arch}|{name}|{label}"] = {
                     "wave_instructions": sum(s.total_instructions for s in stats),
-                    "seconds": sum(s.seconds for s in stats), "wall": wall, "launches": len(stats),
+                    "seconds": seconds, "wall": wall, "launches": len(stats), "repeat": repeat,
                     "digest": _digest(result)}
     return out
 
 
-def _run_tree(tree: Path, archs: list[str], sets: list[str]) -> dict[str, Any]:
+def _run_tree(tree: Path, archs: list[str], sets: list[str], repeat: int) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         env = dict(os.environ, HIPSKINNY_TREE=str(tree), HIPSKINNY_DEVICE="")
         subprocess.run([sys.executable, "-m", "benchmarks.emulator_rate", "--worker", f.name, "--arch", *archs,
-                        "--set", *sets], cwd=ROOT, env=env, check=True)
+                        "--set", *sets, "--repeat", str(repeat)], cwd=ROOT, env=env, check=True)
         return json.loads(Path(f.name).read_text())
 
 
@@ -158,6 +166,7 @@ def markdown(speed: dict[str, Any]) -> list[str]:
            + ": wave-instructions per second of host time over fixed launches of every kernel family "
            "(`benchmarks/emulator_rate.py`: `tests` = the test suite's small shapes, `report` = the report's "
            "scaled-down decode shapes), each called once to warm up, then timed"
+           + (f" {speed['repeat']} times, the fastest call counting" if speed.get("repeat", 1) > 1 else "")
            + ("; the outputs of both trees agree bit for bit" if base else "")
            + (f" (instruction counts differ where the code objects changed between the commits: "
               f"{', '.join(speed['recompiled'])})" if speed.get("recompiled") else "") + ".", ""]
@@ -184,20 +193,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arch", nargs="+", default=list(ARCHS))
     p.add_argument("--set", nargs="+", default=list(SETS), choices=list(SETS))
     p.add_argument("--write", action="store_true", help="store in RESULTS.json and rewrite RESULTS.md")
+    p.add_argument("--repeat", type=int, default=3, help="timed calls per workload; the fastest counts")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        Path(args.worker).write_text(json.dumps(worker(args.arch, args.set)))
+        Path(args.worker).write_text(json.dumps(worker(args.arch, args.set, args.repeat)))
         return 0
-    new = _run_tree(ROOT, args.arch, args.set)
-    old = _run_tree(_worktree(args.baseline), args.arch, args.set) if args.baseline else None
+    new = _run_tree(ROOT, args.arch, args.set, args.repeat)
+    old = _run_tree(_worktree(args.baseline), args.arch, args.set, args.repeat) if args.baseline else None
     rows, differ = compare(new, old)
     recompiled = sorted({key.split("|")[2].split()[0] for key in new
                          if old is not None and old[key]["wave_instructions"] != new[key]["wave_instructions"]})
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                             check=True).stdout.strip()
-    command = "python -m benchmarks.emulator_rate" + (f" --baseline {args.baseline}" if args.baseline else "")
-    speed = {"command": command, "date": datetime.date.today().isoformat(), "commit": commit,
+    command = "python -m benchmarks.emulator_rate" + (f" --baseline {args.baseline}" if args.baseline else "") \
+        + (f" --repeat {args.repeat}" if args.repeat != 3 else "")
+    speed = {"command": command, "date": datetime.date.today().isoformat(), "commit": commit, "repeat": args.repeat,
              "baseline": args.baseline, "rows": rows, "recompiled": recompiled, "workloads": new,
              "baseline_workloads": old}
     print("\n".join(markdown(speed)))
