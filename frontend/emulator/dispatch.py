@@ -92,8 +92,7 @@ class Batch:
                 else:
                     runs.append([w.slot * n, (w.slot + 1) * n])
             group = waves[0].group if waves[0].group is waves[-1].group else _Span(self, waves)
-            return GatheredCohort(waves, self.vfile, self.afile, group, [(a, b) for a, b in runs], self.vgprs,
-                                  self.agprs)
+            return GatheredCohort(waves, self.vfile, self.afile, group, runs, self.vgprs, self.agprs)
         key = (waves[0].slot, len(waves))
         found = self._cohorts.get(key)
         if found is None:
@@ -310,27 +309,16 @@ def _run_group(program: Program, handlers: list[Handler], group: Workgroup, coun
 
 def _run_lockstep(program: Program, handlers: list[Handler], lock: _Codes, batch: Batch,
                   counts: defaultdict[int, int], max_steps: int) -> None:
-    """Run the batch's workgroups to the end. The waves at the lowest PC go first, as one cohort
-    when they are consecutive, and stop where they reach another wave's PC, so the two groups
-    merge there. When every wave is blocked, each workgroup's barrier releases (all its live waves
-    wait at it then)."""
+    """Run the batch's workgroups to the end: every wave as far as it goes (`_advance`: the waves
+    at the lowest PC first, as one cohort, merging with the others where they meet); when every
+    wave is blocked, each workgroup's barrier releases (all its live waves wait at it then)."""
     waves = batch.waves
     while True:
-        live = [w for w in waves if w.state == RUNNING]
-        if not live:
-            for group in batch.groups:
-                _release_barrier(group)
-            if not any(w.state == RUNNING for w in waves):
-                return
-            continue
-        lo = min(w.pc for w in live)
-        members = [w for w in live if w.pc == lo]
-        stop = min((w.pc for w in live if w.pc > lo), default=-1)
-        if len(members) > 1:
-            cohort = batch.cohort(members)
-            _run_cohort(program, handlers, lock[cohort.n], cohort, counts, stop, max_steps)
-        else:
-            _step(program, handlers, members[0], counts, max_steps, max_steps, stop)
+        _advance(program, handlers, lock, batch, waves, max_steps, frozenset(), counts, max_steps)
+        for group in batch.groups:
+            _release_barrier(group)
+        if not any(w.state == RUNNING for w in waves):
+            return
 
 
 def _release_barrier(group: Workgroup) -> bool:
@@ -375,8 +363,8 @@ def _run_seeded(program: Program, handlers: list[Handler], lock: _Codes, batch: 
 def _advance(program: Program, handlers: list[Handler], lock: _Codes, batch: Batch, members: list[Wave],
              count: int, meet: frozenset[int], counts: defaultdict[int, int], max_steps: int) -> None:
     """Run each of `members` (in slot order) for `count` instructions, or until it blocks, ends or
-    stands at a PC in `meet`. As in `_run_lockstep`, the waves at the lowest PC go first, as one
-    cohort, and stop where they reach another member's PC, so members that parted merge again."""
+    stands at a PC in `meet`. The waves at the lowest PC go first, as one cohort, and stop where
+    they reach another member's PC, so members that parted merge again."""
     goal = {id(w): w.steps + count for w in members}
     while True:
         live = [w for w in members if w.state == RUNNING and w.steps < goal[id(w)] and w.pc not in meet]

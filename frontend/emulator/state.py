@@ -354,7 +354,7 @@ class GatheredCohort(Cohort):
     lanes: copied as slices, which is ten times faster than gathering by lane index."""
 
     def __init__(self, waves: list[Wave], vfile: np.ndarray, afile: np.ndarray | None, group: Any,
-                 runs: list[tuple[int, int]], vrows: int, arows: int) -> None:
+                 runs: list[list[int]], vrows: int, arows: int) -> None:
         self._vfile, self._afile, self._vrows, self._arows = vfile, afile, vrows, arows
         lanes = sum(stop - first for first, stop in runs)
         self._runs = []
