@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import functools
 import json
 import os
 import shlex
@@ -193,15 +192,22 @@ def _unit_costs() -> dict[tuple[str, str], float]:
     return cost
 
 
-@functools.cache
+_STATICS: dict[tuple[str, str], dict[str, KernelStatic]] = {}
+_SENT: set[tuple[str, str]] = set()         # statics a worker already returned to the parent
+
+
 def _static_of(family: str, arch: str) -> dict[str, KernelStatic]:
-    """A shipped code object's kernels by name (read once per process: seconds for fp8_linear)."""
-    return {k.name: k for k in family_static(arch, family)}
+    """A shipped code object's kernels by name (read once per process: a second for fp8_linear)."""
+    if (family, arch) not in _STATICS:
+        _STATICS[family, arch] = {k.name: k for k in family_static(arch, family)}
+    return _STATICS[family, arch]
 
 
-def _measure_unit(unit: tuple, log: Any = None) -> tuple[list[dict[str, Any]], list[str], tuple[str, float, float]]:
+def _measure_unit(unit: tuple, log: Any = None) -> tuple[list[dict[str, Any]], list[str], tuple[str, float, float],
+                                                        dict[tuple[str, str], dict[str, KernelStatic]]]:
     """One op on one arch over every shape and N: (rows, consistency failures, (arch, emulated
-    wave-instructions, their seconds)). A top-level function: worker processes run it."""
+    wave-instructions, their seconds), the statics this process read). A top-level function:
+    worker processes run it."""
     op, arch, shapes, dtype_name, check, min_rows, families, started = unit
     log = log or sys.stderr
     dtype = DTYPES[dtype_name]
@@ -239,7 +245,9 @@ def _measure_unit(unit: tuple, log: Any = None) -> tuple[list[dict[str, Any]], l
                     if meas.status == "ok" else meas.message[:70])
             print(f"{op:12} {arch:8} {shape.label:28} N={n:<3} {meas.status:11} {what} "
                   f"[{time.time() - started:.0f}s]", file=log, flush=True)
-    return rows, failures, (arch, instructions, seconds)
+    fresh = {key: v for key, v in _STATICS.items() if key not in _SENT}
+    _SENT.update(fresh)
+    return rows, failures, (arch, instructions, seconds), fresh
 
 
 def run(archs: list[str], op_names: list[str] | None, shapes: tuple[Shape, ...], dtype_name: str, check: bool,
@@ -249,13 +257,13 @@ def run(archs: list[str], op_names: list[str] | None, shapes: tuple[Shape, ...],
     pairs = {key: e for key, e in families_by_arch().items() if key[1] in archs and key[0] not in OUTSIDE_MODEL}
     families = sorted({f for f, _ in pairs})
     op_list = op_names or dynamic.ops()
-    statics = {(f, a): _static_of(f, a) for f, a in sorted(pairs)}
     rows: list[dict[str, Any]] = []
     failures: list[str] = []
     rate: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     t0 = time.perf_counter()
     start_commit = _git("rev-parse", "--short", "HEAD")
     units = [(op, arch, shapes, dtype_name, check, min_rows, families, time.time()) for op in op_list for arch in archs]
+    python_overhead = overhead.start(overhead_seconds)       # its own process, alongside the units
     if jobs > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -268,11 +276,13 @@ def run(archs: list[str], op_names: list[str] | None, shapes: tuple[Shape, ...],
         done = [by_unit[u] for u in range(len(units))]
     else:
         done = [_measure_unit(u, log) for u in units]
-    for unit_rows, unit_failures, (arch, instructions, seconds) in done:
+    for unit_rows, unit_failures, (arch, instructions, seconds), unit_statics in done:
         rows += unit_rows
         failures += unit_failures
         rate[arch][0] += instructions
         rate[arch][1] += seconds
+        _STATICS.update(unit_statics)                           # the workers' reads, not repeated here
+    statics = {(f, a): _static_of(f, a) for f, a in sorted(pairs)}
     failures += invariants(rows, statics, archs)
     static_rows = [k.row() for f, a in sorted(statics, key=lambda fa: (archs.index(fa[1]), fa[0]))
                    for k in sorted(statics[f, a].values(), key=lambda k: kernel_sort_key(k.name))]
@@ -287,7 +297,7 @@ def run(archs: list[str], op_names: list[str] | None, shapes: tuple[Shape, ...],
         "archs": {a: _arch_row(a) for a in archs},
         "rows": rows, "static": static_rows,
         "outside_model": {f: OUTSIDE_MODEL[f] for f, _ in families_by_arch() if f in OUTSIDE_MODEL},
-        "python_overhead": overhead.measure(op_list, overhead_seconds),
+        "python_overhead": overhead.finish(python_overhead, op_list),
         "emulator_rate": {a: {"wave_instructions": v[0], "seconds": v[1], "per_second": v[0] / v[1] if v[1] else 0}
                           for a, v in rate.items()},
         "failures": failures, "seconds": time.perf_counter() - t0,

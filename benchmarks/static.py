@@ -7,14 +7,15 @@ from __future__ import annotations
 import bisect
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, overload
 
 from hipskinny import registry
 from hipskinny.arch import ARCHS
 from hipskinny.codeobject import CodeObject
-from hipskinny.emulator.listing import Inst, parse_listing, read_listing
+from hipskinny.emulator.listing import Inst, Listing, parse_listing, read_listing
 from hipskinny.emulator.ops import load_all, lookup
 
 THREADS = 256      # every shipped kernel runs 256-thread workgroups (max_flat_workgroup_size says so)
@@ -44,7 +45,7 @@ def load_bytes(mnemonic: str) -> int:
 
 
 def _branch_target(inst: Inst) -> int | None:
-    if not inst.mnemonic.startswith(("s_branch", "s_cbranch")) or not inst.operands:
+    if not inst.mnemonic.startswith(_BRANCHES) or not inst.operands:
         return None
     try:
         simm = int(inst.operands[0], 0) & 0xFFFF
@@ -52,6 +53,35 @@ def _branch_target(inst: Inst) -> int | None:
         return None
     simm -= 0x10000 if simm & 0x8000 else 0
     return inst.addr + 4 + 4 * simm
+
+
+_BRANCHES = ("s_branch", "s_cbranch")
+
+
+class Body(Sequence[Inst]):
+    """One kernel's instructions in a verified listing: ``mnemonics`` for all of them, an `Inst`
+    made only for those read (a code object holds up to a quarter million)."""
+
+    def __init__(self, listing: Listing, lo: int, hi: int) -> None:
+        self._listing, self._lo, self._hi = listing, lo, hi
+        self.mnemonics = listing.mnemonics(lo, hi)
+        self.addrs = listing.addrs[lo:hi]
+
+    def __len__(self) -> int:
+        return self._hi - self._lo
+
+    @overload
+    def __getitem__(self, i: int) -> Inst: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Inst]: ...
+
+    def __getitem__(self, i: int | slice) -> Inst | list[Inst]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        return self._listing[self._lo + i % len(self)]
 
 
 @dataclass
@@ -101,36 +131,41 @@ class KernelStatic:
                 "main_loop_valu_per_byte": self.loop_valu_per_byte}
 
 
-def _main_loop(insts: list[Inst]) -> tuple[int, int] | None:
+def _main_loop(body: Body) -> tuple[int, int] | None:
     """Index range [first, last] of the main loop: among innermost loops (backward branches
     whose range holds no other back edge), the one loading the most global bytes per
     iteration, then the one with the most instructions."""
-    index = {inst.addr: i for i, inst in enumerate(insts)}
+    mn = body.mnemonics
+    branches = [body[i] for i, m in enumerate(mn) if m.startswith(_BRANCHES)]
+    if not branches:
+        return None
+    index = {a: i for i, a in enumerate(body.addrs)}
     loops = []
-    for i, inst in enumerate(insts):
+    for inst in branches:
         t = _branch_target(inst)
         if t is not None and t <= inst.addr and t in index:
-            loops.append((index[t], i))
+            loops.append((index[t], index[inst.addr]))
     inner = [lp for lp in loops if not any(o != lp and lp[0] <= o[0] and o[1] <= lp[1] for o in loops)]
     if not inner:
         return None
-    return max(inner, key=lambda lp: (sum(load_bytes(x.mnemonic) for x in insts[lp[0]:lp[1] + 1]), lp[1] - lp[0]))
+    return max(inner, key=lambda lp: (sum(load_bytes(m) for m in mn[lp[0]:lp[1] + 1]), lp[1] - lp[0]))
 
 
-def kernel_bodies(arch: str, family: str) -> tuple[dict[str, Any], list[tuple[Any, list[Inst]]]]:
+def kernel_bodies(arch: str, family: str) -> tuple[dict[str, Any], list[tuple[Any, Body]]]:
     """One shipped code object's manifest entry and each kernel (its descriptor record) with its
-    instructions in listing order (the listing verified against the binary)."""
+    instructions in listing order (the whole listing verified against the binary first)."""
     image, entry = registry.read_verified(arch, family)
     code = CodeObject.parse(image, f"{arch}/{family}")
     listing = read_listing(resources.files("hipskinny.hsaco").joinpath(entry["listing"]).read_bytes())
     insts, labels = parse_listing(listing, code)
+    insts.verify()
     starts = sorted(labels.values())
     addrs = insts.addrs                      # ascending: the listing is in address order
     out = []
     for kern in code.kernels:
         first = kern.entry
         end = starts[bisect.bisect_right(starts, first)] if starts and starts[-1] > first else 1 << 62
-        out.append((kern, insts[bisect.bisect_left(addrs, first):bisect.bisect_left(addrs, end)]))
+        out.append((kern, Body(insts, bisect.bisect_left(addrs, first), bisect.bisect_left(addrs, end))))
     return entry, out
 
 
@@ -153,13 +188,13 @@ def family_static(arch: str, family: str) -> list[KernelStatic]:
             occupancy_terms=info.occupancy_terms(kern.vgpr_count, kern.sgpr_count, kern.group_segment_fixed_size,
                                                  THREADS // kern.descriptor.wave_size),
             manifest_occupancy=mk.get("occupancy"), instructions=len(body),
-            mnemonics=frozenset(x.mnemonic for x in body))
+            mnemonics=frozenset(body.mnemonics))
         span = _main_loop(body)
         if span is not None:
-            loop = body[span[0]:span[1] + 1]
-            ks.loop = dict(Counter(inst_class(x.mnemonic) for x in loop))
-            ks.loop_load_bytes = sum(load_bytes(x.mnemonic) for x in loop)
-            ks.loop_span = (loop[0].addr - start, loop[-1].addr - start)
+            loop = body.mnemonics[span[0]:span[1] + 1]
+            ks.loop = dict(Counter(inst_class(m) for m in loop))
+            ks.loop_load_bytes = sum(load_bytes(m) for m in loop)
+            ks.loop_span = (body.addrs[span[0]] - start, body.addrs[span[1]] - start)
         out.append(ks)
     return out
 

@@ -19,6 +19,8 @@ import re
 from collections.abc import Sequence
 from typing import overload
 
+import numpy as np
+
 from ..codeobject import CodeObject
 from ..errors import EmulatorError
 
@@ -145,6 +147,25 @@ class Listing(Sequence[Inst]):
         if inst is None:
             inst = self._insts[i] = self._make(i)
         return inst
+
+    def verify(self) -> None:
+        """Check the whole listing against the binary at once, run by run of contiguous addresses
+        (for tools that read every instruction; what reading each one checks per instruction)."""
+        rows = self._rows
+        raw = np.frombuffer(bytes.fromhex(" ".join(w for _, _, w in rows)), ">u4").astype("<u4").tobytes()
+        sizes = np.array([len(w) for _, _, w in rows], np.int64) // 9 * 4 + 4
+        offsets = np.concatenate(([0], np.cumsum(sizes)))
+        addrs = np.array(self.addrs, np.int64)
+        ends = np.flatnonzero(addrs[:-1] + sizes[:-1] != addrs[1:]) + 1     # where a run of addresses breaks
+        for first, last in zip([0, *ends], [*ends, len(rows)], strict=True):
+            base, end = int(offsets[first]), int(offsets[last])
+            if self._image.get(int(addrs[first]), end - base) != raw[base:end]:
+                for k in range(first, last):
+                    self._make(k)               # raises, naming the first instruction that differs
+
+    def mnemonics(self, lo: int = 0, hi: int | None = None) -> list[str]:
+        """The mnemonics of instructions [lo, hi) without making their `Inst`s."""
+        return [body.partition(" ")[0] for body, _, _ in self._rows[lo:hi]]
 
     def _make(self, i: int) -> Inst:
         body, _, words = self._rows[i]

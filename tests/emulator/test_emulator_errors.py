@@ -11,6 +11,7 @@ from hipskinny import registry
 from hipskinny.arch import arch_info
 from hipskinny.codeobject import CodeObject
 from hipskinny.emulator import EmulatedDevice
+from hipskinny.emulator.listing import parse_listing
 from hipskinny.emulator.program import Program
 from hipskinny.errors import EmulatorError, EmulatorFault
 from hipskinny.launch import make_plan
@@ -63,6 +64,10 @@ def test_listing_that_does_not_match_the_binary_is_refused():
     assert program.insts[1].addr > int(addr, 16)             # the others read fine ...
     with pytest.raises(EmulatorError, match="does not match its code object"):
         program.insts[0]                                      # ... the altered one (first line) is refused
+    whole, _ = parse_listing(text.replace(line, bad), code)
+    with pytest.raises(EmulatorError, match=f"at 0x{int(addr, 16):x}"):
+        whole.verify()                                        # the bulk check names the same instruction
+    parse_listing(text, code)[0].verify()                     # and passes the shipped listing
 
 
 def test_out_of_bounds_weights_fault_with_lane_and_address():

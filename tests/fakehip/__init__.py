@@ -256,23 +256,48 @@ def run_with_fakehip(code: str, env: Mapping[str, str | None] | None = None, hip
     ``with_library=False`` points hip-python at an empty ROCm instead. ``check`` raises when the
     subprocess fails, with its output in the message.
     """
+    return start_with_fakehip(code, env, hip_python, root=root, with_library=with_library).wait(check, timeout)
+
+
+class StartedRun:
+    """A fakehip subprocess still running (`start_with_fakehip`); `wait` gives its `FakeHipRun`."""
+
+    def __init__(self, proc: subprocess.Popen, workdir: tempfile.TemporaryDirectory, log_path: Path,
+                 hip_python: str) -> None:
+        self._proc, self._workdir, self._log_path, self._hip_python = proc, workdir, log_path, hip_python
+
+    def wait(self, check: bool = True, timeout: float = 120) -> FakeHipRun:
+        try:
+            stdout, stderr = self._proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.communicate()
+            self._workdir.cleanup()
+            raise
+        lines = self._log_path.read_text().splitlines() if self._log_path.exists() else []
+        records = [json.loads(line) for line in lines if line.strip()]
+        self._workdir.cleanup()
+        run = FakeHipRun(records, stdout, stderr, self._proc.returncode)
+        if check and run.returncode != 0:
+            raise AssertionError(f"the fakehip subprocess (hip-python {self._hip_python}) exited with "
+                                 f"{run.returncode}\n--- stdout\n{stdout}\n--- stderr\n{stderr}")
+        return run
+
+
+def start_with_fakehip(code: str, env: Mapping[str, str | None] | None = None, hip_python: str = "10", *,
+                       root: Path | None = None, with_library: bool = True) -> StartedRun:
+    """`run_with_fakehip` without waiting: the subprocess runs while the caller works."""
     root = Path(root) if root is not None else cache_dir() / "fakehip"
     if with_library:
         build_fake_hip(root)
-    with tempfile.TemporaryDirectory(prefix="fakehip-run-") as tmp:
-        workdir = Path(tmp)
-        log_path = workdir / "calls.jsonl"
-        script = workdir / "scenario.py"
-        script.write_text(textwrap.dedent(code))
-        done = subprocess.run(
-            [sys.executable, "-X", "faulthandler", str(script)],
-            cwd=workdir, env=fakehip_env(root, workdir, hip_python, log_path, env, with_library),
-            capture_output=True, text=True, timeout=timeout,
-        )
-        lines = log_path.read_text().splitlines() if log_path.exists() else []
-        records = [json.loads(line) for line in lines if line.strip()]
-    run = FakeHipRun(records, done.stdout, done.stderr, done.returncode)
-    if check and done.returncode != 0:
-        raise AssertionError(f"the fakehip subprocess (hip-python {hip_python}) exited with {done.returncode}\n"
-                             f"--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}")
-    return run
+    tmp = tempfile.TemporaryDirectory(prefix="fakehip-run-")
+    workdir = Path(tmp.name)
+    log_path = workdir / "calls.jsonl"
+    script = workdir / "scenario.py"
+    script.write_text(textwrap.dedent(code))
+    proc = subprocess.Popen(
+        [sys.executable, "-X", "faulthandler", str(script)], cwd=workdir,
+        env=fakehip_env(root, workdir, hip_python, log_path, env, with_library),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    return StartedRun(proc, tmp, log_path, hip_python)
