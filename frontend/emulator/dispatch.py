@@ -38,18 +38,6 @@ from .stats import LaunchStats
 DEFAULT_MAX_WAVE_STEPS = 20_000_000
 
 
-class _Codes(dict):
-    """A launch's lockstep handlers by cohort size in lanes."""
-
-    def __init__(self, program: Program, kernel: Kernel) -> None:
-        super().__init__()
-        self.program, self.kernel = program, kernel
-
-    def __missing__(self, lanes: int) -> LockstepCode:
-        found = self[lanes] = self.program.lockstep_code(self.kernel, lanes)
-        return found
-
-
 # How many lanes of whole workgroups run side by side in lockstep: enough that numpy's work per
 # instruction outweighs the Python around it, small enough that arrays stay in cache.
 LOCKSTEP_LANES = 2048
@@ -225,7 +213,7 @@ def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, i
     if rng is not None:
         rng.shuffle(order)
     side_by_side = max(1, LOCKSTEP_LANES // (nwaves * wave_size)) if lockstep else 1
-    lock = _Codes(program, kernel) if lockstep else None
+    lock = program.lockstep_code(kernel) if lockstep else None
     start = time.perf_counter()
     with np.errstate(all="ignore"):      # IEEE results (inf, NaN) are the kernel's, not warnings
         for first in range(0, len(order), side_by_side):
@@ -307,7 +295,7 @@ def _run_group(program: Program, handlers: list[Handler], group: Workgroup, coun
                 _step(program, handlers, w, counts, max_steps, max_steps)
 
 
-def _run_lockstep(program: Program, handlers: list[Handler], lock: _Codes, batch: Batch,
+def _run_lockstep(program: Program, handlers: list[Handler], lock: LockstepCode, batch: Batch,
                   counts: defaultdict[int, int], max_steps: int) -> None:
     """Run the batch's workgroups to the end: every wave as far as it goes (`_advance`: the waves
     at the lowest PC first, as one cohort, merging with the others where they meet); when every
@@ -332,7 +320,7 @@ def _release_barrier(group: Workgroup) -> bool:
     return bool(waiting)
 
 
-def _run_seeded(program: Program, handlers: list[Handler], lock: _Codes, batch: Batch,
+def _run_seeded(program: Program, handlers: list[Handler], lock: LockstepCode, batch: Batch,
                 counts: defaultdict[int, int], rng: random.Random, max_steps: int) -> None:
     """Run the batch's workgroups to the end on one random schedule, a sequence of rounds:
 
@@ -360,7 +348,7 @@ def _run_seeded(program: Program, handlers: list[Handler], lock: _Codes, batch: 
         _advance(program, handlers, lock, batch, rest, count, meet, counts, max_steps)
 
 
-def _advance(program: Program, handlers: list[Handler], lock: _Codes, batch: Batch, members: list[Wave],
+def _advance(program: Program, handlers: list[Handler], lock: LockstepCode, batch: Batch, members: list[Wave],
              count: int, meet: frozenset[int], counts: defaultdict[int, int], max_steps: int) -> None:
     """Run each of `members` (in slot order) for `count` instructions, or until it blocks, ends or
     stands at a PC in `meet`. The waves at the lowest PC go first, as one cohort, and stop where
@@ -376,7 +364,7 @@ def _advance(program: Program, handlers: list[Handler], lock: _Codes, batch: Bat
         left = min(goal[id(w)] - w.steps for w in together)
         if len(together) > 1:
             cohort = batch.cohort(together)
-            _run_cohort(program, handlers, lock[cohort.n], cohort, counts, stop, max_steps, left)
+            _run_cohort(program, handlers, lock, cohort, counts, stop, max_steps, left)
         else:
             _step(program, handlers, together[0], counts, left, max_steps, stop)
 

@@ -97,7 +97,7 @@ class Program:
         self.handlers = self._decode_all(self.ctx)
         self._class_of: dict[str, int] = {}
         self._cohort_plans: list = [_UNKNOWN] * len(self.insts)
-        self._lockstep: dict[tuple[FloatMode, int], LockstepCode] = {}
+        self._lockstep: dict[FloatMode, LockstepCode] = {}
         # MODE bits that change semantics are decode-time constants: one handler list per MODE.
         self._by_mode: dict[FloatMode, list[Handler]] = {}
 
@@ -111,10 +111,10 @@ class Program:
             found = self._by_mode[mode] = self._decode_all(self._context(mode))
         return found
 
-    def _context(self, mode: FloatMode, lanes: int | None = None) -> DecodeContext:
-        """The decode context for a kernel's float `mode` (and a cohort's lane count)."""
+    def _context(self, mode: FloatMode, cohort: bool = False) -> DecodeContext:
+        """The decode context for a kernel's float `mode` (one wave, or lockstep cohorts)."""
         extra = self.ctx.extra if mode == FloatMode() else {**self.ctx.extra, **dataclasses.asdict(mode)}
-        return dataclasses.replace(self.ctx, extra=extra, **({} if lanes is None else {"lanes": lanes}))
+        return dataclasses.replace(self.ctx, extra=extra, cohort=cohort)
 
     def cohort_plan(self, i: int) -> tuple | None:
         """How a lockstep cohort executes instruction ``i``:
@@ -189,13 +189,13 @@ class Program:
                 return None
         return out
 
-    def lockstep_code(self, kernel: Kernel, lanes: int) -> LockstepCode:
-        """`kernel`'s instructions decoded (when first needed) for a cohort of `lanes` lanes."""
+    def lockstep_code(self, kernel: Kernel) -> LockstepCode:
+        """`kernel`'s instructions decoded (when first needed) for lockstep cohorts."""
         mode = float_mode(kernel, self.arch.name, self.ctx.gfx)
-        found = self._lockstep.get((mode, lanes))
+        found = self._lockstep.get(mode)
         if found is None:
-            found = self._lockstep[(mode, lanes)] = LockstepCode(self, self._context(mode, lanes),
-                                                                 [None] * len(self.insts))
+            found = self._lockstep[mode] = LockstepCode(self, self._context(mode, cohort=True),
+                                                        [None] * len(self.insts))
         return found
 
     def _decode_all(self, ctx: DecodeContext) -> list[Handler]:
@@ -229,7 +229,7 @@ class Program:
         factory, cls = found
         key = None
         if cls in _SHAREABLE:
-            key = (ctx.arch, inst.text, ctx.lanes,
+            key = (ctx.arch, inst.text, ctx.cohort,
                    tuple(sorted((k, v) for k, v in ctx.extra.items() if k != "image_base")))
             shared = _SHARED.get(key)
             if shared is not None:
@@ -268,7 +268,7 @@ class Program:
 
 @dataclasses.dataclass
 class LockstepCode:
-    """Handlers for a lockstep cohort of ``ctx.lanes`` lanes, decoded per instruction when first run."""
+    """Handlers for lockstep cohorts (of any number of waves), decoded per instruction when first run."""
 
     program: Program
     ctx: DecodeContext

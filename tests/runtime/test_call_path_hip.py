@@ -149,7 +149,7 @@ def run_scenario(scenario):
         cap.current = cap.stream
         every_op(small[:1])
         cap.current = 0
-        big = [case(24, 300, 2048)]
+        big = [case(24, 160, 1024)]                      # split-K: needs partials
         ok(hip.hipStreamBeginCapture(cap.stream, hip.hipStreamCaptureMode.hipStreamCaptureModeGlobal))
         cap.current = cap.stream
         try:
@@ -172,7 +172,7 @@ def run_scenario(scenario):
         cap.current = 0
         g1 = cap.capture(lambda: every_op(small))
         print("MARK grow", flush=True)
-        bigger = small[:2] + [case(30, 400, 3072)]
+        bigger = small[:2] + [case(30, 200, 1024)]       # twice the partials of small[2]
         cap.current = cap.stream
         every_op(bigger)                                 # grows the partials: the old slot is retired
         cap.current = 0

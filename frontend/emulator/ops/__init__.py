@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..listing import Inst
 from ..state import Wave
 
@@ -65,12 +67,7 @@ class DecodeContext:
     fp8: str | None                # "fnuz", "ocp" or None
     index_of: dict[int, int]       # instruction address -> index
     extra: dict[str, Any] = field(default_factory=dict)
-    lanes: int = 0                 # per-lane array length of the handlers (0: wave_size; more in lockstep)
-
-    @property
-    def nlanes(self) -> int:
-        """How many lanes a handler's per-lane arrays have: one wave, or the waves of a lockstep cohort."""
-        return self.lanes or self.wave_size
+    cohort: bool = False           # handlers for lockstep cohorts (any number of waves) rather than one wave
 
     def branch_target(self, inst: Inst, simm16: int) -> int:
         """Index of PC + 4 + 4 * simm16 (the immediate is printed unsigned)."""
@@ -80,6 +77,28 @@ class DecodeContext:
             return self.index_of[addr]
         except KeyError:
             raise KeyError(f"branch at 0x{inst.addr:x} targets 0x{addr:x}, which is not an instruction") from None
+
+
+def lane_constant(period: np.ndarray, ctx: DecodeContext) -> Callable[[Any], np.ndarray]:
+    """A reader of a read-only per-lane array repeating ``period`` along its last axis (one value,
+    or one per lane of a wave). For one wave it is made once; a cohort handler serves cohorts of
+    any size, so it reads ``w.n`` lanes of a cached copy, grown when a larger cohort comes."""
+    def make(n: int) -> np.ndarray:
+        arr = np.tile(period, (1,) * (period.ndim - 1) + (-(-n // period.shape[-1]),))[..., :n]
+        arr.flags.writeable = False
+        return arr
+
+    if not ctx.cohort:
+        one = make(ctx.wave_size)
+        return lambda w: one
+    grown = [make(256)]
+
+    def read(w: Any) -> np.ndarray:
+        arr = grown[0]
+        if arr.shape[-1] < w.n:
+            arr = grown[0] = make(2 * w.n)
+        return arr[..., :w.n]
+    return read
 
 
 def load_all() -> None:

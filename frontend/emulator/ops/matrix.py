@@ -57,7 +57,7 @@ from ...errors import EmulatorError
 from .. import fp
 from ..listing import Inst
 from ..state import Operand, Wave, const_bits, parse_operand
-from . import DecodeContext, Handler, register
+from . import DecodeContext, Handler, lane_constant, register
 from .valu_common import fail, parse_mods
 
 F32_QNAN = 0x7FC00000
@@ -356,8 +356,7 @@ def _c_reader(inst: Inst, tok: str, form: Form, ctx: DecodeContext, hi: bool) ->
             # which halves a nonzero 16-bit constant fills is not documented
             raise fail(inst, f"nonzero constant C {tok} for a 16-bit accumulator is not implemented")
         bits = const_bits(op, 32) if form.d_type == "f32" else 0
-        c = np.full((per_lane, ctx.nlanes), _from_bits(np.array(bits), "f32"), np.float64)
-        return lambda w: c
+        return lane_constant(np.full((per_lane, 1), _from_bits(np.array(bits), "f32"), np.float64), ctx)
     regs = _read_regs(_reg_operand(inst, tok, form.d_regs, ctx, "C"))
     typ = form.d_type
     if typ == "f32":
@@ -452,7 +451,7 @@ def matrix_factory(inst: Inst, ctx: DecodeContext) -> Handler:
     half = form.lanes // 2
     sat = bool(ctx.extra.get("fp16_ovfl"))
 
-    if ctx.lanes and ctx.lanes != form.lanes:
+    if ctx.cohort:
         return _cohort_handler(inst, ctx, form, read_a, read_b, read_c, write_d, a_lane, b_lane)
 
     def handler(w: Wave) -> None:
@@ -472,12 +471,12 @@ def matrix_factory(inst: Inst, ctx: DecodeContext) -> Handler:
 
 def _cohort_handler(inst: Inst, ctx: DecodeContext, form: Form, read_a: Callable, read_b: Callable,
                     read_c: Callable, write_d: Callable, a_lane: np.ndarray, b_lane: np.ndarray) -> Handler:
-    """The matrix op for a lockstep cohort (`Cohort`; ctx.lanes = its waves x the wave size): the
-    waves' blocks as one batched float64 matmul when that is exact for all of them (then every wave
-    alone would take the same exact path: the test below is stricter over the batch than per
-    wave), else each member through the one-wave handler."""
-    single = matrix_factory(inst, dataclasses.replace(ctx, lanes=0))
-    waves, lanes = ctx.lanes // form.lanes, form.lanes
+    """The matrix op for a lockstep cohort (`Cohort` of any number of waves): the waves' blocks as
+    one batched float64 matmul when that is exact for all of them (then every wave alone would take
+    the same exact path: the test below is stricter over the batch than per wave), else each member
+    through the one-wave handler (a cohort of one wave: that handler directly)."""
+    single = matrix_factory(inst, dataclasses.replace(ctx, cohort=False))
+    lanes = form.lanes
     dec_a, dec_b = _decoder(form.a_type, ctx), _decoder(form.b_type, ctx)
     bits_a, bits_b = _ELEM_BITS[form.a_type], _ELEM_BITS[form.b_type]
     pa, pb = _PREC[form.a_type], _PREC[form.b_type]
@@ -485,13 +484,18 @@ def _cohort_handler(inst: Inst, ctx: DecodeContext, form: Form, read_a: Callable
     d_blk, d_row, d_col = form.d_blk, form.d_row, form.d_col
     slots = d_blk.shape[0]
 
-    def gather(regs: np.ndarray, bits: int, dec: Callable, elem: np.ndarray, lane: np.ndarray) -> np.ndarray:
+    def gather(regs: np.ndarray, bits: int, dec: Callable, elem: np.ndarray, lane: np.ndarray,
+               waves: int) -> np.ndarray:
         codes = _elements(regs, bits)                        # [elements, waves * lanes]
         vals = dec(codes).reshape(codes.shape[0], waves, lanes)
         picked = vals[elem, :, lane]                         # [blocks, rows, cols, waves]
         return picked.transpose(picked.ndim - 1, *range(picked.ndim - 1))    # [waves, blocks, rows, cols]
 
     def handler(w: Any) -> None:
+        waves = w.n // lanes
+        if waves == 1:
+            single(w)
+            return
         if w.mask is not w.full:
             w.each(single)                                   # raises with the member's EXEC
             return
@@ -501,8 +505,8 @@ def _cohort_handler(inst: Inst, ctx: DecodeContext, form: Form, read_a: Callable
             if not (np.array_equal(ha[..., :half], ha[..., half:]) and np.array_equal(hb[..., :half], hb[..., half:])):
                 w.each(single)                               # raises for the wave with unequal halves
                 return
-        a = gather(ra, bits_a, dec_a, a_elem, a_lane)
-        b = gather(rb, bits_b, dec_b, b_elem, b_lane)
+        a = gather(ra, bits_a, dec_a, a_elem, a_lane, waves)
+        b = gather(rb, bits_b, dec_b, b_elem, b_lane, waves)
         if np.isfinite(a).all() and np.isfinite(b).all():
             q = _quantum(a, pa) * _quantum(b, pb)
             if q == np.inf or float((np.abs(a) @ np.abs(b)).max()) <= np.ldexp(q, 52):

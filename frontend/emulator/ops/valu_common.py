@@ -25,7 +25,7 @@ import numpy as np
 from ...errors import EmulatorError
 from ..listing import Inst
 from ..state import EXEC_LO, NULL, VCC_LO, Operand, Wave, const_bits, lane_mask, parse_operand
-from . import DecodeContext
+from . import DecodeContext, lane_constant
 
 Reader = Callable[[Wave], np.ndarray]
 Compute = Callable[[Wave], tuple[Any, np.ndarray]]      # -> (result, lanes to write)
@@ -348,7 +348,6 @@ def raw_reader(op: Operand, width: int, ctx: DecodeContext, *, hi: bool = False,
     `hi` selects bits 31:16 of a 16-bit operand (op_sel / ``.h``); a ``.l``/``.h``
     half of a 32-bit operand reads that half zero-extended (gfx11 true16).
     """
-    n = ctx.nlanes
     half = op.half is not None
     if op.half == "h":
         hi = True
@@ -377,18 +376,18 @@ def raw_reader(op: Operand, width: int, ctx: DecodeContext, *, hi: bool = False,
         if cnt != 1:
             raise EmulatorError(f"operand {op.text} is an SGPR tuple where one register is expected")
 
-        bcast = np.full(n, i)            # take() broadcasts one SGPR faster than np.full
+        bcast = lane_constant(np.array([i]), ctx)      # take() broadcasts one SGPR faster than np.full
 
         def base(w: Wave) -> np.ndarray:
-            return w.s.take(bcast)
+            return w.s.take(bcast(w))
     elif op.kind == "const":
         if hi and width == 16:
             raise EmulatorError(f"high half of constant {op.text} selected (generation-dependent, not "
                                 "implemented)")
-        arr = const_array(op, width if not half else 16, n, typ)
+        arr = const_array(op, width if not half else 16, 1, typ)
         if sdwa_sel:
             arr = sdwa_extract(arr, sdwa_sel, sext)
-        return lambda w: arr
+        return lane_constant(arr, ctx)
     elif op.kind == "scc":
         def base(w: Wave) -> np.ndarray:
             return np.full(w.n, w.scc, np.uint32)
@@ -485,10 +484,8 @@ def typed_reader(tok: str, typ: str, ctx: DecodeContext, *, hi: bool = False, dp
     if not plain:
         return lambda w: to_typed(r(w), typ)
     dt = _NP[typ]
-    n = ctx.nlanes
     if op.kind == "const":
-        arr = to_typed(const_array(op, WIDTH[typ], n, typ), typ)
-        return lambda w: arr
+        return lane_constant(to_typed(const_array(op, WIDTH[typ], 1, typ), typ), ctx)
     rows = _ROWS.get(typ)
     if op.kind == "v" and rows is not None:
         i = op.index
@@ -501,23 +498,23 @@ def typed_reader(tok: str, typ: str, ctx: DecodeContext, *, hi: bool = False, dp
         i = op.index
 
         def pair(w: Wave) -> np.ndarray:
-            out = np.empty(n, np.uint64)
+            out = np.empty(w.n, np.uint64)
             words = out.view(np.uint32)
             words[0::2] = w.v[i]
             words[1::2] = w.v[i + 1]
             return out
         return pair if dt is np.uint64 else lambda w: pair(w).view(dt)
     if op.kind == "s" and typ in _WIDE and op.count == 2 and not op.index & 1:
-        bcast = np.full(n, op.index >> 1)
+        bcast = lane_constant(np.array([op.index >> 1]), ctx)
         if dt is np.uint64:
-            return lambda w: w.s64.take(bcast)
-        return lambda w: w.s64.take(bcast).view(dt)
+            return lambda w: w.s64.take(bcast(w))
+        return lambda w: w.s64.take(bcast(w)).view(dt)
     if op.kind == "s" and typ in _ROWS:
-        bcast = np.full(n, op.index)
+        bcast = lane_constant(np.array([op.index]), ctx)
         view = {"v": "s", "vf": "sf", "vi": "si"}[rows]
 
         def scalar(w: Wave) -> np.ndarray:
-            out = getattr(w, view).take(bcast)
+            out = getattr(w, view).take(bcast(w))
             out.flags.writeable = False         # like a constant: one value in every lane
             return out
         return scalar
@@ -577,14 +574,12 @@ def mask_reader(op: Operand, ctx: DecodeContext) -> Callable[[Wave], np.ndarray]
     if op.kind == "const":
         bits = const_bits(op, 64 if ctx.wave_size == 64 else 32)
         lanes = ((np.uint64(bits) >> np.arange(ctx.wave_size, dtype=np.uint64)) & np.uint64(1)).astype(bool)
-        lanes = np.tile(lanes, ctx.nlanes // ctx.wave_size)
-        return lambda w: lanes
+        return lane_constant(lanes, ctx)
     check_mask_operand(op, ctx, "mask operand")
     i, n = op.index, ctx.wave_size
     if i == NULL:
-        none = lane_mask(ctx.nlanes, 0)
-        return lambda w: none
-    if ctx.lanes:                           # a lockstep cohort: each member's own mask
+        return lane_constant(np.zeros(1, bool), ctx)
+    if ctx.cohort:                          # a lockstep cohort: each member's own mask
         if n == 64 and i & 1:
             raise EmulatorError(f"mask operand {op.text} is not an aligned SGPR pair")
         count = 2 if n == 64 else 1
@@ -603,7 +598,7 @@ def mask_writer(op: Operand, ctx: DecodeContext) -> Callable[[Wave, np.ndarray],
     i, cnt = op.index, (2 if ctx.wave_size == 64 else 1)
     if i == NULL:
         return lambda w, lanes: None
-    if ctx.lanes:                           # a lockstep cohort: each member's lanes to its own SGPRs
+    if ctx.cohort:                          # a lockstep cohort: each member's lanes to its own SGPRs
         if i + cnt > EXEC_LO or (cnt == 2 and i & 1):
             raise EmulatorError(f"mask destination {op.text}: a cohort writes only aligned non-EXEC masks")
         return lambda w, lanes: w.write_mask(i, cnt, lanes)

@@ -109,18 +109,17 @@ def _permlane(cross: bool) -> Any:
             raise fail(inst, "op_sel must be [fi,bound_ctrl]")
         fi, bc = bool(sel[0]), bool(sel[1])
         # Rows of 16 lanes never cross a wave, so the same indexing serves a lockstep cohort's lanes
-        # (ctx.nlanes: several waves side by side, their selector SGPRs checked equal).
-        lane = np.arange(ctx.nlanes)
-        row = lane // 16
-        base = ((row ^ 1) if cross else row) * 16
-        shifts = (4 * (lane % 16)).astype(U64)
-        sources: dict[int, np.ndarray] = {}         # selector -> source lane of each lane (usually one)
+        # (w.n of them: several waves side by side, their selector SGPRs checked equal).
+        sources: dict[tuple[int, int], np.ndarray] = {}   # (selector, lanes) -> each lane's source lane
 
         def h(w: Wave) -> None:
-            key = (get_hi(w) << 32) | get_lo(w)
+            key = ((get_hi(w) << 32) | get_lo(w), w.n)
             src = sources.get(key)
             if src is None:
-                src = base + ((U64(key) >> shifts) & U64(0xF)).astype(np.int64)
+                lane = np.arange(w.n)
+                row = lane // 16
+                shifts = (4 * (lane % 16)).astype(U64)
+                src = ((row ^ 1) if cross else row) * 16 + ((U64(key[0]) >> shifts) & U64(0xF)).astype(np.int64)
                 if len(sources) < 64:
                     sources[key] = src
             exe = w.exec_mask()

@@ -21,7 +21,7 @@ from ...errors import EmulatorError
 from .. import fp
 from ..listing import Inst
 from ..state import Operand, Wave, const_bits, parse_operand
-from . import DecodeContext, Handler, register
+from . import DecodeContext, Handler, lane_constant, register
 from .valu_common import (
     FLOAT_TYPES,
     WIDTH,
@@ -53,18 +53,17 @@ def _word_reader(op: Operand, ctx: DecodeContext, elem_width: int, word: int, in
         raise fail(inst, f"modifier syntax on packed operand {op.text}; expected neg_lo/neg_hi")
     if op.half is not None:
         raise fail(inst, f"true16 operand {op.text} in a packed op")
-    n = ctx.nlanes
     if op.kind == "const":
         if _is_inline(op):
             if word:
                 raise fail(inst, f"high element of inline constant {op.text} selected (generation-dependent)")
-            arr = np.full(n, const_bits(op, elem_width), U32)
+            arr = np.full(1, const_bits(op, elem_width), U32)
         else:                      # a literal supplies the whole 32-bit value
             if elem_width == 32 and word:
                 raise fail(inst, f"high word of literal {op.text} selected")
             lit = int(op.value) & 0xFFFFFFFF
-            arr = np.full(n, (lit >> (16 * word)) & 0xFFFF if elem_width == 16 else lit, U32)
-        return lambda w: arr
+            arr = np.full(1, (lit >> (16 * word)) & 0xFFFF if elem_width == 16 else lit, U32)
+        return lane_constant(arr, ctx)
     if elem_width == 16:
         if op.count != 1:
             raise fail(inst, f"packed 16-bit operand {op.text} must be one register")
@@ -236,8 +235,7 @@ def _pk_mov(inst: Inst, ctx: DecodeContext) -> Handler:
 def _f32_reader(op: Operand, ctx: DecodeContext, inst: Inst) -> Callable[[Wave], np.ndarray]:
     """A whole 32-bit source register / constant (f32 operand of a mix op or dot accumulator)."""
     if op.kind == "const":
-        arr = np.full(ctx.nlanes, const_bits(op, 32), U32)
-        return lambda w: arr
+        return lane_constant(np.full(1, const_bits(op, 32), U32), ctx)
     if op.count != 1 or op.half is not None:
         raise fail(inst, f"operand {op.text} must be one 32-bit register")
     i = op.index
