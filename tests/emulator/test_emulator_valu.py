@@ -874,6 +874,14 @@ def test_pk_f32_ops_gfx9() -> None:
     assert np.all(as_f32(w.v[4]) == 13.0) and np.all(as_f32(w.v[5]) == 102.0)
     run("v_pk_mov_b32 v[6:7], v[18:19], v[34:35] op_sel:[1,0]", w)
     assert np.all(as_f32(w.v[6]) == 3.0) and np.all(as_f32(w.v[7]) == 10.0)
+    w = wave("gfx942", exec_mask=(1 << 64) - 1 - (1 << 7))              # lane 7 inactive: keeps its words
+    w.v[18][:], w.v[19][:] = f32(2.0), f32(3.0)
+    w.v[34][:], w.v[35][:] = f32(10.0), f32(100.0)
+    w.v[8][:], w.v[9][:] = f32(5.0), f32(6.0)
+    run("v_pk_mul_f32 v[8:9], v[18:19], v[34:35] neg_lo:[1,0] neg_hi:[0,1]", w)
+    active = np.arange(64) != 7
+    assert np.all(as_f32(w.v[8])[active] == -20.0) and np.all(as_f32(w.v[9])[active] == -300.0)
+    assert as_f32(w.v[8])[7] == 5.0 and as_f32(w.v[9])[7] == 6.0
 
 
 def test_fma_mix_f32() -> None:

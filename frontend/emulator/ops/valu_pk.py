@@ -160,6 +160,29 @@ def _pk_factory(spec: Pk) -> Callable[[Inst, DecodeContext], Handler]:
             return np.asarray(res, to_typed(np.zeros(1, U32), elem).dtype).view(
                 np.uint16 if width == 16 else U32).astype(U64)
 
+        if width == 32 and not clamp:
+            # Packed f32 (v_pk_fma_f32, ...): both words of every source in one [2, lanes] array and
+            # one call of the element function, the result rows written to the destination pair.
+            file_, d = dst.kind, dst.index                # a register pair (vgpr_writer checked it)
+            negs = list(zip(neg_lo, neg_hi, strict=True))
+
+            def both(w: Wave, lo: Callable[[Wave], np.ndarray], hi: Callable[[Wave], np.ndarray],
+                     neg: tuple[int, int]) -> np.ndarray:
+                out = np.empty((2, w.n), U32)
+                out[0] = _flip(lo(w), 32, bool(neg[0]))
+                out[1] = _flip(hi(w), 32, bool(neg[1]))
+                return out.view(np.float32)
+
+            def handler32(w: Wave) -> None:
+                args = [both(w, lo, hi, ng) for lo, hi, ng in zip(lo_r, hi_r, negs, strict=True)]
+                res = np.asarray(fn(*args), np.float32).view(U32)
+                v, mask = getattr(w, file_), w.exec_mask()
+                if mask is w.full:
+                    v[d:d + 2] = res
+                else:
+                    np.copyto(v[d:d + 2], res, where=mask)
+            return handler32
+
         def compute(w: Wave) -> tuple[Any, np.ndarray]:
             lo = half(w, lo_r, neg_lo)
             hi = half(w, hi_r, neg_hi)
