@@ -157,13 +157,40 @@ _ATOMIC32: dict[str, Callable[[int, int], int]] = {
 }
 
 
+def _smax(o: np.ndarray, v: np.ndarray) -> np.ndarray:
+    return np.where(o.view(np.int32) >= v.view(np.int32), o, v)
+
+
+def _smin(o: np.ndarray, v: np.ndarray) -> np.ndarray:
+    return np.where(o.view(np.int32) <= v.view(np.int32), o, v)
+
+
+# The same operations on uint32 arrays, for an instruction whose lanes hit distinct dwords (then
+# serialising them in lane order changes nothing; float32 adds are numpy's, as in _f32_add).
+_ATOMIC32_LANES: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "add": np.add, "add_u32": np.add, "sub": np.subtract, "sub_u32": np.subtract,
+    "swap": lambda o, v: v, "swap_b32": lambda o, v: v,
+    "and": np.bitwise_and, "and_b32": np.bitwise_and, "or": np.bitwise_or, "or_b32": np.bitwise_or,
+    "xor": np.bitwise_xor, "xor_b32": np.bitwise_xor,
+    "umax": np.maximum, "max_u32": np.maximum, "umin": np.minimum, "min_u32": np.minimum,
+    "smax": _smax, "max_i32": _smax, "smin": _smin, "min_i32": _smin,
+    "inc": lambda o, v: np.where(o >= v, np.uint32(0), o + np.uint32(1)),
+    "inc_u32": lambda o, v: np.where(o >= v, np.uint32(0), o + np.uint32(1)),
+    "dec": lambda o, v: np.where((o == 0) | (o > v), v, o - np.uint32(1)),
+    "dec_u32": lambda o, v: np.where((o == 0) | (o > v), v, o - np.uint32(1)),
+    "add_f32": lambda o, v: (o.view(np.float32) + v.view(np.float32)).view(np.uint32),
+}
+
+
 def _returns(inst: Inst) -> bool:
     return any(m in ("sc0", "glc", "th:TH_ATOMIC_RETURN") or m.startswith("th:TH_ATOMIC_RETURN")
                for m in inst.modifiers)
 
 
-def _atomic(fn: Callable[[int, int], int] | None):
-    """fn(old, value) -> new; None means compare-and-swap (data pair = {new, compare})."""
+def _atomic(fn: Callable[[int, int], int] | None,
+            lanes_fn: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None):
+    """fn(old, value) -> new; None means compare-and-swap (data pair = {new, compare}).
+    `lanes_fn` is `fn` over arrays, used when the active lanes' dwords are distinct."""
     def factory(inst: Inst, ctx: DecodeContext) -> Handler:
         ops = [parse_operand(t) for t in inst.operands]
         ret = _returns(inst)
@@ -178,7 +205,18 @@ def _atomic(fn: Callable[[int, int], int] | None):
                 return
             addrs = addr(w)
             mem = w.group.mem
-            mem.load(addrs, 4, mask)                       # bounds check of every active lane
+            raw = mem.load(addrs, 4, mask)                 # bounds check of every active lane
+            active = addrs[mask]
+            if (fn is None or lanes_fn is not None) and not np.count_nonzero(active % 4) and \
+                    len(np.unique(active)) == len(active):
+                olds = np.ascontiguousarray(raw).view(np.uint32).reshape(w.n)
+                if fn is None:
+                    news = np.where(olds == w.v[data + 1], w.v[data], olds)
+                else:
+                    news = lanes_fn(olds, w.v[data])  # type: ignore[misc]
+                mem.store(addrs, np.ascontiguousarray(news, np.uint32).view(np.uint8).reshape(w.n, 4), mask)
+                _done(w, olds, mask)
+                return
             olds = np.zeros(w.n, np.uint32)
             for lane in np.flatnonzero(mask):              # lanes serialised in lane order
                 cell = mem.view(int(addrs[lane]), 4).view(np.uint32)
@@ -189,6 +227,9 @@ def _atomic(fn: Callable[[int, int], int] | None):
                     new = fn(old, int(w.v[data, lane]))
                 cell[0] = new
                 olds[lane] = old
+            _done(w, olds, mask)
+
+        def _done(w: Wave, olds: np.ndarray, mask: np.ndarray) -> None:
             if ret:
                 np.copyto(w.v[dst], olds, where=mask)
             active = int(mask.sum())
@@ -200,7 +241,7 @@ def _atomic(fn: Callable[[int, int], int] | None):
 
 for _suffix, _fn in _ATOMIC32.items():
     for _prefix in ("global_atomic_", "flat_atomic_"):
-        register(_prefix + _suffix, cls="vmem_atomic")(_atomic(_fn))
+        register(_prefix + _suffix, cls="vmem_atomic")(_atomic(_fn, _ATOMIC32_LANES[_suffix]))
 for _prefix in ("global_atomic_", "flat_atomic_"):
     register(_prefix + "cmpswap", _prefix + "cmpswap_b32", cls="vmem_atomic")(_atomic(None))
 
