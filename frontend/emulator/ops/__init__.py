@@ -82,16 +82,19 @@ class DecodeContext:
 def lane_constant(period: np.ndarray, ctx: DecodeContext) -> Callable[[Any], np.ndarray]:
     """A reader of a read-only per-lane array repeating ``period`` along its last axis (one value,
     or one per lane of a wave). For one wave it is made once; a cohort handler serves cohorts of
-    any size, so it reads ``w.n`` lanes of a cached copy, grown when a larger cohort comes."""
+    any size, so it reads ``w.n`` lanes of a cached copy, made (and grown) by the cohorts that come."""
     def make(n: int) -> np.ndarray:
-        arr = np.tile(period, (1,) * (period.ndim - 1) + (-(-n // period.shape[-1]),))[..., :n]
+        if period.shape[-1] == 1:
+            arr = np.repeat(period, n, axis=-1)
+        else:
+            arr = np.tile(period, (1,) * (period.ndim - 1) + (-(-n // period.shape[-1]),))[..., :n]
         arr.flags.writeable = False
         return arr
 
     if not ctx.cohort:
         one = make(ctx.wave_size)
         return lambda w: one
-    grown = [make(256)]
+    grown = [make(0)]
 
     def read(w: Any) -> np.ndarray:
         arr = grown[0]
