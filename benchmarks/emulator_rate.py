@@ -8,13 +8,14 @@ Two sets of launches per arch, every kernel family in each:
 - ``tests``: the small shapes the test suite uses (K = 512, a few dozen rows, 2 CUs);
 - ``report``: decode shapes as the report's scaled-down GPU runs them (K = 4096, 4 CUs).
 
-Each tree runs in a process of its own (``--worker``, with ``HIPSKINNY_TREE`` naming the
-tree to import); a baseline commit is checked out into a git worktree under /tmp. Every
-workload is called once to warm up (listing parse, decode), then timed `--repeat` times (3),
-keeping the fastest call (the machine is shared; one call varies by 20-30%): the rate is the sum
-of the launches' instruction counts over the sum of their `LaunchStats.seconds`. Both trees
-get the same inputs, and their outputs must agree bit for bit (exit 1 otherwise). ``--write``
-stores the result in RESULTS.json and rewrites the "Emulator rate" section of RESULTS.md.
+Each tree runs in a process of its own per arch (``--worker``, with ``HIPSKINNY_TREE`` naming
+the tree to import), the two trees one after the other for each arch; a baseline commit is
+checked out into a git worktree under /tmp. Every workload is called once to warm up (listing
+parse, decode), then timed `--repeat` times (3), keeping the fastest call (the machine is shared;
+one call varies by 20-30%): the rate is the sum of the launches' instruction counts over the sum
+of their `LaunchStats.seconds`. Both trees get the same inputs, and their outputs must agree bit
+for bit (exit 1 otherwise). ``--write`` stores the result in RESULTS.json and rewrites the
+"Emulator rate" section of RESULTS.md.
 """
 
 from __future__ import annotations
@@ -199,8 +200,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         Path(args.worker).write_text(json.dumps(worker(args.arch, args.set, args.repeat)))
         return 0
-    new = _run_tree(ROOT, args.arch, args.set, args.repeat)
-    old = _run_tree(_worktree(args.baseline), args.arch, args.set, args.repeat) if args.baseline else None
+    # Arch by arch, this tree then the baseline: a slower minute of the shared machine then hits both.
+    new: dict[str, Any] = {}
+    old: dict[str, Any] | None = {} if args.baseline else None
+    for arch in args.arch:
+        new.update(_run_tree(ROOT, [arch], args.set, args.repeat))
+        if old is not None:
+            old.update(_run_tree(_worktree(args.baseline), [arch], args.set, args.repeat))
     rows, differ = compare(new, old)
     recompiled = sorted({key.split("|")[2].split()[0] for key in new
                          if old is not None and old[key]["wave_instructions"] != new[key]["wave_instructions"]})
