@@ -7,10 +7,9 @@ from __future__ import annotations
 import bisect
 import re
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, overload
+from typing import Any
 
 from hipskinny import registry
 from hipskinny.arch import ARCHS
@@ -58,30 +57,20 @@ def _branch_target(inst: Inst) -> int | None:
 _BRANCHES = ("s_branch", "s_cbranch")
 
 
-class Body(Sequence[Inst]):
-    """One kernel's instructions in a verified listing: ``mnemonics`` for all of them, an `Inst`
-    made only for those read (a code object holds up to a quarter million)."""
+class Body:
+    """One kernel's instructions in a verified listing: ``mnemonics`` and ``addrs`` of all of them;
+    an `Inst` is made only for those read (`inst`, `insts`: a code object holds up to a quarter million)."""
 
     def __init__(self, listing: Listing, lo: int, hi: int) -> None:
         self._listing, self._lo, self._hi = listing, lo, hi
         self.mnemonics = listing.mnemonics(lo, hi)
         self.addrs = listing.addrs[lo:hi]
 
-    def __len__(self) -> int:
-        return self._hi - self._lo
+    def inst(self, i: int) -> Inst:
+        return self._listing[self._lo + i]
 
-    @overload
-    def __getitem__(self, i: int) -> Inst: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[Inst]: ...
-
-    def __getitem__(self, i: int | slice) -> Inst | list[Inst]:
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
-        if not -len(self) <= i < len(self):
-            raise IndexError(i)
-        return self._listing[self._lo + i % len(self)]
+    def insts(self) -> list[Inst]:
+        return self._listing[self._lo:self._hi]
 
 
 @dataclass
@@ -136,7 +125,7 @@ def _main_loop(body: Body) -> tuple[int, int] | None:
     whose range holds no other back edge), the one loading the most global bytes per
     iteration, then the one with the most instructions."""
     mn = body.mnemonics
-    branches = [body[i] for i, m in enumerate(mn) if m.startswith(_BRANCHES)]
+    branches = [body.inst(i) for i, m in enumerate(mn) if m.startswith(_BRANCHES)]
     if not branches:
         return None
     index = {a: i for i, a in enumerate(body.addrs)}
@@ -187,7 +176,7 @@ def family_static(arch: str, family: str) -> list[KernelStatic]:
             wave_size=kern.descriptor.wave_size,
             occupancy_terms=info.occupancy_terms(kern.vgpr_count, kern.sgpr_count, kern.group_segment_fixed_size,
                                                  THREADS // kern.descriptor.wave_size),
-            manifest_occupancy=mk.get("occupancy"), instructions=len(body),
+            manifest_occupancy=mk.get("occupancy"), instructions=len(body.mnemonics),
             mnemonics=frozenset(body.mnemonics))
         span = _main_loop(body)
         if span is not None:

@@ -397,8 +397,8 @@ def test_gather_loads_overlap_the_matrix_work(arch):
     rounds = {"sparse_mla_v4": 5, "sparse_mla_v32": 6}          # Chunks<V32>::kRounds
     _, kernels = kernel_bodies(arch, "sparse_mla")
     for kern, body in kernels:
-        assert not any(x.mnemonic.startswith("flat_") for x in body), kern.name
-        assert _prefetch_overlaps(body, rounds[kern.name]), f"{arch} {kern.name}: no loads in flight across QK"
+        assert not any(m.startswith("flat_") for m in body.mnemonics), kern.name
+        assert _prefetch_overlaps(body.insts(), rounds[kern.name]), f"{arch} {kern.name}: no loads in flight across QK"
 
 
 def test_code_object_resources():
