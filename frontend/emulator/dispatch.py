@@ -426,16 +426,13 @@ def _run_cohort(program: Program, handlers: list[Handler], lock: LockstepCode, c
                     i += 1
                     synced = False
                     continue
-            if plan is not None and plan[0] != LANEWISE and len(cohort.subgroups) > 1 and \
-                    _scalar_uniform(first, members[1:], plan[1]):
-                # scalar, every member agreeing on the inputs (loop counters, bounds): once for all
-                w = first
-                w.pc = i + 1
-                handlers[i](w)
-                _copy_scalar(w, members[1:], plan[2])
-            elif plan is not None and plan[0] != LANEWISE:
-                # scalar: once per workgroup whose waves agree on the inputs, else on each of its waves
-                for sub in cohort.subgroups:
+            if plan is not None and plan[0] != LANEWISE:
+                # scalar: once for the whole cohort when every member agrees on the inputs (loop
+                # counters, bounds), else once per workgroup whose waves agree, else on each wave
+                subs = cohort.subgroups
+                if len(subs) > 1 and _scalar_uniform(first, members[1:], plan[1]):
+                    subs = [members]
+                for sub in subs:
                     w = sub[0]
                     if _scalar_uniform(w, sub[1:], plan[1]):
                         w.pc = i + 1

@@ -129,7 +129,22 @@ def test_atomics_on_distinct_words_match_lane_order(op: str) -> None:
     from types import SimpleNamespace
 
     from hipskinny.emulator.memory import Memory
-    from hipskinny.emulator.ops.vmem import _ATOMIC32
+
+    def s32(x: int) -> int:
+        return x - (1 << 32) if x >> 31 else x
+
+    def f32_add(o: int, v: int) -> int:
+        total = np.float32(np.uint32(o).view(np.float32)) + np.float32(np.uint32(v).view(np.float32))
+        return int(np.float32(total).view(np.uint32))
+
+    # the ISA's per-lane operations, on Python ints (the reference for both of the emulator's paths)
+    lane_op = {"add_u32": lambda o, v: (o + v) & 0xFFFFFFFF, "sub_u32": lambda o, v: (o - v) & 0xFFFFFFFF,
+               "swap_b32": lambda o, v: v, "and_b32": lambda o, v: o & v, "or_b32": lambda o, v: o | v,
+               "xor_b32": lambda o, v: o ^ v, "max_u32": max, "min_u32": min,
+               "max_i32": lambda o, v: o if s32(o) >= s32(v) else v,
+               "min_i32": lambda o, v: o if s32(o) <= s32(v) else v,
+               "inc_u32": lambda o, v: 0 if o >= v else o + 1,
+               "dec_u32": lambda o, v: v if o == 0 or o > v else o - 1, "add_f32": f32_add}
 
     rng = np.random.default_rng(3)
     cells = rng.integers(0, 1 << 32, 64, dtype=np.uint64).astype(np.uint32)
@@ -156,7 +171,7 @@ def test_atomics_on_distinct_words_match_lane_order(op: str) -> None:
             if op == "cmpswap_b32":
                 new = int(vals[lane]) if old == int(cmps[lane]) else old
             else:
-                new = _ATOMIC32[op.removesuffix("_b32") if op.endswith("_b32") else op](old, int(vals[lane]))
+                new = lane_op[op](old, int(vals[lane]))
             want[words[lane]], olds[lane] = new, old
         np.testing.assert_array_equal(mem.view(base, 4 * 64).view(np.uint32), want)
         np.testing.assert_array_equal(w.v[6], olds)

@@ -312,32 +312,25 @@ def strip_sext(tok: str) -> tuple[str, bool]:
     return tok, False
 
 
-def const_array(op: Operand, width: int, n: int, typ: str = "") -> np.ndarray:
-    """The value a constant operand supplies, as raw bits per lane (typed by the operand's width/type):
-    read-only, which also tells an op that this source is one value in every lane."""
-    arr = _const_array(op, width, n, typ)
-    arr.flags.writeable = False
-    return arr
-
-
-def _const_array(op: Operand, width: int, n: int, typ: str) -> np.ndarray:
+def const_array(op: Operand, width: int, typ: str = "") -> np.ndarray:
+    """The value a constant operand supplies, as raw bits in a one-element array (typed by the
+    operand's width/type); readers repeat it per lane with `lane_constant` (read-only, which also
+    tells an op that this source is one value in every lane)."""
     if typ == "bf16" and isinstance(op.value, float):
         raise EmulatorError(f"float inline constant {op.text} for a bf16 operand is not implemented")
     if width == 64 and isinstance(op.value, int) and not -16 <= op.value <= 64:
         lit = op.value & 0xFFFFFFFF
         if typ == "f64":   # a 32-bit literal for an f64 operand supplies the high word (low word 0)
-            return np.full(n, lit << 32, np.uint64)
+            return np.array([lit << 32], np.uint64)
         # 64-bit integer operands: the hardware zero-extends the literal for unsigned ones and
         # sign-extends it for signed ones (LLVM folds a literal into a 64-bit operand only where
         # the two agree, or by the operand's signedness: llvm/llvm-project#70274 and later)
         if typ == "i64":
-            return np.full(n, lit - (1 << 32) if lit >> 31 else lit, np.int64).view(np.uint64)
+            return np.array([lit - (1 << 32) if lit >> 31 else lit], np.int64).view(np.uint64)
         if typ in ("u64", "b64"):
-            return np.full(n, lit, np.uint64)
+            return np.array([lit], np.uint64)
         raise EmulatorError(f"32-bit literal {op.text} for a 64-bit operand of type {typ or '?'} is not implemented")
-    bits = const_bits(op, width)
-    dt = np.uint64 if width == 64 else np.uint32
-    return np.full(n, bits, dt)
+    return np.array([const_bits(op, width)], np.uint64 if width == 64 else np.uint32)
 
 
 def raw_reader(op: Operand, width: int, ctx: DecodeContext, *, hi: bool = False,
@@ -384,7 +377,7 @@ def raw_reader(op: Operand, width: int, ctx: DecodeContext, *, hi: bool = False,
         if hi and width == 16:
             raise EmulatorError(f"high half of constant {op.text} selected (generation-dependent, not "
                                 "implemented)")
-        arr = const_array(op, width if not half else 16, 1, typ)
+        arr = const_array(op, width if not half else 16, typ)
         if sdwa_sel:
             arr = sdwa_extract(arr, sdwa_sel, sext)
         return lane_constant(arr, ctx)
@@ -485,7 +478,7 @@ def typed_reader(tok: str, typ: str, ctx: DecodeContext, *, hi: bool = False, dp
         return lambda w: to_typed(r(w), typ)
     dt = _NP[typ]
     if op.kind == "const":
-        return lane_constant(to_typed(const_array(op, WIDTH[typ], 1, typ), typ), ctx)
+        return lane_constant(to_typed(const_array(op, WIDTH[typ], typ), typ), ctx)
     rows = _ROWS.get(typ)
     if op.kind == "v" and rows is not None:
         i = op.index

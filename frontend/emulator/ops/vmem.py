@@ -132,31 +132,6 @@ for _suffix, (_size, _how) in _STORES.items():
 
 
 # --- atomics ---------------------------------------------------------------------------
-def _f32_add(old: int, val: int) -> int:
-    r = np.array([old, val], np.uint32).view(np.float32)
-    return int(np.array([r[0] + r[1]], np.float32).view(np.uint32)[0])
-
-
-def _s32(v: int) -> int:
-    return v - (1 << 32) if v >> 31 else v
-
-
-_ATOMIC32: dict[str, Callable[[int, int], int]] = {
-    "add": lambda o, v: (o + v) & 0xFFFFFFFF, "add_u32": lambda o, v: (o + v) & 0xFFFFFFFF,
-    "sub": lambda o, v: (o - v) & 0xFFFFFFFF, "sub_u32": lambda o, v: (o - v) & 0xFFFFFFFF,
-    "swap": lambda o, v: v, "swap_b32": lambda o, v: v,
-    "and": lambda o, v: o & v, "and_b32": lambda o, v: o & v, "or": lambda o, v: o | v,
-    "or_b32": lambda o, v: o | v, "xor": lambda o, v: o ^ v, "xor_b32": lambda o, v: o ^ v,
-    "umax": lambda o, v: max(o, v), "max_u32": lambda o, v: max(o, v),
-    "umin": lambda o, v: min(o, v), "min_u32": lambda o, v: min(o, v),
-    "smax": lambda o, v: o if _s32(o) >= _s32(v) else v, "max_i32": lambda o, v: o if _s32(o) >= _s32(v) else v,
-    "smin": lambda o, v: o if _s32(o) <= _s32(v) else v, "min_i32": lambda o, v: o if _s32(o) <= _s32(v) else v,
-    "inc": lambda o, v: 0 if o >= v else o + 1, "inc_u32": lambda o, v: 0 if o >= v else o + 1,
-    "dec": lambda o, v: v if o == 0 or o > v else o - 1, "dec_u32": lambda o, v: v if o == 0 or o > v else o - 1,
-    "add_f32": _f32_add,
-}
-
-
 def _smax(o: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.where(o.view(np.int32) >= v.view(np.int32), o, v)
 
@@ -165,19 +140,24 @@ def _smin(o: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.where(o.view(np.int32) <= v.view(np.int32), o, v)
 
 
-# The same operations on uint32 arrays, for an instruction whose lanes hit distinct dwords (then
-# serialising them in lane order changes nothing; float32 adds are numpy's, as in _f32_add).
-_ATOMIC32_LANES: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+def _inc(o: np.ndarray, v: np.ndarray) -> np.ndarray:
+    return np.where(o >= v, np.uint32(0), o + np.uint32(1))
+
+
+def _dec(o: np.ndarray, v: np.ndarray) -> np.ndarray:
+    return np.where((o == 0) | (o > v), v, o - np.uint32(1))
+
+
+# new = fn(old, value) over uint32 arrays: all lanes at once when they hit distinct dwords, else
+# one lane after another (float32 adds round as numpy's float32 add does).
+_ATOMIC32: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "add": np.add, "add_u32": np.add, "sub": np.subtract, "sub_u32": np.subtract,
     "swap": lambda o, v: v, "swap_b32": lambda o, v: v,
     "and": np.bitwise_and, "and_b32": np.bitwise_and, "or": np.bitwise_or, "or_b32": np.bitwise_or,
     "xor": np.bitwise_xor, "xor_b32": np.bitwise_xor,
     "umax": np.maximum, "max_u32": np.maximum, "umin": np.minimum, "min_u32": np.minimum,
     "smax": _smax, "max_i32": _smax, "smin": _smin, "min_i32": _smin,
-    "inc": lambda o, v: np.where(o >= v, np.uint32(0), o + np.uint32(1)),
-    "inc_u32": lambda o, v: np.where(o >= v, np.uint32(0), o + np.uint32(1)),
-    "dec": lambda o, v: np.where((o == 0) | (o > v), v, o - np.uint32(1)),
-    "dec_u32": lambda o, v: np.where((o == 0) | (o > v), v, o - np.uint32(1)),
+    "inc": _inc, "inc_u32": _inc, "dec": _dec, "dec_u32": _dec,
     "add_f32": lambda o, v: (o.view(np.float32) + v.view(np.float32)).view(np.uint32),
 }
 
@@ -187,10 +167,8 @@ def _returns(inst: Inst) -> bool:
                for m in inst.modifiers)
 
 
-def _atomic(fn: Callable[[int, int], int] | None,
-            lanes_fn: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None):
-    """fn(old, value) -> new; None means compare-and-swap (data pair = {new, compare}).
-    `lanes_fn` is `fn` over arrays, used when the active lanes' dwords are distinct."""
+def _atomic(fn: Callable[[np.ndarray, np.ndarray], np.ndarray] | None):
+    """fn(old, value) -> new over uint32 arrays; None means compare-and-swap (data pair = {new, compare})."""
     def factory(inst: Inst, ctx: DecodeContext) -> Handler:
         ops = [parse_operand(t) for t in inst.operands]
         ret = _returns(inst)
@@ -198,6 +176,12 @@ def _atomic(fn: Callable[[int, int], int] | None,
             dst, ops = ops[0].index, ops[1:]
         addr = address_reader(ops[0], ops[2] if len(ops) > 2 else Operand("off"), _offset(inst))
         data = ops[1].index
+
+        def new(w: Wave, olds: np.ndarray, lanes: slice) -> np.ndarray:
+            vals = w.v[data, lanes]
+            if fn is None:
+                return np.where(olds == w.v[data + 1, lanes], vals, olds)
+            return fn(olds, vals)
 
         def run(w: Wave) -> None:
             mask = w.exec_mask()
@@ -207,41 +191,29 @@ def _atomic(fn: Callable[[int, int], int] | None,
             mem = w.group.mem
             raw = mem.load(addrs, 4, mask)                 # bounds check of every active lane
             active = addrs[mask]
-            if (fn is None or lanes_fn is not None) and not np.count_nonzero(active % 4) and \
-                    len(np.unique(active)) == len(active):
+            if not np.count_nonzero(active % 4) and len(np.unique(active)) == len(active):
+                # distinct dwords: lane order changes nothing, so all lanes at once
                 olds = np.ascontiguousarray(raw).view(np.uint32).reshape(w.n)
-                if fn is None:
-                    news = np.where(olds == w.v[data + 1], w.v[data], olds)
-                else:
-                    news = lanes_fn(olds, w.v[data])  # type: ignore[misc]
-                mem.store(addrs, np.ascontiguousarray(news, np.uint32).view(np.uint8).reshape(w.n, 4), mask)
-                _done(w, olds, mask)
-                return
-            olds = np.zeros(w.n, np.uint32)
-            for lane in np.flatnonzero(mask):              # lanes serialised in lane order
-                cell = mem.view(int(addrs[lane]), 4).view(np.uint32)
-                old = int(cell[0])
-                if fn is None:
-                    new = int(w.v[data, lane]) if old == int(w.v[data + 1, lane]) else old
-                else:
-                    new = fn(old, int(w.v[data, lane]))
-                cell[0] = new
-                olds[lane] = old
-            _done(w, olds, mask)
-
-        def _done(w: Wave, olds: np.ndarray, mask: np.ndarray) -> None:
+                news = np.ascontiguousarray(new(w, olds, slice(None)), np.uint32)
+                mem.store(addrs, news.view(np.uint8).reshape(w.n, 4), mask)
+            else:
+                olds = np.zeros(w.n, np.uint32)
+                for lane in np.flatnonzero(mask):          # lanes serialised in lane order
+                    cell = mem.view(int(addrs[lane]), 4).view(np.uint32)
+                    olds[lane] = cell[0]
+                    cell[:] = new(w, cell.copy(), slice(lane, lane + 1))
             if ret:
                 np.copyto(w.v[dst], olds, where=mask)
-            active = int(mask.sum())
-            w.group.stats.bytes_loaded["global"] += 4 * active
-            w.group.stats.bytes_stored["global"] += 4 * active
+            count = int(mask.sum())
+            w.group.stats.bytes_loaded["global"] += 4 * count
+            w.group.stats.bytes_stored["global"] += 4 * count
         return run
     return factory
 
 
 for _suffix, _fn in _ATOMIC32.items():
     for _prefix in ("global_atomic_", "flat_atomic_"):
-        register(_prefix + _suffix, cls="vmem_atomic")(_atomic(_fn, _ATOMIC32_LANES[_suffix]))
+        register(_prefix + _suffix, cls="vmem_atomic")(_atomic(_fn))
 for _prefix in ("global_atomic_", "flat_atomic_"):
     register(_prefix + "cmpswap", _prefix + "cmpswap_b32", cls="vmem_atomic")(_atomic(None))
 
