@@ -183,7 +183,7 @@ hipskinny.skinny_gemm(x1, w, out=o1)
 bound = [c for c in (getattr(c, "bound", c) for c in hipskinny.ops.skinny_gemm._calls._calls.values())
          if getattr(c, "launches", None)][0]
 launch = bound.launches[0]
-zeros = [0] * launch.pointers
+zeros = [0] * len(launch.select)
 cases["bare_launch"] = lambda: launch.launcher(zeros, launch.tail, 0)
 
 # The host path without its copies: the same calls with hipMemcpyAsync made a no-op on our side

@@ -12,7 +12,8 @@ Schema 1::
          "kernels": [{"name", "config", "vgpr_count", "agpr_count", "sgpr_count",
                       "vgpr_spill_count", "sgpr_spill_count", "group_segment_fixed_size",
                       "private_segment_fixed_size", "wavefront_size", "max_flat_workgroup_size",
-                      "kernarg_segment_size", "occupancy"}, ...]}}}
+                      "kernarg_segment_size", "args": [[name, offset, size, value_kind], ...],
+                      "occupancy"}, ...]}}}
 
 Written with sorted keys, indent 1 and a trailing newline, so it is byte-reproducible.
 """
@@ -56,6 +57,12 @@ def kernel_config(name: str, family: str) -> dict[str, Any]:
     return config
 
 
+def kernel_args(kernel: Kernel) -> list[list[Any]]:
+    """[name, offset, size, value kind] of each explicit argument, in order (read back at load by
+    `hipskinny.registry` against the code object's own metadata)."""
+    return [[a.param, a.offset, a.size, a.value_kind] for a in kernel.explicit_args]
+
+
 def kernel_entry(kernel: Kernel, arch: str, family: str) -> dict[str, Any]:
     waves = max(1, kernel.max_flat_workgroup_size // kernel.wavefront_size)
     return {
@@ -71,6 +78,7 @@ def kernel_entry(kernel: Kernel, arch: str, family: str) -> dict[str, Any]:
         "wavefront_size": kernel.wavefront_size,
         "max_flat_workgroup_size": kernel.max_flat_workgroup_size,
         "kernarg_segment_size": kernel.kernarg_segment_size,
+        "args": kernel_args(kernel),
         "occupancy": ARCHS[arch].occupancy(kernel.vgpr_count, kernel.group_segment_fixed_size, waves),
     }
 

@@ -63,6 +63,9 @@ class Toolchain:
         flags = [
             "-x", "hip", "--cuda-device-only", "--no-gpu-bundle-output", f"--offload-arch={arch}",
             "-O3", "-std=c++17", "-Wall", f"-D__AMDGCN_WAVEFRONT_SIZE={wave}",
+            # Kernel argument names in the metadata, so launches bind arguments by name (the
+            # instructions do not change: encodings compared on every arch).
+            "-fno-discard-value-names",
             # A fixed cuid replaces clang's random __hip_cuid_ suffix: reproducible output.
             f"-cuid=hipskinny-{family}",
             "-I", "kernels/include",

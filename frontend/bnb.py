@@ -420,16 +420,11 @@ def _torch_cpu_mean(a: np.ndarray, lanes: int = 8, threads: int = 1) -> np.float
 
 
 def _torch_cpu_reduction() -> tuple[int, int]:
-    """(SIMD lanes, threads) of torch's CPU float32 sum: read from torch if it is loaded, else 8 lanes (its
-    AVX2 and plain builds) on one thread."""
+    """(SIMD lanes, threads) of torch's CPU float32 sum: 8 lanes (its sum kernel has no AVX512 variant, so
+    an AVX512 machine runs the AVX2 one; its plain build's vectors are 8 floats too), on torch's threads
+    if it is loaded, else one."""
     torch = _torch()
-    if torch is None:
-        return 8, 1
-    try:
-        lanes = 16 if torch.backends.cpu.get_cpu_capability() == "AVX512" else 8
-    except AttributeError:      # a torch without the query
-        lanes = 8
-    return lanes, torch.get_num_threads()
+    return 8, 1 if torch is None else torch.get_num_threads()
 
 
 def _nest(absmax: np.ndarray, torch_kind: bool) -> tuple[np.ndarray, np.float32, np.ndarray]:

@@ -114,6 +114,15 @@ class KernelArg:
     def is_hidden(self) -> bool:
         return self.value_kind.startswith("hidden_")
 
+    @property
+    def param(self) -> str | None:
+        """The parameter's name in the kernel source (clang names a pointer it passes coerced
+        ``<name>.coerce``); None when the metadata has no names (built without
+        -fno-discard-value-names, or hand-written)."""
+        if self.name is None:
+            return None
+        return self.name[:-len(".coerce")] if self.name.endswith(".coerce") else self.name
+
 
 @dataclass(frozen=True)
 class KernelDescriptor:

@@ -51,9 +51,12 @@ class ArgPacker:
         self.kernel_name: str = kernel.name
         self.size: int = int(kernel.kernarg_segment_size)
         self.explicit: tuple[ExplicitArg, ...] = tuple(
-            ExplicitArg(i, a.offset, a.size, a.value_kind, a.name or f"arg{i}")
+            ExplicitArg(i, a.offset, a.size, a.value_kind, a.param or f"arg{i}")
             for i, a in enumerate(kernel.explicit_args)
         )
+        if len({a.name for a in self.explicit}) != len(self.explicit):
+            raise KernelArgumentError(f"kernel {self.kernel_name}: argument names repeat in its metadata "
+                                      f"({', '.join(a.name for a in self.explicit)})")
         self.hidden = tuple((a.offset, a.size, a.value_kind) for a in kernel.hidden_args)
         for a in self.explicit:
             if a.kind not in ("global_buffer", "by_value"):

@@ -65,6 +65,17 @@ def read_verified(arch: str, family: str) -> tuple[bytes, dict[str, Any]]:
     return data, e
 
 
+def check_args(code: CodeObject, e: dict[str, Any]) -> None:
+    """The kernels' arguments (name, offset, size, kind) as the manifest lists them, which the ops
+    bind by name (`operands.launch`), against the code object's own metadata."""
+    kernels = {k.name: k for k in code.kernels}
+    for k in e["kernels"]:
+        have = [[a.param, a.offset, a.size, a.value_kind] for a in kernels[k["name"]].explicit_args]
+        if have != k.get("args"):
+            raise CodeObjectError(f"kernel {k['name']} in hipskinny/hsaco/{e['path']}: its arguments {have} are "
+                                  f"not the manifest's {k.get('args')}; reinstall hipskinny")
+
+
 @dataclass
 class Module:
     """One code object loaded on one device."""
@@ -98,11 +109,12 @@ def load(device: Device, family: str) -> Module:
         mod = per_device.get(family)
         if mod is None:
             arch = device.arch.name
-            data, _ = read_verified(arch, family)
+            data, e = read_verified(arch, family)
             code = CodeObject.parse(data)
             if code.arch != arch:
                 raise CodeObjectError(f"hipskinny/hsaco/{arch}/{family}.hsaco targets {code.arch}, not {arch}; "
                                       "reinstall hipskinny. " + PROBE_HINT)
+            check_args(code, e)
             mod = Module(device, family, code, device.load_module(data))
             per_device[family] = mod
     return mod

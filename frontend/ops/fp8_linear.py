@@ -240,15 +240,19 @@ def _launch(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, 
             x_scaled: bool) -> tuple[Launch, tuple[tuple[str, int], ...]]:
     """The launch of a call of this shape, and the scratch slots it needs (split-K partials, counters)."""
     plan = _plan(device, tag, flavor, block, n, m, k, x_scaled)
-    info, launcher = plan.info, device.launcher(plan)
+    info = plan.info
+    ptrs = dict(x="x", w="w", w_scale="w_scale", x_scale="x_scale", bias="bias", y="out")
+    strides = dict(M=m, K=k, x_stride=x_stride, w_stride=w_stride, bias_stride=b_stride, ws_stride=ws_stride,
+                   xs_stride=xs_stride, flags=flags)
     if "shard_len" not in info:
-        tail = (m, k, x_stride, w_stride, b_stride, info["k_chunk"], ws_stride, xs_stride, flags)
-        return Launch(launcher, 6, tail), ()
-    tail = (n, m, k, x_stride, w_stride, b_stride, info["shard_len"], ws_stride, xs_stride, flags)
+        return operands.launch(device, plan, NAMES, **ptrs, **strides, kc=info["k_chunk"]), ()
     if info["shards"] == 1:
-        return Launch(launcher, 6, (0, 0) + tail), ()
+        return operands.launch(device, plan, NAMES, **ptrs, partials=None, counters=None, N=n, **strides,
+                               shard_len=info["shard_len"]), ()
     slots = (("fp8_linear.partials", info["partial_bytes"]), ("fp8_linear.counters", info["counter_bytes"]))
-    return Launch(launcher, 8, tail), slots
+    return operands.launch(device, plan, (*NAMES, *(name for name, _ in slots)), **ptrs,
+                           partials="fp8_linear.partials", counters="fp8_linear.counters", N=n, **strides,
+                           shard_len=info["shard_len"]), slots
 
 
 def _plan(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, k: int, x_scaled: bool) -> LaunchPlan:

@@ -43,7 +43,7 @@ from .. import autograd, dtypes, operands, registry, w4a16
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
-from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
+from ..operands import DeviceCall, HostCall, Operands, Staged
 from ..torch_ops import declare, fake_operands
 
 FAMILY = "moe"
@@ -69,7 +69,6 @@ _TAG = {_F16: "f16", _BF16: "bf16"}
 META_SLOT = "moe.scratch"
 _plans = PlanCache()
 _calls = operands.CallCache()
-_P_META = len(NAMES)       # the scratch slot's pointer position (after out)
 
 
 def fused_moe(x: Any, w13: Any, w2: Any, topk_weights: Any, topk_ids: Any, *, activation: str = "silu",
@@ -117,14 +116,15 @@ def _bind(ops: Operands, p13: tuple | None, p2: tuple | None) -> Any:
     route, gemm1, gemm2 = plans
     np_ = route.info["group"]
     x_stride = h if ops.on_host else operands.row_stride("fused_moe", xv)
+    pointers = (*NAMES, META_SLOT)          # inputs, out, then the routing metadata's scratch slot
     launches = [
-        Launch(device.launcher(route), 0, (slots, e, np_), select=(10, _P_META)),
-        Launch(device.launcher(gemm1), 0,
-               (i, h, x_stride, g13, k, gemm1.info["blocks"], gemm1.info["block_rows"], slots),
-               select=(0, 1, 2, 3, 4, _P_META)),
-        Launch(device.launcher(gemm2), 0,
-               (h, i, k, n, gemm2.info["blocks"], gemm2.info["block_rows"], g2, slots),
-               select=(5, 6, 7, 8, _P_META, 9, 11)),
+        operands.launch(device, route, pointers, ids="topk_ids", meta=META_SLOT, P=slots, E=e, group=np_),
+        operands.launch(device, gemm1, pointers, x="x", w="w13", scales="w13_scales", zeros="w13_zeros",
+                        perm="w13_perm", meta=META_SLOT, I=i, H=h, x_stride=x_stride, log2_g=g13, topk=k,
+                        blocks=gemm1.info["blocks"], block_pairs=gemm1.info["block_rows"], P=slots),
+        operands.launch(device, gemm2, pointers, w="w2", scales="w2_scales", zeros="w2_zeros", perm="w2_perm",
+                        meta=META_SLOT, weights="topk_weights", out="out", H=h, I=i, topk=k, N=n,
+                        blocks=gemm2.info["blocks"], block_rows=gemm2.info["block_rows"], log2_g=g2, P=slots),
     ]
     scratch = ((META_SLOT, scratch_bytes(slots, h, i)),)
     if ops.on_host:

@@ -86,9 +86,8 @@ def _bind(ops: Operands) -> Any:
 
 
 def _launch(device: Device, tag: str, m: int, k: int, w_stride: int) -> Launch:
-    plan = _plan(device, tag, m, k, w_stride)
-    tail = (m, k, w_stride)
-    return Launch(device.launcher(plan), 4, tail)
+    return operands.launch(device, _plan(device, tag, m, k, w_stride), NAMES,
+                           x="x", w="w", bias="bias", y="out", M=m, K=k, w_stride=w_stride)
 
 
 def _check_shapes(xv: tensors.TensorView, wv: tensors.TensorView,

@@ -203,14 +203,19 @@ def _launch(device: Device, tag: str, n: int, m: int, k: int, x_stride: int, b_s
     """The fused launch of a call of this shape and the scratch slots it needs (split-K partials
     and counters)."""
     plan = _plan(device, tag, n, m, k)
-    info, launcher = plan.info, device.launcher(plan)
+    info = plan.info
+    ptrs = {name: name for name in NAMES[:-1]}
     if n <= MAX_N:
-        return Launch(launcher, 9, (m, k, x_stride, b_stride, info["k_chunk"], log2_bs, flags)), ()
-    tail = (n, m, k, x_stride, b_stride, info["shard_len"], log2_bs, flags)
-    if info["shards"] == 1:
-        return Launch(launcher, 9, (0, 0) + tail), ()       # no partials, no counters
+        return operands.launch(device, plan, NAMES, **ptrs, y="out", M=m, K=k, x_stride=x_stride,
+                               bias_stride=b_stride, kc=info["k_chunk"], log2_bs=log2_bs, flags=flags), ()
+    values = dict(N=n, M=m, K=k, x_stride=x_stride, bias_stride=b_stride, shard_len=info["shard_len"],
+                  log2_bs=log2_bs, flags=flags)
+    if info["shards"] == 1:                                  # no partials, no counters
+        return operands.launch(device, plan, NAMES, **ptrs, y="out", partials=None, counters=None, **values), ()
     slots = (("matmul_4bit.partials", info["partial_bytes"]), ("matmul_4bit.counters", info["counter_bytes"]))
-    return Launch(launcher, 11, tail), slots
+    return operands.launch(device, plan, (*NAMES, *(name for name, _ in slots)), **ptrs, y="out",
+                           partials="matmul_4bit.partials", counters="matmul_4bit.counters", **values), slots
+
 
 
 def _plan(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
@@ -320,18 +325,18 @@ def _route(ops: Operands, st: bnb.QuantState, n: int, m: int, k: int, log2_bs: i
     pitch = -(-k // 8) * 8
     if n > ROUTE_MAX_N:
         if sg.on_rocm_torch(ops):
-            return sg.TorchDequantizeRoute(ops, _dequantize_launch(device, tag, m, k, pitch, log2_bs, flags, 7),
-                                           m, k, pitch)
+            return sg.TorchDequantizeRoute(ops, _dequantize_launch(device, tag, m, k, pitch, log2_bs, flags,
+                                                                   sg.route_pointers(NAMES)), m, k, pitch)
         raise InputValueError(f"matmul_4bit: N={n} tokens; supported: N = 1..{ROUTE_MAX_N} (torch tensors on a "
                               "ROCm GPU: any N, through torch.nn.functional.linear above that)")
-    first_slot = len(NAMES)                  # pointers: inputs, out, then the scratch slots
-    dq = _dequantize_launch(device, tag, m, k, pitch, log2_bs, flags, first_slot)
+    pointers = (*NAMES, ROUTE_SLOT)          # inputs, out, then the scratch slots: the weights first
+    dq = _dequantize_launch(device, tag, m, k, pitch, log2_bs, flags, pointers, ROUTE_SLOT)
     b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
     if ops.on_host:
         # x rows padded with zeros to the weights' pitch: the zero columns of both add nothing,
         # so the split-K kernel runs on K rounded up to 8.
         gemm, gemm_slots = sg._launch(device, tag, n, m, pitch if n > sg.MAX_N else k, False, pitch, pitch,
-                                      m if b_rows > 1 else 0)
+                                      m if b_rows > 1 else 0, pointers=pointers, w=ROUTE_SLOT)
     else:
         if n > sg.MAX_N and k % 8:
             raise InputValueError(f"matmul_4bit on a GPU tensor: K={k} is neither a multiple of the blocksize "
@@ -339,10 +344,8 @@ def _route(ops: Operands, st: bnb.QuantState, n: int, m: int, k: int, log2_bs: i
                                   f"N > {sg.MAX_N}); host inputs take any K")
         x_stride = _x_stride(xv, k)
         gemm, gemm_slots = sg._launch(device, tag, n, m, k, False, x_stride, pitch,
-                                      operands.bias_row_stride("matmul_4bit", bv, m))
-    # skinny_gemm's pointers (x, w, bias, out, partials, counters) as positions of this call's.
-    where = (0, first_slot, 7, 8, first_slot + 1, first_slot + 2)[:gemm.pointers]
-    launches = [dq, Launch(gemm.launcher, 0, gemm.tail, where)]
+                                      operands.bias_row_stride("matmul_4bit", bv, m), pointers=pointers, w=ROUTE_SLOT)
+    launches = [dq, gemm]
     slots = ((ROUTE_SLOT, 2 * m * pitch), *gemm_slots)
     if ops.on_host:
         return HostCall(ops, launches, _staged(ops, n, m, k, pitch), out_shape=out_shape, out_dtype=xv.dtype,
@@ -353,9 +356,9 @@ def _route(ops: Operands, st: bnb.QuantState, n: int, m: int, k: int, log2_bs: i
 
 
 def _dequantize_launch(device: Device, tag: str, m: int, k: int, pitch: int, log2_bs: int, flags: int,
-                       out_at: int) -> Launch:
-    """The dequantize kernel reading the state's pointers (positions 1..6 of a call's) and writing
-    ``[M, pitch]`` 16-bit weights at pointer position ``out_at``."""
+                       pointers: tuple[str, ...], out: str = sg.DEQUANTIZED) -> Launch:
+    """The dequantize kernel reading the state's operands and writing ``[M, pitch]`` 16-bit weights
+    to the pointer named ``out`` (``pointers``: the call's)."""
     info = device.arch
     cu_count = device.properties.cu_count
     key = ("dequantize", device, tag, m, pitch, cu_count)
@@ -368,7 +371,8 @@ def _dequantize_launch(device: Device, tag: str, m: int, k: int, pitch: int, log
         return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), info={"kernel": name, "grid": grid})
 
     plan = _plans.get(key, build)
-    return Launch(device.launcher(plan), 0, (m, k, pitch, log2_bs, flags), (1, 2, 3, 4, 5, 6, out_at))
+    return operands.launch(device, plan, pointers, **{name: name for name in NAMES[1:7]}, out=out, M=m, K=k,
+                           pitch=pitch, log2_bs=log2_bs, flags=flags)
 
 
 _dequantize_calls = operands.CallCache()
@@ -404,7 +408,7 @@ def _bind_dequantize(ops: Operands, st: bnb.QuantState, dtype: np.dtype) -> Any:
     if m == 0:
         return DeviceCall(ops, [], out_shape=(m, k), out_dtype=dtype) if not ops.on_host else \
             HostCall(ops, [], [None] * (len(NAMES) - 1), out_shape=(m, k), out_dtype=dtype, out_slot="dequantize.w")
-    launch = _dequantize_launch(ops.device, _TAG[dtype], m, k, k, log2_bs, flags, len(NAMES) - 1)
+    launch = _dequantize_launch(ops.device, _TAG[dtype], m, k, k, log2_bs, flags, NAMES, "out")
     if ops.on_host:
         return HostCall(ops, [launch], _staged(ops, 0, m, k, k), out_shape=(m, k), out_dtype=dtype,
                         out_slot="dequantize.w")

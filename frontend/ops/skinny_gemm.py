@@ -237,22 +237,27 @@ def _bind(ops: Operands, deterministic: bool) -> Any:
 
 
 def _launch(device: Device, tag: str, n: int, m: int, k: int, atomic: bool, x_stride: int, w_stride: int,
-            b_stride: int) -> tuple[Launch, tuple[tuple[str, int], ...]]:
-    """The launch of a call of this shape, and the scratch slots it needs (partials, counters)."""
+            b_stride: int, *, pointers: tuple[str, ...] = NAMES, w: str = "w"
+            ) -> tuple[Launch, tuple[tuple[str, int], ...]]:
+    """The launch of a call of this shape, and the scratch slots it needs (partials, counters).
+    ``pointers``: the call's pointers ahead of those slots (this op's: NAMES; an op that dequantizes
+    first adds its weights slot), ``w``: the one that holds the 16-bit weights."""
     plan = _plan(device, tag, n, m, k, atomic)
-    info, launcher = plan.info, device.launcher(plan)
+    info = plan.info
+    ptrs = dict(x="x", w=w, bias="bias", y="out")
     if "shard_len" not in info:
-        tail = (m, k, x_stride, w_stride, b_stride, info["k_chunk"])
-        return Launch(launcher, 4, tail), ()
-    tail = (n, m, k, x_stride, w_stride, b_stride, info["shard_len"])
+        return operands.launch(device, plan, pointers, **ptrs, M=m, K=k, x_stride=x_stride, w_stride=w_stride,
+                               bias_stride=b_stride, kc=info["k_chunk"]), ()
+    values = dict(N=n, M=m, K=k, x_stride=x_stride, w_stride=w_stride, bias_stride=b_stride,
+                  shard_len=info["shard_len"])
     if info["shards"] == 1:
-        unsplit = (0, 0) + tail
-        return Launch(launcher, 4, unsplit), ()
+        return operands.launch(device, plan, pointers, **ptrs, partials=None, counters=None, **values), ()
     # The atomic variant needs its slices zero on entry (it leaves them so); the deterministic one
     # leaves its partials as written: they must not share a slot.
     partials = "skinny_gemm.atomic_slices" if info["kernel"].endswith("_atomic") else "skinny_gemm.partials"
     slots = ((partials, info["partial_bytes"]), ("skinny_gemm.counters", info["counter_bytes"]))
-    return Launch(launcher, 6, tail), slots
+    return operands.launch(device, plan, (*pointers, partials, "skinny_gemm.counters"), **ptrs, partials=partials,
+                           counters="skinny_gemm.counters", **values), slots
 
 
 class _TorchFallback:
@@ -274,13 +279,21 @@ class _TorchFallback:
         return out
 
 
+DEQUANTIZED = "dequantized"        # the 16-bit weights a dequantize launch writes, as its pointer is named
+
+
+def route_pointers(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The pointers of `TorchDequantizeRoute`'s launch: x and the weight operands, then `DEQUANTIZED`."""
+    return (*names[:-2], DEQUANTIZED)
+
+
 class TorchDequantizeRoute:
     """N above the kernels' range for ops that dequantize to 16-bit weights first (matmul_4bit,
     w4a16_linear) on torch ROCm tensors: their dequantize kernel into a tensor of x's dtype
     (allocated per call, as the ``F.linear`` after it does), then this module's ``F.linear``
-    fallback. ``launch`` reads the op's weight operands (the call's positions between x and
-    bias) and writes ``[M, pitch]`` weights at the position after them; the op's operands are
-    ``x, *weight operands, bias, out``."""
+    fallback. ``launch`` reads the op's weight operands and writes ``[M, pitch]`` weights to the
+    pointer named `DEQUANTIZED`; its pointers are `route_pointers` of the op's operand names
+    (``x, *weight operands, bias, out``)."""
 
     def __init__(self, ops: Operands, launch: Launch, m: int, k: int, pitch: int) -> None:
         bv = ops["bias"]

@@ -213,8 +213,7 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
     hb = -(-h // HEADS)
     flags = (int(flavors[0] == "fnuz") | int(flavors[1] == "fnuz") << 1 | int(return_lse) << 2
              | int(sv is not None) << 3)
-    n_in, n_out = len(INPUTS), 2 if return_lse else 1
-    select = (*range(n_in + 1), n_in + n_out - 1, n_in + n_out, n_in + n_out + 1)
+    pointers = (*(NAMES_LSE if return_lse else NAMES), PART_SLOT, COUNTER_SLOT)
     # fp32 partial slots only when the splits merge (S > 1); counters: one word per (token, head group)
     scratch = ((PART_SLOT, max(16, 4 * SLOT_FLOATS * t * hb * s * (s > 1))), (COUNTER_SLOT, max(16, 4 * t * hb)))
 
@@ -227,8 +226,12 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
         rows1 = 0 if c1 is None else int(c1.shape[0]) * bs1
         # by-value arguments are packed as integers of their size: the fp32 scale as its bits
         bits = int(np.array(scale, np.float32).view(np.uint32))
-        tail = (*q_strides, b0, bs0, rows0, n_idx[0], b1, bs1, rows1, n_idx[1], bits, h * D_V, D_V, t, h, s, flags)
-        return [Launch(device.launcher(_plan(device, layout, t, hb, s)), 0, tail, select=select)]
+        return [operands.launch(device, _plan(device, layout, t, hb, s), pointers, q="q", c0="swa_cache",
+                                idx0="swa_indices", ptr0="swa_indptr", c1="extra_cache", idx1="extra_indices",
+                                ptr1="extra_indptr", sink="sink", out="out", lse="lse" if return_lse else None,
+                                part=PART_SLOT, counters=COUNTER_SLOT, q_st=q_strides[0], q_sh=q_strides[1],
+                                bstride0=b0, bs0=bs0, rows0=rows0, n0=n_idx[0], bstride1=b1, bs1=bs1, rows1=rows1,
+                                n1=n_idx[1], scale=bits, o_st=h * D_V, o_sh=D_V, T=t, H=h, S=s, flags=flags)]
 
     if ops.on_host:
         # q packed [T * H, d_qk]; a cache as its blocks' used bytes ([blocks, bytes] views) at a

@@ -123,7 +123,8 @@ def values_per_lane(e: int, wave: int) -> int:
 
 
 def _launch(device: Device, tag: str, n: int, e: int, k: int, stride: int, renormalize: bool) -> Launch:
-    return Launch(device.launcher(_plan(device, tag, n, e)), 3, (n, e, k, stride, int(renormalize)))
+    return operands.launch(device, _plan(device, tag, n, e), NAMES, x="router_logits", weights="topk_weights",
+                           ids="topk_ids", N=n, E=e, k=k, stride=stride, renorm=int(renormalize))
 
 
 def _plan(device: Device, tag: str, n: int, e: int) -> LaunchPlan:

@@ -195,20 +195,20 @@ def _route(ops: Operands, n: int, m: int, k: int, g: int, out_shape: tuple[int, 
     device, tag = ops.device, _TAG[xv.dtype]
     if n > ROUTE_MAX_N:
         if sg.on_rocm_torch(ops):
-            return sg.TorchDequantizeRoute(ops, _dequantize_launch(device, tag, m, k, g, 5), m, k, k)
+            return sg.TorchDequantizeRoute(ops, _dequantize_launch(device, tag, m, k, g, sg.route_pointers(NAMES)),
+                                           m, k, k)
         raise InputValueError(f"w4a16_linear: N={n} tokens; supported: N = 1..{ROUTE_MAX_N} (torch tensors on a "
                               "ROCm GPU: any N, through torch.nn.functional.linear above that)")
-    first_slot = len(NAMES)                  # pointers: inputs, out, then the scratch slots
-    dq = _dequantize_launch(device, tag, m, k, g, first_slot)
+    pointers = (*NAMES, ROUTE_SLOT)          # inputs, out, then the scratch slots: the weights first
+    dq = _dequantize_launch(device, tag, m, k, g, pointers, ROUTE_SLOT)
     if ops.on_host:
         b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
-        gemm, gemm_slots = sg._launch(device, tag, n, m, k, False, k, k, m if b_rows > 1 else 0)
+        gemm, gemm_slots = sg._launch(device, tag, n, m, k, False, k, k, m if b_rows > 1 else 0, pointers=pointers,
+                                      w=ROUTE_SLOT)
     else:
         gemm, gemm_slots = sg._launch(device, tag, n, m, k, False, _x_stride(xv, n, k), k,
-                                      operands.bias_row_stride("w4a16_linear", bv, m))
-    # skinny_gemm's pointers (x, w, bias, out, partials, counters) as positions of this call's.
-    where = (0, first_slot, 5, 6, first_slot + 1, first_slot + 2)[:gemm.pointers]
-    launches = [dq, Launch(gemm.launcher, 0, gemm.tail, where)]
+                                      operands.bias_row_stride("w4a16_linear", bv, m), pointers=pointers, w=ROUTE_SLOT)
+    launches = [dq, gemm]
     slots = ((ROUTE_SLOT, 2 * m * k), *gemm_slots)
     if ops.on_host:
         return HostCall(ops, launches, _staged(ops, n, m, k), out_shape=out_shape, out_dtype=xv.dtype,
@@ -218,9 +218,10 @@ def _route(ops: Operands, n: int, m: int, k: int, g: int, out_shape: tuple[int, 
                       scratch_slots=slots)
 
 
-def _dequantize_launch(device: Device, tag: str, m: int, k: int, g: int, out_at: int) -> Launch:
-    """The dequantize kernel reading the prepared arrays (positions 1..4 of a call's pointers) and
-    writing ``[M, K]`` 16-bit weights at pointer position ``out_at``."""
+def _dequantize_launch(device: Device, tag: str, m: int, k: int, g: int, pointers: tuple[str, ...],
+                       out: str = sg.DEQUANTIZED) -> Launch:
+    """The dequantize kernel reading the prepared arrays and writing ``[M, K]`` 16-bit weights to the
+    pointer named ``out`` (``pointers``: the call's)."""
     info = device.arch
     cu_count = device.properties.cu_count
     key = ("dequantize", device, tag, m, k, cu_count)
@@ -233,7 +234,8 @@ def _dequantize_launch(device: Device, tag: str, m: int, k: int, g: int, out_at:
         return make_plan(fn, meta, (grid, 1, 1), (sg.THREADS, 1, 1), info={"kernel": name, "grid": grid})
 
     plan = _plans.get(key, build)
-    return Launch(device.launcher(plan), 0, (m, k, g), (1, 2, 3, 4, out_at))
+    return operands.launch(device, plan, pointers, w="w", scales="scales", zeros="zeros", perm="perm", out=out,
+                           M=m, K=k, G=g)
 
 
 def _check(ops: Operands, p: w4a16.Prepared) -> tuple[int, int, int, int]:
@@ -280,16 +282,20 @@ def _launch(device: Device, tag: str, n: int, m: int, k: int, x_stride: int, b_s
     """The fused launch of a call of this shape and the scratch slots it needs (split-K partials
     and counters)."""
     plan = _plan(device, tag, n, m, k)
-    info, launcher = plan.info, device.launcher(plan)
+    info = plan.info
     pow2 = g & (g - 1) == 0
+    ptrs = {name: name for name in NAMES[:-1]}
     if n <= MAX_N:
-        return Launch(launcher, 7, (m, k, x_stride, b_stride, info["k_chunk"], g.bit_length() - 1)), ()
+        return operands.launch(device, plan, NAMES, **ptrs, y="out", M=m, K=k, x_stride=x_stride,
+                               bias_stride=b_stride, kc=info["k_chunk"], log2_g=g.bit_length() - 1), ()
     # g(k) = k >> log2_g; per-channel scales of a K that is no power of two: 31 (one group, g = 0).
-    tail = (n, m, k, x_stride, b_stride, info["shard_len"], g.bit_length() - 1 if pow2 else 31, k // g)
-    if info["shards"] == 1:
-        return Launch(launcher, 7, (0, 0) + tail), ()       # no partials, no counters
+    values = dict(N=n, M=m, K=k, x_stride=x_stride, bias_stride=b_stride, shard_len=info["shard_len"],
+                  log2_g=g.bit_length() - 1 if pow2 else 31, row_groups=k // g)
+    if info["shards"] == 1:                                  # no partials, no counters
+        return operands.launch(device, plan, NAMES, **ptrs, y="out", partials=None, counters=None, **values), ()
     slots = (("w4a16.partials", info["partial_bytes"]), ("w4a16.counters", info["counter_bytes"]))
-    return Launch(launcher, 9, tail), slots
+    return operands.launch(device, plan, (*NAMES, *(name for name, _ in slots)), **ptrs, y="out",
+                           partials="w4a16.partials", counters="w4a16.counters", **values), slots
 
 
 def _plan(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:

@@ -125,24 +125,29 @@ def ensure_hip_python7() -> Path:
 def hipskinny_path(workdir: Path) -> list[str]:
     """PYTHONPATH entries that let a subprocess ``import hipskinny`` as this process would.
 
-    An installed hipskinny (``pip install .`` or ``-e .``) needs none, unless it was found through
-    a path added at run time; with none importable, a directory with a symlink
-    ``hipskinny -> frontend`` of this checkout is made in ``workdir``.
+    An installed hipskinny (``pip install .``) needs none, unless it was found through a path added
+    at run time. A checkout's frontend/ imported as hipskinny (an editable install, or the benchmarks
+    measuring the tree they live in, whatever is installed) is mapped by a directory ``hipskinny``
+    of links to its files and to the checkout's hsaco/, made in ``workdir`` (PYTHONPATH comes before
+    an editable install's finder); with none importable, this checkout's.
     """
     spec = importlib.util.find_spec("hipskinny")
+    front = FRONTEND
     if spec is not None and spec.submodule_search_locations:
         location = Path(list(spec.submodule_search_locations)[0])
-        if location.name != "hipskinny":
-            return []  # an editable install mapping hipskinny to frontend/: its finder works anywhere
-        parent = location.parent.resolve()
-        site_dirs = {Path(p).resolve() for p in (*site.getsitepackages(), site.getusersitepackages())}
-        return [] if parent in site_dirs else [str(parent)]
+        if location.name == "hipskinny":
+            parent = location.parent.resolve()
+            site_dirs = {Path(p).resolve() for p in (*site.getsitepackages(), site.getusersitepackages())}
+            return [] if parent in site_dirs else [str(parent)]
+        front = location
     shim = Path(workdir) / "hipskinny-src"
-    link = shim / "hipskinny"
-    if not link.exists():
-        shim.mkdir(parents=True, exist_ok=True)
+    package = shim / "hipskinny"
+    package.mkdir(parents=True, exist_ok=True)
+    links = {e.name: e for e in front.iterdir() if e.name != "__pycache__"}
+    links["hsaco"] = front.parent / "hsaco"
+    for name, target in links.items():
         with contextlib.suppress(FileExistsError):
-            link.symlink_to(FRONTEND, target_is_directory=True)
+            (package / name).symlink_to(target, target_is_directory=target.is_dir())
     return [str(shim)]
 
 

@@ -118,3 +118,69 @@ def test_plan_kernarg_and_cache():
     assert builds == [1, 2, 3, 1] and cache.misses == 4
     kernarg = p1.kernarg([16, 32, 1, 2, 3])
     assert len(kernarg) == k.kernarg_segment_size and kernarg[32:36] == (1).to_bytes(4, "little")
+
+
+class _RecordingDevice:
+    """`operands.launch` needs only ``launcher``: this one packs what a call passes (as HipDevice does)."""
+
+    def launcher(self, plan):
+        def launch(pointers, tail, stream=0):
+            self.kernarg = bytearray(plan.template)
+            plan.args.pack_into(self.kernarg, 0, *pointers, *tail)
+        return launch
+
+
+def _bound(kernel, pointers, **args):
+    from hipskinny import operands
+    dev = _RecordingDevice()
+    launch = operands.launch(dev, make_plan("fn", kernel, (1, 1, 1), (64, 1, 1)), pointers, **args)
+    return dev, launch
+
+
+@pytest.mark.parametrize("order", ["as declared", "reversed"])
+def test_launch_binds_arguments_by_name(order):
+    """The kernel's metadata decides where each named value goes: a signature declared in another order
+    (the same names at other offsets) takes the same call unchanged."""
+    args = [("w", 0, 8, "global_buffer"), ("x", 8, 8, "global_buffer"), ("stride", 16, 8, "by_value"),
+            ("K", 24, 4, "by_value"), ("M", 28, 4, "by_value")]
+    if order == "reversed":     # pointers stay first (the launch packs the call's pointers, then values)
+        args = [("x", 0, 8, "global_buffer"), ("w", 8, 8, "global_buffer"), ("M", 16, 4, "by_value"),
+                ("K", 20, 4, "by_value"), ("stride", 24, 8, "by_value")]
+    dev, launch = _bound(fake_kernel(args), ("x", "w", "out"), x="x", w="w", M=7, K=-1, stride=2**40)
+    launch.launcher(launch.args([0x1000, 0x2000, 0x3000]), launch.tail, 0)
+    at = {name: (off, size) for name, off, size, _ in args}
+    value = {n: int.from_bytes(dev.kernarg[o:o + s], "little", signed=True) for n, (o, s) in at.items()}
+    assert value == {"x": 0x1000, "w": 0x2000, "M": 7, "K": -1, "stride": 2**40}
+    assert launch.prefix == (-1 if order == "as declared" else 2)   # a slice when the call's order is the kernel's
+
+
+def test_launch_null_pointers_and_scratch_names():
+    args = [("x", 0, 8, "global_buffer"), ("lse", 8, 8, "global_buffer"), ("part", 16, 8, "global_buffer"),
+            ("n", 24, 4, "by_value")]
+    dev, launch = _bound(fake_kernel(args), ("x", "out", "part.slot"), x="x", lse=None, part="part.slot", n=3)
+    assert launch.select == (0, -1, 2) and launch.tail == (3,)
+    launch.launcher(launch.args([5, 6, 7]), launch.tail, 0)
+    assert [int.from_bytes(dev.kernarg[o:o + 8], "little") for o in (0, 8, 16)] == [5, 0, 7]
+    _, trailing = _bound(fake_kernel(args), ("x",), x="x", lse=None, part=None, n=3)
+    assert trailing.select == (0,) and trailing.tail == (0, 0, 3) and trailing.prefix == 1
+
+
+@pytest.mark.parametrize("given, match", [
+    (dict(x="x", w="w", M=1, K=2), r"takes \(x, w, M, K, stride\); missing stride"),
+    (dict(x="x", w="w", M=1, K=2, stride=3, y="out"), "it has no y"),
+    (dict(x="x", w="nope", M=1, K=2, stride=3), "none of the call's pointers"),
+    (dict(x="x", w=0x1000, M=1, K=2, stride=3), "takes one of the call's pointers by name"),
+    (dict(x="x", w="w", M="x", K=2, stride=3), "must be a pointer"),
+])
+def test_launch_refuses_what_the_kernel_does_not_take(given, match):
+    with pytest.raises(KernelArgumentError, match=match):
+        _bound(fake_kernel(GEMV_LIKE), ("x", "w", "out"), **given)
+
+
+def test_argument_names_come_from_the_source():
+    """clang names a pointer it passes coerced ``<name>.coerce``; the packer uses the source's name and
+    refuses metadata whose names repeat."""
+    k = fake_kernel([("x.coerce", 0, 8, "global_buffer"), ("M", 8, 4, "by_value")])
+    assert [a.name for a in ArgPacker(k).explicit] == ["x", "M"]
+    with pytest.raises(KernelArgumentError, match="repeat"):
+        ArgPacker(fake_kernel([("x", 0, 8, "global_buffer"), ("x.coerce", 8, 8, "global_buffer")]))

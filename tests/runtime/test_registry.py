@@ -115,3 +115,26 @@ def test_code_object_for_the_wrong_arch_is_refused(copied_hsaco):
     registry.manifest.cache_clear()
     with pytest.raises(CodeObjectError, match="targets gfx1100, not gfx1151"):
         registry.load(RecordingDevice("gfx1151"), "gemv")
+
+
+def test_every_shipped_kernel_argument_has_its_source_name():
+    """The ops bind kernel arguments by name: every explicit argument of every shipped kernel is named
+    in the manifest (the build keeps names: -fno-discard-value-names) and its pointers come first."""
+    for e in registry.manifest()["code_objects"].values():
+        for k in e["kernels"]:
+            names = [a[0] for a in k["args"]]
+            assert all(names) and len(set(names)) == len(names), (k["name"], names)
+            kinds = [a[3] for a in k["args"]]
+            assert kinds == sorted(kinds, key=lambda kind: kind != "global_buffer"), (k["name"], kinds)
+
+
+def test_arguments_unlike_the_manifest_are_refused(copied_hsaco):
+    """A code object whose metadata names, places or sizes an argument otherwise than the manifest
+    (a stale or mixed-up install) is refused at load, before any call binds a name."""
+    manifest = json.loads((copied_hsaco / "manifest.json").read_text())
+    kernel = manifest["code_objects"]["gfx942/gemv"]["kernels"][0]
+    kernel["args"][0][0], kernel["args"][1][0] = kernel["args"][1][0], kernel["args"][0][0]
+    (copied_hsaco / "manifest.json").write_text(json.dumps(manifest))
+    registry.manifest.cache_clear()
+    with pytest.raises(CodeObjectError, match=f"kernel {kernel['name']} .* not the manifest's"):
+        registry.load(RecordingDevice("gfx942"), "gemv")
