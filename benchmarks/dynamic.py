@@ -37,6 +37,8 @@ from hipskinny.devices.base import Device, DeviceProperties
 from hipskinny.emulator import EmulatedDevice, LaunchStats
 from hipskinny.errors import HipSkinnyError, InputValueError
 
+from . import families
+
 MIN_ROWS = 64
 SAMPLE_TOL = 0.02                 # largest accepted deviation of a sample from a scaled real launch
 EMULATION_BUDGET = 1 << 27        # weight elements x N of a whole-GPU fallback run (~minutes)
@@ -86,14 +88,14 @@ def device(arch: str, cus: int) -> ScaledDevice:
 
 def ops() -> list[str]:
     """Public ops: modules of hipskinny.ops whose namesake hipskinny exports, each followed by its
-    report variants ("op:variant", from the module's REPORT_VARIANTS: other modes of one op)."""
+    report variants ("op:variant", registered in `benchmarks.families`: other modes of one op)."""
     import pkgutil
 
     import hipskinny.ops as pkg
 
     names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__)
                    if not m.name.startswith("_") and callable(getattr(hipskinny, m.name, None)))
-    return [v for nm in names for v in (nm, *(f"{nm}:{x}" for x in getattr(op_module(nm), "REPORT_VARIANTS", ())))]
+    return [v for nm in names for v in (nm, *(f"{nm}:{x}" for x in families.family(nm).variants))]
 
 
 def split_op(op: str) -> tuple[str, str | None]:
@@ -117,33 +119,35 @@ def op_module(op: str) -> Any:
 
 
 def call_args(op: str, x: np.ndarray, w: np.ndarray, arch: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The op's arguments for activations x [N, K] and weights w [M, K] of the report's dtype: the
-    op module's ``report_operands(x, w)`` when it has one (ops whose weights are not 16-bit; a
-    variant's with ``variant=`` and ``arch=``), else (x, w) (x[0] for gemv)."""
+    """The op's arguments for activations x [N, K] and weights w [M, K] of the report's dtype: its
+    family's ``operands(x, w)`` when it has one (ops whose weights are not 16-bit; a variant's with
+    ``variant=`` and ``arch=``), else (x, w) (x[0] for gemv)."""
     variant = split_op(op)[1]
-    hook = getattr(op_module(op), "report_operands", None)
+    hook = families.family(op).operands
     if hook is not None:
         return hook(x, w, variant=variant, arch=arch) if variant else hook(x, w)
     return (x[0] if op == "gemv" else x, w), {}
 
 
 def min_bytes(op: str, n: int, m: int, k: int, itemsize: int) -> tuple[float, float]:
-    """(least bytes a launch must move, weight bytes): the op module's ``report_min_bytes`` when it
-    has one, else every operand once in the report's dtype."""
+    """(least bytes a launch must move, weight bytes): its family's ``min_bytes`` when it has one,
+    else every operand once in the report's dtype."""
     variant = split_op(op)[1]
-    hook = getattr(op_module(op), "report_min_bytes", None)
+    hook = families.family(op).min_bytes
     if hook is not None:
         return hook(n, m, k, itemsize, variant=variant) if variant else hook(n, m, k, itemsize)
     return itemsize * (m * k + n * k + n * m), itemsize * m * k
 
 
 def plan_info(op: str, device: Device, dtype: Any, n: int, m: int, k: int) -> dict[str, Any]:
-    """The op's ``plan_info`` (a variant's: ``report_plan_info(..., variant=)``; gemv predates it:
-    its plan is read the same way here)."""
+    """The op's ``plan_info`` (a variant's: its family's ``plan_info(..., variant=)``; gemv predates
+    it: its plan is read the same way here)."""
     module = op_module(op)
     variant = split_op(op)[1]
     if variant:
-        return dict(module.report_plan_info(device, dtype, n, m, k, variant=variant))
+        hook = families.family(op).plan_info
+        assert hook is not None, op
+        return dict(hook(device, dtype, n, m, k, variant=variant))
     if hasattr(module, "plan_info"):
         return dict(module.plan_info(device, dtype, n, m, k))
     if op == "gemv":

@@ -31,7 +31,7 @@ import numpy as np
 from hipskinny import registry
 from hipskinny.arch import ARCHS, HW_SOURCES
 
-from . import ROOT, dynamic, emulator_rate, overhead
+from . import ROOT, dynamic, emulator_rate, families, overhead
 from .model import predict
 from .shapes import CHECK_SHAPES, SHAPES, Shape, n_values
 from .static import KernelStatic, family_static, inst_class, kernel_sort_key
@@ -494,13 +494,13 @@ def _findings(rep: dict[str, Any]) -> list[str]:
 
 
 def _against_baselines(rep: dict[str, Any]) -> list[str]:
-    """Predicted time of ops (and variants) that name a REPORT_BASELINE op, over the baseline's at
+    """Predicted time of ops (and variants) whose family names a baseline op, over the baseline's at
     the same arch, shape and N, on the large layers (M·K >= 16M weights)."""
     ok = [r for r in rep["rows"] if r["status"] == "ok"]
     by_key = {(r["op"], r["arch"], r["model"], r["layer"], r["n"]): r for r in ok}
     groups: dict[tuple[str, str, str, int], list[float]] = defaultdict(list)
     for r in ok:
-        base = getattr(dynamic.op_module(r["op"]), "REPORT_BASELINE", None)
+        base = families.family(r["op"]).baseline
         b = by_key.get((base, r["arch"], r["model"], r["layer"], r["n"])) if base else None
         if b is not None and r["m"] * r["k"] >= 1 << 24:
             groups[r["op"], base, r["arch"], r["n"]].append(r["predicted_us"] / b["predicted_us"])
@@ -519,7 +519,7 @@ def _against_baselines(rep: dict[str, Any]) -> list[str]:
 
 def _op_tables(rep: dict[str, Any], op: str) -> list[str]:
     rows = [r for r in rep["rows"] if r["op"] == op]
-    notes = getattr(dynamic.op_module(op), "REPORT_NOTES", "") if dynamic.split_op(op)[1] is None else ""
+    notes = families.family(op).notes if dynamic.split_op(op)[1] is None else ""
     out = [f"## hipskinny.{op}", "", *([notes.strip(), ""] if notes else []),
            "traffic = bytes moved / minimum; VALU/B = VALU wave-instructions per weight byte (balance in the "
            "hardware table); LDS/W = LDS bytes per weight byte; occ = waves per SIMD with the launch's LDS; "

@@ -173,9 +173,9 @@ def family_static(arch: str, family: str) -> list[KernelStatic]:
             vgpr=kern.vgpr_count, agpr=kern.agpr_count, sgpr=kern.sgpr_count,
             lds_static=kern.group_segment_fixed_size, vgpr_spills=kern.vgpr_spill_count,
             sgpr_spills=kern.sgpr_spill_count, private_segment=kern.private_segment_fixed_size,
-            wave_size=kern.descriptor.wave_size,
+            wave_size=kern.wavefront_size,
             occupancy_terms=info.occupancy_terms(kern.vgpr_count, kern.sgpr_count, kern.group_segment_fixed_size,
-                                                 THREADS // kern.descriptor.wave_size),
+                                                 THREADS // kern.wavefront_size),
             manifest_occupancy=mk.get("occupancy"), instructions=len(body.mnemonics),
             mnemonics=frozenset(body.mnemonics))
         span = _main_loop(body)

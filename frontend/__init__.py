@@ -6,8 +6,6 @@ call finds a device (see `use_device`).
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from .errors import (  # noqa: E402
     CaptureError,
     CodeObjectError,
@@ -68,6 +66,7 @@ def _lazy(name: str):
 
 
 from . import torch_ops as _torch_ops  # noqa: E402
+from .version import __version__  # noqa: E402
 
 _torch_ops.install()   # torch.ops.hipskinny.*: now if torch is imported, else right after it is
 

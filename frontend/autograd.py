@@ -249,7 +249,7 @@ def unprepared(qweight: Any, scales: Any, zeros: Any, perm: Any, group_size: int
     exact: on the host)."""
     import torch
 
-    from . import w4a16
+    from .formats import w4a16
 
     def host(a: Any) -> Any:
         if a is None:

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import __version__, registry
+from . import registry
 from .arch import SHIPPED_ARCHS, arch_info, parse_gcn_arch_name
 from .devices import emulator_available
 from .errors import HipSkinnyError
+from .version import __version__
 
 SCHEMA = 1
 

@@ -110,7 +110,7 @@ def _torch_dtype(torch: Any, flavor: str) -> Any:
     return dt
 
 
-def _check_flavor(flavor: Any, what: str = "flavor") -> str:
+def check_flavor(flavor: Any, what: str = "flavor") -> str:
     if flavor not in FLAVORS:
         raise InputValueError(f"unknown {what} {flavor!r}: expected 'ocp' (e4m3fn) or 'fnuz' (e4m3fnuz)")
     return flavor
@@ -140,7 +140,7 @@ def flavor_of(a: Any) -> str | None:
 def _fp8_bytes(a8: Any, flavor: str | None) -> tuple[str, np.ndarray]:
     """The flavour and a host uint8 copy-or-view of ``a8`` (fp8 dtype, or uint8 with ``flavor``)."""
     if flavor is not None:
-        _check_flavor(flavor)
+        check_flavor(flavor)
     own = flavor_of(a8)
     if own is not None and flavor is not None and flavor != own:
         raise InputValueError(f"a8 is {_NP_DTYPE[own].name} ({own!r}) but flavor={flavor!r} was given; "
@@ -343,7 +343,7 @@ def _resolve(shape: tuple[int, ...], scale_shape: tuple[int, ...], granularity: 
 # the public operations
 
 
-def _encode(q: np.ndarray, flavor: str) -> np.ndarray:
+def encode(q: np.ndarray, flavor: str) -> np.ndarray:
     """Round float64 ``q`` (already within +-FMAX, or NaN) to nearest-even fp8, as uint8 bytes.
     Done here rather than by an ml_dtypes cast, which rounds float64 through float32 (twice)."""
     _, e = np.frexp(np.abs(q))                                       # |q| in [2**(e-1), 2**e)
@@ -364,7 +364,7 @@ def quantize(a: Any, *, granularity: str, flavor: str = "ocp") -> tuple[Any, Any
     """``(a8, scale)`` with ``a ~= dequantize(a8, scale)``: see the module docstring for the regions,
     the scale rule and the rounding. numpy in: fp8 numpy array and float32 numpy scale; torch in:
     torch float8 tensor and float32 tensor scale on ``a``'s device."""
-    fl = _check_flavor(flavor)
+    fl = check_flavor(flavor)
     gran = _check_granularity(granularity)
     x = _host_float(a)
     rows, cols = _rows_cols(x.shape, gran)
@@ -380,7 +380,7 @@ def quantize(a: Any, *, granularity: str, flavor: str = "ocp") -> tuple[Any, Any
     raw = np.empty((rows, cols), np.uint8)
     for r0, r1, sr in _slices(rows, cols, gran):
         q = x2[r0:r1].astype(np.float64) / _expand(s64[sr], gran, r1 - r0, cols)
-        raw[r0:r1] = _encode(np.clip(q, -FMAX[fl], FMAX[fl]), fl)
+        raw[r0:r1] = encode(np.clip(q, -FMAX[fl], FMAX[fl]), fl)
     raw = raw.reshape(x.shape)
     if _is_torch(a):
         torch = _torch()
@@ -432,7 +432,7 @@ def convert(a8: Any, scale: Any, to: str, *, granularity: str | None = None,
     FNUZ-quantized region (its amax is 240) is exact up to those tiny values. FNUZ NaN 0x80 becomes
     0x7F.
     """
-    to = _check_flavor(to, "target flavor")
+    to = check_flavor(to, "target flavor")
     fl, raw = _fp8_bytes(a8, flavor)
     if fl == to:
         return a8, scale
@@ -449,7 +449,7 @@ def convert(a8: Any, scale: Any, to: str, *, granularity: str | None = None,
         factor = np.where(keep, 1.0, 0.5)
         out = np.empty((rows, cols), np.uint8)
         for r0, r1, sr in _slices(rows, cols, gran):
-            out[r0:r1] = _encode(_TABLE["fnuz"][raw2[r0:r1]] / _expand(factor[sr], gran, r1 - r0, cols), "ocp")
+            out[r0:r1] = encode(_TABLE["fnuz"][raw2[r0:r1]] / _expand(factor[sr], gran, r1 - r0, cols), "ocp")
         out = out.reshape(raw.shape)
         out[raw == 0x80] = 0x7F
     return _fp8_like(a8, out, to), _rescale(scale, factor.reshape(s.shape))

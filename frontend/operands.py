@@ -35,7 +35,7 @@ import numpy as np
 
 from . import devices as _devices
 from . import scratch, tensors
-from .devices import _local, current_device, hip_device
+from .devices import current_device, hip_device, thread_choice
 from .devices.base import Device, Launcher
 from .errors import CaptureError, HipRuntimeError, InputValueError, KernelArgumentError
 from .launch import LaunchPlan
@@ -123,7 +123,7 @@ def signature(names: Sequence[str], objs: Sequence[Any], options: Hashable = Non
         # All torch (the hot case): one pass. Anything else among them fails an attribute lookup.
         try:
             return (*[None if o is None else (o.shape, o.stride(), o.dtype, o.device, o.is_neg(), o.layout)
-                      for o in objs], _local.__dict__.get("selected") or _devices._default, options), None
+                      for o in objs], thread_choice.__dict__.get("selected") or _devices.default_device, options), None
         except (AttributeError, TypeError, RuntimeError):
             pass
     keys: list[Hashable] = []
@@ -148,7 +148,7 @@ def signature(names: Sequence[str], objs: Sequence[Any], options: Hashable = Non
                 found = ((type(obj), v.device_type, v.device_id, v.dtype, v.shape, v.strides, v.readonly), v.ptr)
             keys.append(found[0])
             addresses[i] = found[1]
-    keys.append(_local.__dict__.get("selected") or _devices._default)
+    keys.append(thread_choice.__dict__.get("selected") or _devices.default_device)
     keys.append(options)
     return tuple(keys), addresses
 

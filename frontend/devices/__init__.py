@@ -29,8 +29,8 @@ __all__ = ["Device", "DeviceProperties", "current_device", "emulator_available",
            "selection", "use_device"]
 
 _lock = threading.RLock()
-_local = threading.local()                  # .selected: this thread's choice
-_default: Device | None = None      # found once: probing HIP on every call would cost microseconds
+thread_choice = threading.local()        # .selected: this thread's choice (read inline by operands.signature)
+default_device: Device | None = None      # found once: probing HIP on every call would cost microseconds
 _hip_devices: dict[int, Device] = {}
 _emulated: dict[tuple[str, int | None], Device] = {}
 
@@ -113,60 +113,60 @@ def parse_device(spec: str | Device, source: str = "device") -> Device:
 def use_device(spec: str | Device | None) -> Device | None:
     """Select the device this thread's host inputs run on; returns it. ``None`` restores the
     default and makes hipskinny look for it again on the next call."""
-    global _default
+    global default_device
     if spec is None:
-        _local.selected = None
+        thread_choice.selected = None
         with _lock:
-            _default = None
+            default_device = None
         return None
-    _local.selected = parse_device(spec)
-    return _local.selected
+    thread_choice.selected = parse_device(spec)
+    return thread_choice.selected
 
 
 @contextmanager
 def on_device(spec: str | Device) -> Iterator[Device]:
     """Run this thread's host inputs on `spec` inside a ``with`` block, then restore its previous choice."""
-    previous = getattr(_local, "selected", None)
-    _local.selected = parse_device(spec)
+    previous = getattr(thread_choice, "selected", None)
+    thread_choice.selected = parse_device(spec)
     try:
-        yield _local.selected
+        yield thread_choice.selected
     finally:
-        _local.selected = previous
+        thread_choice.selected = previous
 
 
 def selection() -> Device | None:
     """This thread's chosen device, else the default if it has been found: never probes, never raises
     (ops put it in the signature of host calls)."""
-    return getattr(_local, "selected", None) or _default
+    return getattr(thread_choice, "selected", None) or default_device
 
 
 def current_device() -> Device:
-    selected = getattr(_local, "selected", None)
+    selected = getattr(thread_choice, "selected", None)
     if selected is not None:
         return selected
-    if _default is not None:
-        return _default
+    if default_device is not None:
+        return default_device
     with _lock:
-        if _default is None:
+        if default_device is None:
             _find_default()
-        assert _default is not None
-        return _default
+        assert default_device is not None
+        return default_device
 
 
 def _find_default() -> None:
-    global _default
+    global default_device
     env = os.environ.get("HIPSKINNY_DEVICE")
     if env:
-        _default = _parse_unlocked(env, "HIPSKINNY_DEVICE")
+        default_device = _parse_unlocked(env, "HIPSKINNY_DEVICE")
         return
     from .hip import hip_runtime_status
 
     status = hip_runtime_status()
     if status.get("device_count", 0) > 0:
-        _default = _hip_device_unlocked(0)
+        default_device = _hip_device_unlocked(0)
         return
     if emulator_available():
-        _default = _emulated_unlocked(os.environ.get("HIPSKINNY_EMULATED_ARCH", "gfx942"), None)
+        default_device = _emulated_unlocked(os.environ.get("HIPSKINNY_EMULATED_ARCH", "gfx942"), None)
         return
     raise HipRuntimeError("no device to run on: " + (status.get("problem") or "no AMD GPU found")
                           + "; and the CPU emulator is not part of this installation. " + PROBE_HINT)

@@ -183,7 +183,7 @@ class EmulatedDevice(Device):
             p[12 + 4 * i:16 + 4 * i] = (grid[i] * block[i]).to_bytes(4, "little")
         p[24:28] = kernel.private_segment_fixed_size.to_bytes(4, "little")
         p[28:32] = (kernel.group_segment_fixed_size + shared_mem).to_bytes(4, "little")
-        p[32:40] = (module.base + kernel.descriptor.address).to_bytes(8, "little")
+        p[32:40] = (module.base + kernel.descriptor_address).to_bytes(8, "little")
         p[40:48] = kernarg_addr.to_bytes(8, "little")
         self.memory.view(self._packet, 64)[:] = np.frombuffer(bytes(p), np.uint8)
 

@@ -29,6 +29,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..codeobject import Kernel
 from ..errors import EmulatorError, EmulatorFault
+from .descriptor import descriptor_of
 from .memory import Memory, blocks
 from .ops import Handler
 from .program import LANEWISE, NOOP, LockstepCode, Program
@@ -180,7 +181,7 @@ def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, i
                max_wave_steps: int = DEFAULT_MAX_WAVE_STEPS, lockstep: bool = True) -> LaunchStats:
     """`lockstep=False` runs each wave alone between barriers (the emulator before cohorts; kept
     to compare against). A seeded run schedules single waves, one workgroup at a time."""
-    kd = kernel.descriptor
+    kd = descriptor_of(kernel, program.arch.name)
     wave_size = kd.wave_size
     if wave_size != program.arch.wave_size:
         raise EmulatorError(f"kernel {kernel.name} is wave{wave_size}; the emulator runs {program.arch.name} "
@@ -247,7 +248,7 @@ def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, i
 def _start_group(program: Program, kernel: Kernel, batch: Batch, j: int, gid: tuple[int, int, int], nwaves: int,
                  packed: np.ndarray, user: dict[str, int], entry: int) -> Workgroup:
     """Workgroup `gid` with its waves in their dispatch state (SGPRs, v0, EXEC, PC)."""
-    kd = kernel.descriptor
+    kd = descriptor_of(kernel, program.arch.name)
     wave_size = batch.wave_size
     gfx9 = program.ctx.gfx == 9
     group = Workgroup(gid, batch, j)

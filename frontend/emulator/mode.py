@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..codeobject import Kernel
 from ..errors import EmulatorError
+from .descriptor import descriptor_of
 
 _ROUND = {0: "round to nearest even", 1: "round toward +inf", 2: "round toward -inf", 3: "round toward zero"}
 _DENORM = {0: "flush source and result denormals", 1: "flush result denormals", 2: "flush source denormals",
@@ -27,7 +28,7 @@ class FloatMode:
 
 def float_mode(kernel: Kernel, arch: str, gfx: int) -> FloatMode:
     """The MODE `kernel` runs with; EmulatorError if the descriptor asks for one not implemented."""
-    kd = kernel.descriptor
+    kd = descriptor_of(kernel, arch)
     fields = [("FLOAT_ROUND_MODE_32", kd.float_round_mode_32, 0, _ROUND),
               ("FLOAT_ROUND_MODE_16_64", kd.float_round_mode_16_64, 0, _ROUND),
               ("FLOAT_DENORM_MODE_32", kd.float_denorm_mode_32, 3, _DENORM),

@@ -85,11 +85,11 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from . import dtypes
-from .errors import InputTypeError, InputValueError
-from .tensors import describe as _describe
-from .tensors import is_torch as _is_torch
-from .tensors import torch_module as _torch
+from .. import dtypes
+from ..errors import InputTypeError, InputValueError
+from ..tensors import describe as _describe
+from ..tensors import is_torch as _is_torch
+from ..tensors import torch_module as _torch
 
 __all__ = [
     "BLOCKSIZES",
@@ -103,7 +103,6 @@ __all__ = [
     "absmax_fp32",
     "as_state",
     "dequantize_4bit",
-    "matmul_4bit",
     "quantize_4bit",
     "state_dict",
 ]
@@ -798,13 +797,4 @@ def state_dict(packed: Any, state: Any, prefix: str = "") -> dict[str, Any]:
     text = np.frombuffer(json.dumps(meta).encode("utf-8"), np.uint8).copy()
     out[prefix + _QS_KEY + res.quant_type] = _like(text, packed)
     return out
-
-
-def matmul_4bit(x: Any, packed: Any, state: Any, bias: Any = None, *, out: Any = None,
-                fused: bool | None = None) -> Any:
-    """``x @ dequantize_4bit(packed, state).T + bias`` for decode: fused dequant + GEMM up to the
-    crossover, dequantize + skinny_gemm above it (see `hipskinny.ops.matmul_4bit`)."""
-    from .ops.matmul_4bit import matmul_4bit as run
-
-    return run(x, packed, state, bias, out=out, fused=fused)
 

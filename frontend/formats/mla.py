@@ -1,7 +1,6 @@
-"""Sparse MLA decode (DeepSeek V4 / V3.2) with FP8 KV caches: the op and its host-side cache tools.
-
-* `sparse_decode` -- the attention op (see `hipskinny.ops.sparse_mla`; its float64 reference is
-  `hipskinny.ops.sparse_mla.sparse_decode_reference`).
+"""The FP8 KV caches of sparse MLA decode (DeepSeek V4 / V3.2): layouts and host-side cache tools (the
+op, `hipskinny.mla.sparse_decode`, is `hipskinny.ops.sparse_mla`; its float64 reference
+`hipskinny.ops.sparse_mla.sparse_decode_reference`).
 * `LAYOUTS`, `Layout`, `layout_of`, `block_bytes`, `token_bytes` -- the two cache byte layouts.
 * `pack_cache` -- quantize float rows into a cache, at chosen slots, garbage elsewhere.
 * `dequantize_cache` -- every slot of a cache back to float64 (bf16-rounded as the kernel sees it).
@@ -50,19 +49,11 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .errors import InputTypeError, InputValueError
-from .fp8 import FMAX, _check_flavor, _encode, decode
+from ..errors import InputTypeError, InputValueError
+from ..fp8 import FMAX, check_flavor, decode, encode
 
 __all__ = ["LAYOUTS", "Layout", "bf16_round", "block_bytes", "dequantize_cache", "layout_of", "pack_cache",
-           "sparse_decode", "token_bytes"]
-
-
-def sparse_decode(q: Any, swa_cache: Any, swa_indices: Any, swa_indptr: Any, **options: Any) -> Any:
-    """Sparse MLA decode over the SWA list and an optional extra list, one softmax with an optional
-    per-head sink; see `hipskinny.ops.sparse_mla`."""
-    from .ops.sparse_mla import sparse_decode as _op
-
-    return _op(q, swa_cache, swa_indices, swa_indptr, **options)
+           "token_bytes"]
 
 
 @dataclass(frozen=True)
@@ -175,7 +166,7 @@ def pack_cache(k: Any, *, layout: Any = "v4", block_size: int, fp8: str = "ocp",
     written -- other slots, v4 pad bytes, block padding -- is random when ``rng`` is given (so a
     kernel reading unlisted rows shows it), zero otherwise."""
     lay = layout_of(layout)
-    fl = _check_flavor(fp8, "fp8")
+    fl = check_flavor(fp8, "fp8")
     bs = _positive_int(block_size, "block_size")
     if not isinstance(k, np.ndarray) or not (k.dtype.kind == "f" or k.dtype == ml_dtypes.bfloat16):
         raise InputTypeError(f"k must be a float numpy array; got {getattr(k, 'dtype', type(k).__name__)}")
@@ -209,7 +200,7 @@ def pack_cache(k: Any, *, layout: Any = "v4", block_size: int, fp8: str = "ocp",
     if n and e.max() > 127:
         raise InputValueError(f"k has a tile whose amax needs a scale above 2**127 (amax {amax.max():.3g})")
     scaled = np.clip(nope / np.ldexp(1.0, e)[:, :, None], -FMAX[fl], FMAX[fl])
-    q8 = _encode(scaled, fl).reshape(n, lay.nope)
+    q8 = encode(scaled, fl).reshape(n, lay.nope)
     rope = _bf16_bytes(x[:, lay.nope:])
 
     buf = (rng.integers(0, 256, (nb, stride), dtype=np.uint8) if rng is not None
@@ -226,7 +217,7 @@ def pack_cache(k: Any, *, layout: Any = "v4", block_size: int, fp8: str = "ocp",
     return np.lib.stride_tricks.as_strided(buf, (nb, bs, lay.token_bytes), (stride, lay.token_bytes, 1))
 
 
-def _cache_blocks(cache: Any, lay: Layout, block_size: int | None = None,
+def cache_blocks(cache: Any, lay: Layout, block_size: int | None = None,
                   name: str = "cache") -> tuple[np.ndarray, int]:
     """``(blocks, block_size)``: ``blocks [num_blocks, block_size * token_bytes]`` uint8, the used
     bytes of each block, from a cache view ``[num_blocks, block_size, token_bytes]`` or a raw
@@ -252,7 +243,7 @@ def _cache_blocks(cache: Any, lay: Layout, block_size: int | None = None,
                           f"got shape {cache.shape}")
 
 
-def _dequant_slots(blocks: np.ndarray, bs: int, lay: Layout, fl: str, slots: np.ndarray,
+def dequant_slots(blocks: np.ndarray, bs: int, lay: Layout, fl: str, slots: np.ndarray,
                    round_bf16: bool = True) -> np.ndarray:
     """float64 rows ``[len(slots), d_qk]`` of the given (valid) slots."""
     nb = blocks.shape[0]
@@ -279,7 +270,7 @@ def dequantize_cache(cache: Any, *, layout: Any = "v4", fp8: str = "ocp", block_
     bit-exact. ``cache``: a view as `pack_cache` returns, or a raw ``[num_blocks, block_bytes]``
     buffer with ``block_size``. Exponent bytes 0 and 255: see the module docstring."""
     lay = layout_of(layout)
-    fl = _check_flavor(fp8, "fp8")
-    blocks, bs = _cache_blocks(cache, lay, block_size)
-    return _dequant_slots(blocks, bs, lay, fl, np.arange(blocks.shape[0] * bs), round_bf16)
+    fl = check_flavor(fp8, "fp8")
+    blocks, bs = cache_blocks(cache, lay, block_size)
+    return dequant_slots(blocks, bs, lay, fl, np.arange(blocks.shape[0] * bs), round_bf16)
 

@@ -50,11 +50,11 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from . import dtypes
-from .errors import InputTypeError, InputValueError
-from .tensors import describe as _describe
-from .tensors import is_torch as _is_torch
-from .tensors import torch_module as _torch
+from .. import dtypes
+from ..errors import InputTypeError, InputValueError
+from ..tensors import describe as _describe
+from ..tensors import is_torch as _is_torch
+from ..tensors import torch_module as _torch
 
 __all__ = [
     "FORMATS",
@@ -63,7 +63,6 @@ __all__ = [
     "SYMMETRIC_ZERO",
     "Prepared",
     "dequantize_checkpoint",
-    "linear",
     "pack_checkpoint",
     "prepare",
     "unprepare",
@@ -473,11 +472,3 @@ def pack_checkpoint(codes: Any, zeros: Any, scales: Any, *, fmt: str, group_size
             "scales": np.swapaxes(sc, -1, -2).copy(order="C"),
             "qzeros": qzeros,
             "g_idx": None if g_idx is None else np.asarray(_host(g_idx, "g_idx"), np.int32)}
-
-
-def linear(x: Any, prepared: Prepared, bias: Any = None, *, out: Any = None, fused: bool | None = None) -> Any:
-    """``x @ W.T + bias`` for decode with W a prepared int4 weight, on the GPU (or the emulator):
-    see `hipskinny.ops.w4a16_linear`."""
-    from .ops.w4a16_linear import w4a16_linear
-
-    return w4a16_linear(x, prepared, bias, out=out, fused=fused)

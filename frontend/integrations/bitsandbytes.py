@@ -55,8 +55,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import bnb, operands
+from .. import operands
 from ..errors import HipSkinnyError, InputTypeError, InputValueError, UnsupportedArchError
+from ..formats import bnb
 from ..ops import matmul_4bit as _m4
 
 __all__ = ["disable", "enable", "enabled"]

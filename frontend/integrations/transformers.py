@@ -464,8 +464,8 @@ def _gptq_format(m: Any) -> str:
 def _prepare(name: str, m: Any, spec: _W4Spec) -> Any:
     """The module's weights in the kernels' layout, once (a copy: the layouts differ), or None when
     hipskinny does not take them (logged)."""
-    from .. import w4a16
     from ..errors import HipSkinnyError
+    from ..formats import w4a16
 
     torch = _torch()
     host = [None if t is None else t.detach().cpu() for t in (m.qweight, m.scales, m.qzeros, getattr(m, "g_idx", None))]

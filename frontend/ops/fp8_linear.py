@@ -62,6 +62,7 @@ from .skinny_gemm import (
     groups_per_cu,
     k_chunk,
     lane_split_grid,
+    splitk_launch,
     splitk_plan,
 )
 
@@ -246,13 +247,8 @@ def _launch(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, 
                    xs_stride=xs_stride, flags=flags)
     if "shard_len" not in info:
         return operands.launch(device, plan, NAMES, **ptrs, **strides, kc=info["k_chunk"]), ()
-    if info["shards"] == 1:
-        return operands.launch(device, plan, NAMES, **ptrs, partials=None, counters=None, N=n, **strides,
-                               shard_len=info["shard_len"]), ()
-    slots = (("fp8_linear.partials", info["partial_bytes"]), ("fp8_linear.counters", info["counter_bytes"]))
-    return operands.launch(device, plan, (*NAMES, *(name for name, _ in slots)), **ptrs,
-                           partials="fp8_linear.partials", counters="fp8_linear.counters", N=n, **strides,
-                           shard_len=info["shard_len"]), slots
+    return splitk_launch(device, plan, NAMES, ptrs, dict(N=n, **strides, shard_len=info["shard_len"]),
+                         "fp8_linear.partials", "fp8_linear.counters")
 
 
 def _plan(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, k: int, x_scaled: bool) -> LaunchPlan:
@@ -296,62 +292,6 @@ def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int, *, w_flavor:
     is x's dtype: fp16/bf16 for W8A16, an FP8 dtype for W8A8)."""
     tag = _tag(device, dtypes.read(x_dtype, "x_dtype", (*dtypes.HALVES, dtypes.E4M3FN, dtypes.E4M3FNUZ)), native)
     return dict(_plan(device, tag, w_flavor, block, n, m, k, x_scaled).info)
-
-
-# The performance report measures W8A16 with OCP weights per channel, and these variants: W8A8
-# per channel x per token, and W8A8 with 128x128 block x per-token-group scales, both in the
-# arch's W8A8 flavour (on the FP8 instructions where the arch has them).
-REPORT_VARIANTS = ("w8a8", "w8a8_block")
-REPORT_BASELINE = "skinny_gemm"     # the report compares predicted times with the 16-bit op's
-# Under the family's table in benchmarks/RESULTS.md: the issue's targets against the numbers
-# above it (large layers: M*K >= 16M weights).
-REPORT_NOTES = """
-**Targets (large layers, N <= 4) and where they stand.** Predicted time <= 0.55 x fp16
-`skinny_gemm`: met by W8A8 on every arch (median 0.50, "Against the baseline op") and by W8A16
-on gfx11/gfx12 (medians 0.50-0.52); W8A16 on gfx942/gfx950 has medians 0.52 (N = 1) and
-0.58-0.59 (N = 4), worst 0.67-0.68. Traffic ratio <= 1.05: met at N = 1 on gfx11/gfx12 (but
-gfx1100 o_proj/down_proj, 1.08), by W8A8 on gfx1201 up to one layer at 1.065, and on the widest
-layer (gate_up_proj) nearly everywhere; missed where few rows share a workgroup's staged
-activations: each of the 2 workgroups per CU reads all of x once (an L2 hit on hardware, counted
-here at DRAM price), so the excess is about 2 x CUs x N x K x (2 bytes, 1 for W8A8) / (M x K):
-o_proj at N = 4 reaches 2.09 (gfx942) and 1.78 (gfx950) for W8A16, 1.56 / 1.42 for W8A8, 1.30
-on gfx1100 and 1.11 on gfx1201. VALU per weight byte below the balance in the widened
-paths: met on gfx942 (0.109 < 0.120) and gfx11/gfx12 (<= 0.18 against 0.50-0.91); missed on
-gfx950 (0.105 against 0.077: 3 of 12 large-layer rows VALU-bound). The W8A16 main loop on
-gfx942/gfx950 spends 54 VALU instructions per 16 weight bytes at N = 1 (listing: 215 per 4-row
-iteration; 8 byte-pair widenings of 4 instructions, the NaN check, 8 dot products) and 77 at
-N = 4; W8A8 on the FP8 instructions spends 11 per 4 rows x 16 bytes (address arithmetic; 8 MFMA).
-"""
-
-
-def report_operands(x: np.ndarray, w: np.ndarray, *, variant: str | None = None,
-                    arch: str | None = None) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The report's operands for x [N, K] and w [M, K] of its 16-bit dtype (see REPORT_VARIANTS)."""
-    if variant is None:
-        w8, w_scale = fp8.quantize(w, granularity="channel", flavor="ocp")
-        return (x, w8, w_scale), {}
-    flavor = NATIVE_W8A8[arch or ""][0]
-    gw, gx = ("block", "group") if variant == "w8a8_block" else ("channel", "token")
-    w8, w_scale = fp8.quantize(w.astype(np.float32), granularity=gw, flavor=flavor)
-    x8, x_scale = fp8.quantize(x.astype(np.float32), granularity=gx, flavor=flavor)
-    return (x8, w8, w_scale), {"x_scale": x_scale}
-
-
-def report_min_bytes(n: int, m: int, k: int, itemsize: int, *, variant: str | None = None) -> tuple[float, float]:
-    """(least bytes a launch moves, weight bytes): FP8 weights and their fp32 scales, x (16-bit, or
-    FP8 with its fp32 scales) and the 16-bit y."""
-    if variant is None:
-        return m * k + 4 * m + itemsize * (n * k + n * m), m * k
-    groups = -(-k // 128)
-    scales = 4 * (-(-m // 128) * groups + n * groups) if variant == "w8a8_block" else 4 * (m + n)
-    return m * k + n * k + scales + 2 * n * m, m * k
-
-
-def report_plan_info(device: Device, dtype: Any, n: int, m: int, k: int, *, variant: str) -> dict[str, Any]:
-    """`plan_info` of a report variant's call (dtype: the report's 16-bit dtype, unused by W8A8)."""
-    flavor = NATIVE_W8A8[device.arch.name][0]
-    x_dtype = ml_dtypes.float8_e4m3fnuz if flavor == "fnuz" else ml_dtypes.float8_e4m3fn
-    return plan_info(device, x_dtype, n, m, k, w_flavor=flavor, block=variant == "w8a8_block", x_scaled=True)
 
 
 class _TorchFallback:

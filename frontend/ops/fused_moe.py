@@ -36,15 +36,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
-from .. import autograd, dtypes, operands, registry, w4a16
+from .. import autograd, dtypes, operands, registry
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
+from ..formats import w4a16
 from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Operands, Staged
 from ..torch_ops import declare, fake_operands
+from ._common import DTYPE_TAG
 
 FAMILY = "moe"
 NAMES = ("x", "w13", "w13_scales", "w13_zeros", "w13_perm", "w2", "w2_scales", "w2_zeros", "w2_perm",
@@ -62,8 +63,6 @@ GEMM2_ROWS = {1: 4, 2: 2, 4: 2, 8: 1}    # rows per row group of a wave tile, by
 # larger items stage less.
 GROUPS_PER_CU = 1
 ACTIVATIONS = ("silu",)
-_F16, _BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
-_TAG = {_F16: "f16", _BF16: "bf16"}
 # One scratch slot (the kernels take one pointer): the counters and the route (int32), act (T [P, I])
 # and the weighted fp32 slot results [P, H], laid out by `scratch_bytes` (kernels/moe.hip).
 META_SLOT = "moe.scratch"
@@ -105,7 +104,7 @@ def _bind(ops: Operands, p13: tuple | None, p2: tuple | None) -> Any:
     assert xv is not None
     n, h, i, e, k, g13, g2 = _check(ops, p13, p2)
     operands.check_out(ops, (n, h), xv.dtype)
-    tag = _TAG[xv.dtype]
+    tag = DTYPE_TAG[xv.dtype]
     if n == 0 or h == 0:
         empty = (n, h)
         return DeviceCall(ops, [], out_shape=empty, out_dtype=xv.dtype) if not ops.on_host else \
@@ -149,7 +148,7 @@ def _check(ops: Operands, p13: tuple | None, p2: tuple | None) -> tuple[int, int
     """Shapes and dtypes; returns N, H, I, E, k and log2 of the two group sizes (0 for 16-bit)."""
     xv, wv, tv = ops["x"], ops["topk_weights"], ops["topk_ids"]
     assert xv is not None and wv is not None and tv is not None
-    if xv.dtype not in _TAG:
+    if xv.dtype not in DTYPE_TAG:
         raise InputTypeError(f"fused_moe: x has dtype {xv.dtype}; supported: float16, bfloat16")
     if len(xv.shape) != 2:
         raise InputValueError(f"fused_moe: x must be [N, H]; got shape {xv.shape}")
@@ -307,7 +306,7 @@ def _ceil(a: int, b: int) -> int:
 def plan_info(device: Device, x_dtype: Any, n: int, h: int, i: int, e: int, k: int, *, int4: bool = True
               ) -> list[dict[str, Any]]:
     """The three launches' configurations for a call of this shape on ``device`` (tests, benchmarks)."""
-    tag = _TAG[dtypes.read(x_dtype, "x_dtype", dtypes.HALVES)]
+    tag = DTYPE_TAG[dtypes.read(x_dtype, "x_dtype", dtypes.HALVES)]
     return [dict(p.info, grid=p.grid[0]) for p in _plan(device, tag, int4, int4, n, h, i, e, k)]
 
 

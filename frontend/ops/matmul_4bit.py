@@ -46,16 +46,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
-from .. import autograd, bnb, dtypes, operands, registry
+from .. import autograd, dtypes, operands, registry
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
+from ..formats import bnb
 from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
 from ..torch_ops import declare
 from . import skinny_gemm as sg
+from ._common import DTYPE_TAG
 from .skinny_gemm import THREADS
 
 FAMILY = "matmul_4bit"
@@ -66,8 +67,7 @@ ROUTE_MAX_N = 128                   # dequantize + skinny_gemm
 CHUNK = 32                          # K columns (16 weight bytes) per lane chunk
 NESTED = 1                          # kernel flag
 NAMES = ("x", "w", "absmax", "absmax2", "code2", "offset", "code", "bias", "out")
-_F16, _BF16, _F32 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)
-_TAG = {_F16: "f16", _BF16: "bf16"}
+_F32 = np.dtype(np.float32)
 _plans = PlanCache()
 _calls = operands.CallCache()
 
@@ -126,7 +126,7 @@ def _bind(ops: Operands, st: bnb.QuantState, fused: bool | None) -> Any:
     if fused is False:
         return _route(ops, st, n, m, k, log2_bs, flags, out_shape)
     device = ops.device
-    tag = _TAG[xv.dtype]
+    tag = DTYPE_TAG[xv.dtype]
     b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
     if ops.on_host:
         launch, slots = _launch(device, tag, n, m, k, k, m if b_rows > 1 else 0, log2_bs, flags)
@@ -143,7 +143,7 @@ def _check(ops: Operands, st: bnb.QuantState) -> tuple[int, int, int, int]:
     """Shapes and dtypes of x, the weight and its state; returns N, M, K, log2(blocksize)."""
     xv, bv = ops["x"], ops["bias"]
     assert xv is not None
-    if xv.dtype not in _TAG:
+    if xv.dtype not in DTYPE_TAG:
         raise InputTypeError(f"matmul_4bit: x has dtype {xv.dtype}; supported: float16, bfloat16 (cast fp32 "
                              "activations, or use hipskinny.bnb.dequantize_4bit)")
     m, k, log2_bs = _check_weight(ops, st, "matmul_4bit")
@@ -210,11 +210,8 @@ def _launch(device: Device, tag: str, n: int, m: int, k: int, x_stride: int, b_s
                                bias_stride=b_stride, kc=info["k_chunk"], log2_bs=log2_bs, flags=flags), ()
     values = dict(N=n, M=m, K=k, x_stride=x_stride, bias_stride=b_stride, shard_len=info["shard_len"],
                   log2_bs=log2_bs, flags=flags)
-    if info["shards"] == 1:                                  # no partials, no counters
-        return operands.launch(device, plan, NAMES, **ptrs, y="out", partials=None, counters=None, **values), ()
-    slots = (("matmul_4bit.partials", info["partial_bytes"]), ("matmul_4bit.counters", info["counter_bytes"]))
-    return operands.launch(device, plan, (*NAMES, *(name for name, _ in slots)), **ptrs, y="out",
-                           partials="matmul_4bit.partials", counters="matmul_4bit.counters", **values), slots
+    return sg.splitk_launch(device, plan, NAMES, {**ptrs, "y": "out"}, values, "matmul_4bit.partials",
+                            "matmul_4bit.counters")
 
 
 
@@ -238,75 +235,7 @@ def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int) -> dict[str,
     if not fusible(n, k, CHUNK):
         raise InputValueError(f"matmul_4bit: the fused kernels serve N = 1..{FUSED_MAX_N} and K a multiple of "
                               f"the blocksize (>= {CHUNK}); got N={n}, K={k}")
-    return dict(_plan(device, _TAG[dtypes.read(x_dtype, "x_dtype", dtypes.HALVES)], n, m, k).info)
-
-
-# The performance report measures NF4 with nested absmax at bitsandbytes' default blocksize 64
-# (FP4 runs the same instructions: the codebook is data) against fp16 skinny_gemm; the variant
-# "dequantize" is the route (dequantize kernel + skinny_gemm, both launches counted) at the N
-# where the crossover is decided (benchmarks/shapes.py).
-REPORT_BASELINE = "skinny_gemm"
-REPORT_VARIANTS = ("dequantize",)
-# Under the family's table in benchmarks/RESULTS.md: the issue's targets against the numbers
-# above it (large layers: M*K >= 16M weights).
-REPORT_NOTES = """
-Rows: NF4 with nested absmax at blocksize 64 (bitsandbytes' defaults). FP4 and plain absmax run
-the same kernels: the codebook is data in LDS (the same instructions for either table); plain
-absmax skips the nested decode but reads 4 bytes per block instead of 1 (12% more than the codes
-at blocksize 64, counted in its minimum too).
-
-**Crossover.** The route (`matmul_4bit:dequantize`: dequantize kernel + `skinny_gemm`, both
-launches counted, predicted as one -- a lower bound of its time) is predicted 1.3-5.9x slower
-than the fused kernels at N = 16 and 64 on every arch and shape (large layers: 3.5-5.9x at N =
-16, 1.5-3.7x at N = 64): it writes and reads back 16-bit weights. So the fused kernels serve N =
-1..64 on every arch, the route only above (and K not a multiple of the blocksize).
-
-**Targets (large layers) and where they stand.** Predicted time <= 0.3 x fp16 `skinny_gemm`
-("Against the baseline op"): met on gfx11/gfx12 at N = 1 and 4 (medians 0.28-0.29); **missed** on
-CDNA: gfx942 0.34 (N = 1) and 0.42 (N = 4), gfx950 0.35 and 0.66 (VALU-bound at N = 4); at N = 16
-and 64 (the split-K kernel, no target set) 0.37-0.52. Traffic ratio <= 1.05 at N <= 4 (codes,
-absmax bytes and the codebooks count in the minimum): **missed**, medians 1.12-1.15 on gfx11/gfx12
-and 1.36-1.50 on gfx942/gfx950: every workgroup stages x (N x K x 2 bytes, two workgroups per CU
-at N = 1) and the model charges those re-reads, L2 hits on hardware, at DRAM price; against
-half-byte weights that share is four times fp16's. VALU per weight byte below the balance point:
-met on gfx11/gfx12 at N <= 4 (0.21 / 0.41 against 0.50-0.91); gfx942 N = 1 at the balance (median
-0.108, max 0.128 against 0.120); **missed** on gfx950 at N = 1 (0.105 against 0.077) and on CDNA at
-N = 4 (0.22 against 0.120 / 0.077). Main loop at N = 1 (gfx942 listing, YTILE 4): 311 VALU per 4
-rows x 16 weight bytes = 78 per row: 4 to turn a dword's nibbles into codebook offsets, 8
-extractions, 4 packed fp32 FMAs per dword, x widened once for the 4 rows, the scale per chunk --
-a codebook lookup per weight (LDS) costs an extraction each, which is what keeps CDNA above its
-balance; the next step is a byte-pair table (one lookup per byte giving both codes for a packed
-FMA) or the matrix units' fp8 path. The split-K kernel (N = 9..64) widens each weight in
-registers: about 100 (fp16) / 150 (bf16) VALU per 16 weight bytes per row on gfx942, 85 on gfx950,
-180 / 230 on gfx11 (the half exchange for WMMA), shared by all N tokens (0.11-0.13 VALU/B on CDNA
-at N = 16 and 64).
-"""
-
-
-def _report_k(k: int) -> None:
-    if k % 64:
-        raise InputValueError(f"matmul_4bit: the report measures K a multiple of the blocksize (64); got K={k}")
-
-
-def report_operands(x: np.ndarray, w: np.ndarray, *, variant: str | None = None,
-                    arch: str | None = None) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    _report_k(w.shape[1])
-    packed, state = bnb.quantize_4bit(w.astype(np.float32), blocksize=64, quant_type="nf4", compress_statistics=True)
-    return (x, packed, state), ({"fused": False} if variant == "dequantize" else {})
-
-
-def report_min_bytes(n: int, m: int, k: int, itemsize: int, *, variant: str | None = None) -> tuple[float, float]:
-    """(least bytes a call moves, weight bytes): packed codes, uint8 absmax per 64, fp32 absmax2
-    per 256 blocks, the codebooks, x and y -- for the route too (its floor is the same problem's;
-    the 16-bit weights it writes and reads back are its overhead)."""
-    blocks = -(-m * k // 64)
-    return m * k / 2 + blocks + 4 * -(-blocks // 256) + 4 * (16 + 256 + 1) + itemsize * (n * k + n * m), m * k / 2
-
-
-def report_plan_info(device: Device, dtype: Any, n: int, m: int, k: int, *, variant: str) -> dict[str, Any]:
-    """The route's plan: skinny_gemm's on the ``[M, pitch]`` weights (its kernel names the row)."""
-    _report_k(k)
-    return sg.plan_info(device, dtype, n, m, -(-k // 8) * 8)
+    return dict(_plan(device, DTYPE_TAG[dtypes.read(x_dtype, "x_dtype", dtypes.HALVES)], n, m, k).info)
 
 
 ROUTE_SLOT = "matmul_4bit.weights"     # the route's dequantized 16-bit weights
@@ -321,7 +250,7 @@ def _route(ops: Operands, st: bnb.QuantState, n: int, m: int, k: int, log2_bs: i
     tensors on a ROCm GPU dequantize the same way and take ``torch.nn.functional.linear``."""
     xv, bv = ops["x"], ops["bias"]
     assert xv is not None
-    device, tag = ops.device, _TAG[xv.dtype]
+    device, tag = ops.device, DTYPE_TAG[xv.dtype]
     pitch = -(-k // 8) * 8
     if n > ROUTE_MAX_N:
         if sg.on_rocm_torch(ops):
@@ -408,7 +337,7 @@ def _bind_dequantize(ops: Operands, st: bnb.QuantState, dtype: np.dtype) -> Any:
     if m == 0:
         return DeviceCall(ops, [], out_shape=(m, k), out_dtype=dtype) if not ops.on_host else \
             HostCall(ops, [], [None] * (len(NAMES) - 1), out_shape=(m, k), out_dtype=dtype, out_slot="dequantize.w")
-    launch = _dequantize_launch(ops.device, _TAG[dtype], m, k, k, log2_bs, flags, NAMES, "out")
+    launch = _dequantize_launch(ops.device, DTYPE_TAG[dtype], m, k, k, log2_bs, flags, NAMES, "out")
     if ops.on_host:
         return HostCall(ops, [launch], _staged(ops, 0, m, k, k), out_shape=(m, k), out_dtype=dtype,
                         out_slot="dequantize.w")

@@ -250,14 +250,24 @@ def _launch(device: Device, tag: str, n: int, m: int, k: int, atomic: bool, x_st
                                bias_stride=b_stride, kc=info["k_chunk"]), ()
     values = dict(N=n, M=m, K=k, x_stride=x_stride, w_stride=w_stride, bias_stride=b_stride,
                   shard_len=info["shard_len"])
-    if info["shards"] == 1:
-        return operands.launch(device, plan, pointers, **ptrs, partials=None, counters=None, **values), ()
     # The atomic variant needs its slices zero on entry (it leaves them so); the deterministic one
     # leaves its partials as written: they must not share a slot.
     partials = "skinny_gemm.atomic_slices" if info["kernel"].endswith("_atomic") else "skinny_gemm.partials"
-    slots = ((partials, info["partial_bytes"]), ("skinny_gemm.counters", info["counter_bytes"]))
-    return operands.launch(device, plan, (*pointers, partials, "skinny_gemm.counters"), **ptrs, partials=partials,
-                           counters="skinny_gemm.counters", **values), slots
+    return splitk_launch(device, plan, pointers, ptrs, values, partials, "skinny_gemm.counters")
+
+
+def splitk_launch(device: Device, plan: LaunchPlan, pointers: tuple[str, ...], ptrs: dict[str, str],
+                  values: dict[str, Any], partials: str, counters: str
+                  ) -> tuple[Launch, tuple[tuple[str, int], ...]]:
+    """The launch of a split-K kernel (``splitk.h``: its ``partials`` and ``counters`` pointers after
+    the call's, then the values) and the scratch slots it needs: none when one shard covers K (null
+    pointers), else the slots named ``partials`` and ``counters``, sized by the plan, after ``pointers``."""
+    info = plan.info
+    if info["shards"] == 1:
+        return operands.launch(device, plan, pointers, **ptrs, partials=None, counters=None, **values), ()
+    slots = ((partials, info["partial_bytes"]), (counters, info["counter_bytes"]))
+    return operands.launch(device, plan, (*pointers, partials, counters), **ptrs, partials=partials,
+                           counters=counters, **values), slots
 
 
 class _TorchFallback:

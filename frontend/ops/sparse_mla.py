@@ -39,9 +39,9 @@ import numpy as np
 from .. import operands, registry
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
-from ..fp8 import _check_flavor
+from ..formats.mla import LAYOUTS, Layout, cache_blocks, dequant_slots, layout_of
+from ..fp8 import check_flavor
 from ..launch import LaunchPlan, PlanCache, make_plan
-from ..mla import LAYOUTS, Layout, _cache_blocks, _dequant_slots, layout_of
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
 from ..torch_ops import declare, fake_operands
 
@@ -347,7 +347,7 @@ def _gather(cache: Any, indices: Any, indptr: Any, lay: Layout, fl: str, t: int,
             name: str) -> tuple[np.ndarray, np.ndarray]:
     """``(keys, cut)``: the dequantized rows of every valid entry of the owned range, in list order,
     token ``i`` owning ``keys[cut[i]:cut[i+1]]``."""
-    blocks, bs = _cache_blocks(cache, lay, name=f"{name}_cache")
+    blocks, bs = cache_blocks(cache, lay, name=f"{name}_cache")
     idx = _int_array(indices, f"{name}_indices")
     ptr = _int_array(indptr, f"{name}_indptr")
     if ptr.shape != (t + 1,):
@@ -357,7 +357,7 @@ def _gather(cache: Any, indices: Any, indptr: Any, lay: Layout, fl: str, t: int,
                               f"(the length of {name}_indices); got {ptr.tolist()}")
     seg = idx[ptr[0]:ptr[-1]]
     valid = (seg >= 0) & (seg < blocks.shape[0] * bs)     # -1 and out-of-range slots add nothing
-    keys = _dequant_slots(blocks, bs, lay, fl, seg[valid])
+    keys = dequant_slots(blocks, bs, lay, fl, seg[valid])
     return keys, np.concatenate([[0], np.cumsum(valid)])[ptr - ptr[0]]
 
 
@@ -388,8 +388,8 @@ def sparse_decode_reference(q: Any, swa_cache: Any, swa_indices: Any, swa_indptr
     ``fp8`` (on gfx942 the SWA cache is FNUZ and the compressed cache OCP).
     """
     lay = layout_of(layout)
-    fl = _check_flavor(fp8, "fp8")
-    xfl = fl if extra_fp8 is None else _check_flavor(extra_fp8, "extra_fp8")
+    fl = check_flavor(fp8, "fp8")
+    xfl = fl if extra_fp8 is None else check_flavor(extra_fp8, "extra_fp8")
     if not isinstance(q, np.ndarray) or q.dtype not in _Q_DTYPES:
         raise InputTypeError(f"q must be a bfloat16, float16, float32 or float64 numpy array; "
                              f"got {getattr(q, 'dtype', type(q).__name__)}")

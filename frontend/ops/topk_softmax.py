@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from .. import dtypes, operands, registry
@@ -33,6 +32,7 @@ from ..errors import InputTypeError, InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
 from ..torch_ops import declare, fake_operands
+from ._common import DTYPE_TAG
 
 FAMILY = "topk_softmax"
 THREADS = 256
@@ -40,7 +40,7 @@ MAX_E = 512
 MAX_K = 16
 NAMES = ("router_logits", "topk_weights", "topk_ids")     # the last two: out=
 _F32, _I32 = np.dtype(np.float32), np.dtype(np.int32)
-_TAG = {np.dtype(np.float16): "f16", np.dtype(ml_dtypes.bfloat16): "bf16", _F32: "f32"}
+_TAG = {**DTYPE_TAG, _F32: "f32"}   # the router also takes fp32 logits
 _plans = PlanCache()
 _calls = operands.CallCache()
 

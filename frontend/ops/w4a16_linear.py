@@ -62,16 +62,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
-from .. import autograd, dtypes, operands, registry, w4a16
+from .. import autograd, dtypes, operands, registry
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
+from ..formats import w4a16
 from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
 from ..torch_ops import declare, fake_operands
 from . import skinny_gemm as sg
+from ._common import DTYPE_TAG
 
 FAMILY = "w4a16"
 SPLITK_FAMILY = "w4a16_splitk"
@@ -81,8 +82,6 @@ ROUTE_MAX_N = sg.SPLITK_MAX_N       # dequantize + skinny_gemm (128)
 CHUNK = 32                          # K columns (16 weight bytes) per lane chunk
 ROUTE_SLOT = "w4a16.weights"        # the route's dequantized 16-bit weights [M, K]
 NAMES = ("x", "w", "scales", "zeros", "perm", "bias", "out")
-_F16, _BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
-_TAG = {_F16: "f16", _BF16: "bf16"}
 _plans = PlanCache()
 _calls = operands.CallCache()
 
@@ -142,7 +141,7 @@ def _bind(ops: Operands, p: w4a16.Prepared, fused: bool | None) -> Any:
         return _route(ops, n, m, k, g, out_shape)
     if fused is False:
         return _route(ops, n, m, k, g, out_shape)
-    device, tag = ops.device, _TAG[xv.dtype]
+    device, tag = ops.device, DTYPE_TAG[xv.dtype]
     b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
     if ops.on_host:
         launch, slots = _launch(device, tag, n, m, k, k, m if b_rows > 1 else 0, g)
@@ -192,7 +191,7 @@ def _route(ops: Operands, n: int, m: int, k: int, g: int, out_shape: tuple[int, 
     a ROCm GPU dequantize the same way into a tensor and take ``torch.nn.functional.linear``."""
     xv, bv = ops["x"], ops["bias"]
     assert xv is not None
-    device, tag = ops.device, _TAG[xv.dtype]
+    device, tag = ops.device, DTYPE_TAG[xv.dtype]
     if n > ROUTE_MAX_N:
         if sg.on_rocm_torch(ops):
             return sg.TorchDequantizeRoute(ops, _dequantize_launch(device, tag, m, k, g, sg.route_pointers(NAMES)),
@@ -242,7 +241,7 @@ def _check(ops: Operands, p: w4a16.Prepared) -> tuple[int, int, int, int]:
     """Shapes and dtypes of x and the prepared weight; returns N, M, K, the group size."""
     xv, wv, sv, zv, pv, bv = (ops[name] for name in NAMES[:-1])
     assert xv is not None and wv is not None and sv is not None
-    if xv.dtype not in _TAG:
+    if xv.dtype not in DTYPE_TAG:
         raise InputTypeError(f"w4a16_linear: x has dtype {xv.dtype}; supported: float16, bfloat16")
     if p.experts is not None:
         raise InputValueError(f"w4a16_linear: the prepared weight is a stack of {p.experts} experts; a dense "
@@ -291,11 +290,7 @@ def _launch(device: Device, tag: str, n: int, m: int, k: int, x_stride: int, b_s
     # g(k) = k >> log2_g; per-channel scales of a K that is no power of two: 31 (one group, g = 0).
     values = dict(N=n, M=m, K=k, x_stride=x_stride, bias_stride=b_stride, shard_len=info["shard_len"],
                   log2_g=g.bit_length() - 1 if pow2 else 31, row_groups=k // g)
-    if info["shards"] == 1:                                  # no partials, no counters
-        return operands.launch(device, plan, NAMES, **ptrs, y="out", partials=None, counters=None, **values), ()
-    slots = (("w4a16.partials", info["partial_bytes"]), ("w4a16.counters", info["counter_bytes"]))
-    return operands.launch(device, plan, (*NAMES, *(name for name, _ in slots)), **ptrs, y="out",
-                           partials="w4a16.partials", counters="w4a16.counters", **values), slots
+    return sg.splitk_launch(device, plan, NAMES, {**ptrs, "y": "out"}, values, "w4a16.partials", "w4a16.counters")
 
 
 def _plan(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
@@ -318,7 +313,7 @@ def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int) -> dict[str,
     if not 1 <= n <= FUSED_MAX_N or k % CHUNK:
         raise InputValueError(f"w4a16_linear: the fused kernels serve N = 1..{FUSED_MAX_N} and K a multiple of "
                               f"{CHUNK}; got N={n}, K={k}")
-    return dict(_plan(device, _TAG[dtypes.read(x_dtype, "x_dtype", dtypes.HALVES)], n, m, k).info)
+    return dict(_plan(device, DTYPE_TAG[dtypes.read(x_dtype, "x_dtype", dtypes.HALVES)], n, m, k).info)
 
 
 def _require(ok: bool, what: str) -> None:
@@ -368,77 +363,3 @@ def w4a16_linear_reference(x: Any, qweight: Any, scales: Any, qzeros: Any = None
     if bias is not None:
         y = y + np.asarray(bias).astype(np.float64).reshape(-1, w.shape[0])
     return y.reshape(*xa.shape[:-1], w.shape[0])
-
-
-# The performance report measures symmetric GPTQ-style weights with group size 128 (the common
-# checkpoint; per-group scales in x's dtype) against fp16 skinny_gemm; the variant "dequantize" is
-# the route (dequantize kernel + skinny_gemm, both launches counted) at the N where the crossover
-# is decided (benchmarks/shapes.py).
-REPORT_BASELINE = "skinny_gemm"
-REPORT_VARIANTS = ("dequantize",)
-# Under the family's table in benchmarks/RESULTS.md: the issue's targets against the numbers
-# above it (large layers: M*K >= 16M weights).
-REPORT_NOTES = """
-**Crossover.** The route (`w4a16_linear:dequantize`: dequantize kernel + `skinny_gemm`, both
-launches counted) moves 2.4-6.1x the bytes of the fused split-K kernel at N = 16 and 1.9-3.6x at
-N = 64 on every arch and shape (large layers: medians 5.4-6.0x and 2.8-3.5x), both memory-bound
-nearly everywhere: it writes and reads back 16-bit weights. So the fused kernels serve N = 1..64
-on every arch, the route only above (and where no fused kernel applies). The fused split-K
-kernel's traffic ratio: 1.11-2.99 at N = 16, 1.12-3.37 at N = 64 (x re-staged per shard and the
-shard partials, charged at DRAM price).
-
-**Targets (large layers) and where they stand.** Predicted time against fp16 `skinny_gemm`
-("Against the baseline op"): median 0.26 at N = 1 and 0.28 at N = 4 on gfx11/gfx12, 0.29 and
-0.43 on gfx942/gfx950 (the floor is 0.25 plus the scales). Traffic ratio <= 1.05 at N <= 4: met
-for the lm_heads, gate_up and most qkv projections on gfx11/gfx12 (medians 1.02-1.04 at N = 1,
-1.09-1.14 at N = 4; 19 of 36 large-layer rows at or under 1.05), missed on gfx942/gfx950 (medians
-1.14-1.21 at N = 1, 1.35-1.73 at N = 4) and for the small-M layers everywhere (o_proj, the router:
-up to 1.40 at N = 1): every workgroup stages x (N x K x 2 bytes), and the model charges those
-re-reads, which are L2 hits on hardware, at DRAM price; against 4-bit weights that is four times
-the share it is for fp16, and CDNA's 256 CUs stage it 4-6 times as often as RDNA's 40-96. (Each
-scale group is loaded once per lane quad for G >= 128; loaded per lane, the scales alone added
-about 0.09 to every ratio.) VALU per weight byte against the balance point: met on gfx11/gfx12 at
-every N (0.15 at N = 1, 0.26 at N = 4 against 0.50-0.91); CDNA: gfx942 met at N = 1 (0.085 <
-0.120), gfx950 just over at N = 1 (0.084 against 0.077: the quad hand-off costs a few VALU per
-chunk), both **missed** at N = 4 (0.15 against 0.120 and 0.077): the magic-number dequant is shared
-by the N tokens but each token adds 16 dot2 per 16 weight bytes, and CDNA's balance leaves about 2
-wave-instructions per 16 bytes per lane. On gfx9 at N >= 4 the hand-off costs more time than its
-bytes save (predicted +3-6%); turning it off there is a follow-up. Main loop, VALU per 16 weight
-bytes per row (from the listings, N = 1): fp16 about 70 (YTILE 4) on gfx942 and gfx1151; bf16 90
-on gfx942 (nibbles converted to fp32 directly: gfx942 has no bf16 dot), 66 on gfx950 and gfx1151.
-The fp16 floor of the recipe is 53 (16 mask-and-OR, 4 shifts, 16 packed finishing ops, 16 dot2,
-one scale).
-"""
-
-
-def report_operands(x: np.ndarray, w: np.ndarray, *, variant: str | None = None,
-                    arch: str | None = None) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """x and the report's 16-bit weights rounded to symmetric int4 (per 128 columns: scale = max |w|
-    / 7, codes round(w / scale) + 8 clipped to 0..15), prepared; the variant with ``fused=False``."""
-    m, k = w.shape
-    g = 128 if k % 128 == 0 else 32
-    _report_k(k)
-    wg = w.astype(np.float32).reshape(m, k // g, g)
-    scale = np.maximum(np.abs(wg).max(axis=2) / 7, 2.0**-14).astype(x.dtype)
-    codes = np.clip(np.rint(wg / scale.astype(np.float32)[..., None]) + 8, 0, 15).astype(np.int64).reshape(m, k)
-    ckpt = w4a16.pack_checkpoint(codes, None, scale.astype(np.float16), fmt="gptq", group_size=g)
-    return (x, w4a16.prepare(**ckpt, fmt="gptq", group_size=g, dtype=x.dtype)), \
-        ({"fused": False} if variant == "dequantize" else {})
-
-
-def report_min_bytes(n: int, m: int, k: int, itemsize: int, *, variant: str | None = None) -> tuple[float, float]:
-    """(least bytes a call moves, weight bytes): the packed codes, one 16-bit scale per 128 columns,
-    x and y -- for the route too (its floor is the same problem's; the 16-bit weights it writes
-    and reads back are its overhead)."""
-    return m * k / 2 + itemsize * (m * -(-k // 128) + n * k + n * m), m * k / 2
-
-
-def report_plan_info(device: Device, dtype: Any, n: int, m: int, k: int, *, variant: str) -> dict[str, Any]:
-    """The route's plan: skinny_gemm's on the ``[M, K]`` 16-bit weights (its kernel names the row)."""
-    _report_k(k)
-    return sg.plan_info(device, dtype, n, m, k)
-
-
-def _report_k(k: int) -> None:
-    if k % 32:
-        raise InputValueError(f"w4a16_linear: the report measures K a multiple of 32; got K={k}")

@@ -40,6 +40,7 @@ from emulated import from_device, launch, load_test_kernel, to_device
 
 from hipskinny.arch import ARCHS
 from hipskinny.emulator import EmulatedDevice
+from hipskinny.emulator.descriptor import descriptor_of
 
 ALL_ARCHS = list(ARCHS)
 FP8_ARCHS = ["gfx942", "gfx950", "gfx1201"]
@@ -421,7 +422,7 @@ def test_rounding_fp16_overflow_mode(arch):
     n = len(x)
     dev = device(arch)
     module, code = load_test_kernel(dev, "rounding")
-    assert code.kernel("rounding_ovfl").descriptor.fp16_overflow, "the kernel descriptor sets FP16_OVFL"
+    assert descriptor_of(code.kernel("rounding_ovfl"), arch).fp16_overflow, "the kernel descriptor sets FP16_OVFL"
     xd, out = to_device(dev, x), to_device(dev, np.full(n, SENTINEL, np.uint32))
     launch(dev, module, "rounding_ovfl", 1, block_of(n), [xd, out])
     got = from_device(dev, out, n, np.uint32)
@@ -514,7 +515,7 @@ def test_fp8_encode_saturating_mode(arch):
     n = len(x)
     dev = device(arch)
     module, code = load_test_kernel(dev, "fp8cvt")
-    assert code.kernel("fp8cvt_sat").descriptor.fp16_overflow, "the kernel descriptor sets FP16_OVFL"
+    assert descriptor_of(code.kernel("fp8cvt_sat"), arch).fp16_overflow, "the kernel descriptor sets FP16_OVFL"
     xd, yd = to_device(dev, x), to_device(dev, y)
     out = to_device(dev, np.full(n, SENTINEL, np.uint32))
     launch(dev, module, "fp8cvt_sat", 1, block_of(n), [xd, yd, out])

@@ -43,7 +43,7 @@ def test_setpc_to_the_middle_of_an_instruction_faults(arch):
     dev = EmulatedDevice(arch, num_cus=4)
     module, code = load_test_kernel(dev, "control")
     out = to_device(dev, np.zeros(4, np.uint32))
-    entry = code.kernel("setpc_bad").descriptor.entry
+    entry = code.kernel("setpc_bad").entry
     with pytest.raises(EmulatorFault) as e:
         launch(dev, module, "setpc_bad", 1, ARCHS[arch].wave_size, [out])
     msg = str(e.value)

@@ -18,6 +18,7 @@ from hipskinny import registry
 from hipskinny.arch import ARCHS
 from hipskinny.codeobject import CodeObject
 from hipskinny.emulator import EmulatedDevice, register_listing
+from hipskinny.emulator.descriptor import descriptor_of
 from hipskinny.emulator.listing import Inst, parse_instruction
 from hipskinny.emulator.ops import DecodeContext, load_all, lookup
 from hipskinny.emulator.state import Wave
@@ -38,9 +39,9 @@ def patched_control(arch: str, kernel: str, lo: int, width: int, value: int) -> 
     entry = json.loads((HSACO_DIR / "manifest.json").read_text())["code_objects"][f"{arch}/control"]
     image = (HSACO_DIR / entry["path"]).read_bytes()
     code = CodeObject.parse(image)
-    kd = code.kernel(kernel).descriptor
-    seg = next(s for s in code.load_segments if s.vaddr <= kd.address < s.vaddr + s.filesz)
-    at = seg.offset + kd.address - seg.vaddr + RSRC1
+    address = code.kernel(kernel).descriptor_address
+    seg = next(s for s in code.load_segments if s.vaddr <= address < s.vaddr + s.filesz)
+    at = seg.offset + address - seg.vaddr + RSRC1
     rsrc1 = int.from_bytes(image[at:at + 4], "little")
     field = ((1 << width) - 1) << lo
     rsrc1 = (rsrc1 & ~field) | (value << lo)
@@ -69,7 +70,7 @@ MODE_CASES = [(arch, *u) for arch in ("gfx942", "gfx1100", "gfx1201") for u in U
 def test_unsupported_descriptor_mode_is_refused_at_launch(arch, field, attr, lo, width, value):
     image = patched_control(arch, "control", lo, width, value)
     kernel = CodeObject.parse(image).kernel("control")
-    assert int(getattr(kernel.descriptor, attr)) == value
+    assert int(getattr(descriptor_of(kernel, arch), attr)) == value
     dev = EmulatedDevice(arch, num_cus=4)
     module = dev.load_module(image)
     function = dev.get_function(module, "control")

@@ -143,7 +143,7 @@ def _runner(arch: str) -> Runner:
 def test_threads_match_a_sequential_run(arch, layout, seam, monkeypatch):
     shared = _device(arch, 0)
     seam(shared)
-    monkeypatch.setattr(_devices, "_default", shared)       # threads that choose nothing run here
+    monkeypatch.setattr(_devices, "default_device", shared)       # threads that choose nothing run here
     run = _runner(arch)
     # Thread t's device (None: the shared default device) and calls: on the shared device, host and
     # device-resident operands; on a thread's own device (odd threads, second layout), host ones.

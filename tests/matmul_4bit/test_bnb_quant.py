@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from hipskinny import InputTypeError, InputValueError, bnb
+from hipskinny import InputTypeError, InputValueError
+from hipskinny.formats import bnb
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FLOATS = [np.float32, np.float16, BF16]

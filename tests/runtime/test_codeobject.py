@@ -12,6 +12,7 @@ import pytest
 
 from hipskinny.arch import ARCHS
 from hipskinny.codeobject import PT_NOTE, CodeObject, read_code_object
+from hipskinny.emulator.descriptor import descriptor_of
 from hipskinny.errors import CodeObjectError
 
 REPO = paths.REPO
@@ -83,7 +84,7 @@ def check_invariants(co: CodeObject, arch: str) -> None:
     assert co.load_segments and any(s.executable for s in co.load_segments)
     assert co.kernels
     for k in co.kernels:
-        kd = k.descriptor
+        kd = descriptor_of(k, arch)
         assert k.sgpr_spill_count == 0 and k.vgpr_spill_count == 0, k.name
         assert k.private_segment_fixed_size == 0 and not k.uses_dynamic_stack, k.name
         assert k.group_segment_fixed_size <= info.lds_per_workgroup, k.name
@@ -166,7 +167,7 @@ def test_segments_map_the_descriptors(tiny):
     for s in co.load_segments:
         image[s.vaddr:s.vaddr + s.memsz] = co.segment_bytes(s)
     for k in co.kernels:
-        a = k.descriptor.address
+        a = k.descriptor_address
         offset = struct.unpack_from("<q", image, a + 16)[0]
         assert a + offset == k.entry
 

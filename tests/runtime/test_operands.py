@@ -116,7 +116,7 @@ def test_use_device_none_forgets_the_default(monkeypatch):
     assert current_device().label == "emulator:gfx1151"     # looked up again
     monkeypatch.delenv("HIPSKINNY_DEVICE")
     hipskinny.use_device(None)
-    assert devices._default is None
+    assert devices.default_device is None
 
 
 def test_pool_growth_retires_and_never_frees():

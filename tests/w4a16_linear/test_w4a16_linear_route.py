@@ -31,6 +31,8 @@ from hipskinny.emulator import EmulatedDevice
 from hipskinny.ops import w4a16_linear as op
 from hipskinny.ops.skinny_gemm import token_tiles
 
+TAG = {np.dtype(np.float16): "f16", np.dtype(ml_dtypes.bfloat16): "bf16"}   # the kernels' dtype tags
+
 BF16, F16 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)
 U = 2.0**-24
 FULL_ARCH = "gfx942"
@@ -110,7 +112,7 @@ def _run(arch, dt, i, fused=None):
         y = w4a16.linear(x, prepared, bias, fused=fused)
         kernels = [launch.kernel for launch in dev.launches][-2:]
     assert y.shape == (n, m) and y.dtype == dt
-    tag = op._TAG[dt]
+    tag = TAG[np.dtype(dt)]
     if fused is False or not op.fusible(n, k, k if g == -1 else g):
         assert kernels == [f"w4a16_dequantize_{tag}", f"skinny_gemm_splitk_{tag}_t{token_tiles(n)}"], kernels
     else:
@@ -152,8 +154,8 @@ def test_small_n_route(arch):
         with hipskinny.on_device(dev):
             y = w4a16.linear(x, prepared, bias, fused=fused)
             kernels = [launch.kernel for launch in dev.launches][-2:]
-        assert kernels[0] == f"w4a16_dequantize_{op._TAG[dt]}" and kernels[1].startswith(
-            f"skinny_gemm_{op._TAG[dt]}_n{n}_"), kernels
+        assert kernels[0] == f"w4a16_dequantize_{TAG[np.dtype(dt)]}" and kernels[1].startswith(
+            f"skinny_gemm_{TAG[np.dtype(dt)]}_n{n}_"), kernels
         assert_route_bound(y, x, ckpt, fmt, g, bias)
 
 

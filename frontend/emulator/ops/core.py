@@ -1,4 +1,4 @@
-"""Instruction semantics: a registry from mnemonic to handler factory.
+"""Instruction semantics: the registry from mnemonic to handler factory, and what factories share.
 
 A factory is called once per decoded instruction with the `Inst` (listing.py) and
 the program's `DecodeContext`, and returns a handler ``fn(wave) -> None`` that
@@ -102,14 +102,3 @@ def lane_constant(period: np.ndarray, ctx: DecodeContext) -> Callable[[Any], np.
             arr = grown[0] = make(2 * w.n)
         return arr[..., :w.n]
     return read
-
-
-def load_all() -> None:
-    """Import every semantics module so its registrations run."""
-    from . import (  # noqa: F401
-        lds,
-        matrix,
-        salu,
-        valu,
-        vmem,
-    )

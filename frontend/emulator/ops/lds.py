@@ -14,7 +14,7 @@ from ...errors import EmulatorError, EmulatorFault
 from ..listing import Inst
 from ..memory import aligned
 from ..state import Wave, parse_operand
-from . import DecodeContext, Handler, register
+from .core import DecodeContext, Handler, register
 from .vmem import place_loaded, store_bytes
 
 

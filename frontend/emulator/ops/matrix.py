@@ -57,7 +57,7 @@ from ...errors import EmulatorError
 from .. import fp
 from ..listing import Inst
 from ..state import Operand, Wave, const_bits, parse_operand
-from . import DecodeContext, Handler, lane_constant, register
+from .core import DecodeContext, Handler, lane_constant, register
 from .valu_common import fail, parse_mods
 
 F32_QNAN = 0x7FC00000

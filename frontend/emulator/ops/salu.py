@@ -10,7 +10,7 @@ import numpy as np
 from ...errors import EmulatorError, EmulatorFault
 from ..listing import Inst
 from ..state import AT_BARRIER, DONE, EXEC_LO, NULL, VCC_HI, VCC_LO, Operand, Wave, const_bits, parse_operand
-from . import DecodeContext, Handler, register
+from .core import DecodeContext, Handler, register
 
 M32, M64 = 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
 _APERTURES = {"src_shared_base": 0x1000000000000, "src_private_base": 0x2000000000000,

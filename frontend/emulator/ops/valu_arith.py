@@ -667,7 +667,10 @@ vop("v_div_fixup_f16", Spec("f16", ("f16",) * 3, _div_fixup("f16")), e64_dpp=Fal
 # f32 forms flush denormal inputs and outputs (the unit does not deliver them)
 
 
-def _trans(f: Callable[[np.ndarray], np.ndarray], t: str) -> Callable[[np.ndarray], np.ndarray]:
+def transcendental(name: str, t: str) -> Callable[[np.ndarray], np.ndarray]:
+    """The transcendental unit's ``name`` (exp, log, rcp, ...) on type ``t`` (VOP forms and gfx12's
+    pseudo-scalar ones)."""
+    f = _TRANS[name]
     if t == "f32":
         return lambda a: fp.flush_denorm(_f32(f(_d(fp.flush_denorm(a)))))
     if t == "f16":
@@ -688,9 +691,9 @@ _TRANS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "sqrt": np.sqrt, "sin": _revs(np.sin), "cos": _revs(np.cos), "rcp_iflag": lambda x: 1.0 / x,
 }
 
-for _name, _f in _TRANS.items():
-    vop(f"v_{_name}_f32", Spec("f32", ("f32",), _trans(_f, "f32")), cls="trans")
+for _name in _TRANS:
+    vop(f"v_{_name}_f32", Spec("f32", ("f32",), transcendental(_name, "f32")), cls="trans")
     if _name != "rcp_iflag":
-        vop(f"v_{_name}_f16", Spec("f16", ("f16",), _trans(_f, "f16")), cls="trans")
+        vop(f"v_{_name}_f16", Spec("f16", ("f16",), transcendental(_name, "f16")), cls="trans")
 for _name in ("rcp", "rsq", "sqrt"):
-    vop(f"v_{_name}_f64", Spec("f64", ("f64",), _trans(_TRANS[_name], "f64")), cls="trans")
+    vop(f"v_{_name}_f64", Spec("f64", ("f64",), transcendental(_name, "f64")), cls="trans")

@@ -25,7 +25,7 @@ import numpy as np
 from ...errors import EmulatorError
 from ..listing import Inst
 from ..state import EXEC_LO, NULL, VCC_LO, Operand, Wave, const_bits, lane_mask, parse_operand
-from . import DecodeContext, lane_constant
+from .core import DecodeContext, lane_constant
 
 Reader = Callable[[Wave], np.ndarray]
 Compute = Callable[[Wave], tuple[Any, np.ndarray]]      # -> (result, lanes to write)

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..listing import Inst
 from ..state import Wave
-from . import DecodeContext, Handler, register
+from .core import DecodeContext, Handler, register
 from .valu_common import fail, split_pair
 from .valu_vop import build_by_name
 

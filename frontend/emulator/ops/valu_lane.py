@@ -11,8 +11,8 @@ import numpy as np
 from ...errors import EmulatorError
 from ..listing import Inst
 from ..state import NULL, Operand, Wave, const_bits, parse_operand
-from . import DecodeContext, Handler, register
-from .valu_arith import _TRANS, _trans, popcount
+from .core import DecodeContext, Handler, register
+from .valu_arith import popcount, transcendental
 from .valu_common import apply_fmods, fail, float_omod_clamp, parse_mods
 from .valu_vop import Spec, vop
 
@@ -201,7 +201,7 @@ vop("v_mbcnt_hi_u32_b32", Spec("u32", ("b32", "u32"), _mbcnt(True), wave_fn=True
 # gfx12 pseudo-scalar transcendentals: SGPR in, SGPR out, independent of EXEC
 
 def _pseudo_scalar(name: str, typ: str) -> Any:
-    fn = _trans(_TRANS[name], typ)
+    fn = transcendental(name, typ)
 
     def factory(inst: Inst, ctx: DecodeContext) -> Handler:
         m = parse_mods(inst, inst.modifiers)

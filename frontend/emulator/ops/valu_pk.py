@@ -21,7 +21,7 @@ from ...errors import EmulatorError
 from .. import fp
 from ..listing import Inst
 from ..state import Operand, Wave, const_bits, parse_operand
-from . import DecodeContext, Handler, lane_constant, register
+from .core import DecodeContext, Handler, lane_constant, register
 from .valu_common import (
     FLOAT_TYPES,
     WIDTH,

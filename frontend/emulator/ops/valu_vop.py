@@ -20,7 +20,7 @@ from ...errors import EmulatorError
 from .. import fp
 from ..listing import Inst
 from ..state import Wave, parse_operand
-from . import DecodeContext, Handler, register
+from .core import DecodeContext, Handler, register
 from .valu_common import (
     FLOAT_TYPES,
     GFX9_PRESERVE16,

@@ -9,7 +9,7 @@ import numpy as np
 from ...errors import EmulatorError
 from ..listing import Inst
 from ..state import NULL, Operand, Wave, parse_operand
-from . import DecodeContext, Handler, register
+from .core import DecodeContext, Handler, register
 from .salu import sreader
 
 _U64 = np.uint64

@@ -1,0 +1,242 @@
+"""What the performance report knows about each op family beyond its public API, registered here
+explicitly (not in the op modules): its report variants (other modes of one op, reported as
+``"op:variant"``), the op it is compared with, the notes under its table in RESULTS.md, how to make
+its operands from the report's 16-bit x and w, the least bytes a call must move, and a variant's plan.
+An op with no entry (gemv, skinny_gemm) takes x and w as they are and is charged every operand once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from hipskinny import fp8
+from hipskinny.devices.base import Device
+from hipskinny.errors import InputValueError
+from hipskinny.formats import bnb, w4a16
+from hipskinny.ops import fp8_linear as f8
+from hipskinny.ops import skinny_gemm as sg
+
+
+@dataclass(frozen=True)
+class Family:
+    variants: tuple[str, ...] = ()
+    baseline: str | None = None                  # the op whose predicted times this one's are set against
+    notes: str = ""
+    operands: Callable[..., tuple[tuple[Any, ...], dict[str, Any]]] | None = None   # (x, w, *, variant, arch)
+    min_bytes: Callable[..., tuple[float, float]] | None = None        # (n, m, k, itemsize, *, variant)
+    plan_info: Callable[..., dict[str, Any]] | None = None             # (device, dtype, n, m, k, *, variant)
+
+
+# ---------------------------------------------------------------------------------------------
+# fp8_linear
+
+# The performance report measures W8A16 with OCP weights per channel, and these variants: W8A8
+# per channel x per token, and W8A8 with 128x128 block x per-token-group scales, both in the
+# arch's W8A8 flavour (on the FP8 instructions where the arch has them).
+FP8_NOTES = """
+**Targets (large layers, N <= 4) and where they stand.** Predicted time <= 0.55 x fp16
+`skinny_gemm`: met by W8A8 on every arch (median 0.50, "Against the baseline op") and by W8A16
+on gfx11/gfx12 (medians 0.50-0.52); W8A16 on gfx942/gfx950 has medians 0.52 (N = 1) and
+0.58-0.59 (N = 4), worst 0.67-0.68. Traffic ratio <= 1.05: met at N = 1 on gfx11/gfx12 (but
+gfx1100 o_proj/down_proj, 1.08), by W8A8 on gfx1201 up to one layer at 1.065, and on the widest
+layer (gate_up_proj) nearly everywhere; missed where few rows share a workgroup's staged
+activations: each of the 2 workgroups per CU reads all of x once (an L2 hit on hardware, counted
+here at DRAM price), so the excess is about 2 x CUs x N x K x (2 bytes, 1 for W8A8) / (M x K):
+o_proj at N = 4 reaches 2.09 (gfx942) and 1.78 (gfx950) for W8A16, 1.56 / 1.42 for W8A8, 1.30
+on gfx1100 and 1.11 on gfx1201. VALU per weight byte below the balance in the widened
+paths: met on gfx942 (0.109 < 0.120) and gfx11/gfx12 (<= 0.18 against 0.50-0.91); missed on
+gfx950 (0.105 against 0.077: 3 of 12 large-layer rows VALU-bound). The W8A16 main loop on
+gfx942/gfx950 spends 54 VALU instructions per 16 weight bytes at N = 1 (listing: 215 per 4-row
+iteration; 8 byte-pair widenings of 4 instructions, the NaN check, 8 dot products) and 77 at
+N = 4; W8A8 on the FP8 instructions spends 11 per 4 rows x 16 bytes (address arithmetic; 8 MFMA).
+"""
+
+
+def _fp8_operands(x: np.ndarray, w: np.ndarray, *, variant: str | None = None,
+                  arch: str | None = None) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The report's operands for x [N, K] and w [M, K] of its 16-bit dtype (and of its variants)."""
+    if variant is None:
+        w8, w_scale = fp8.quantize(w, granularity="channel", flavor="ocp")
+        return (x, w8, w_scale), {}
+    flavor = f8.NATIVE_W8A8[arch or ""][0]
+    gw, gx = ("block", "group") if variant == "w8a8_block" else ("channel", "token")
+    w8, w_scale = fp8.quantize(w.astype(np.float32), granularity=gw, flavor=flavor)
+    x8, x_scale = fp8.quantize(x.astype(np.float32), granularity=gx, flavor=flavor)
+    return (x8, w8, w_scale), {"x_scale": x_scale}
+
+
+def _fp8_min_bytes(n: int, m: int, k: int, itemsize: int, *, variant: str | None = None) -> tuple[float, float]:
+    """(least bytes a launch moves, weight bytes): FP8 weights and their fp32 scales, x (16-bit, or
+    FP8 with its fp32 scales) and the 16-bit y."""
+    if variant is None:
+        return m * k + 4 * m + itemsize * (n * k + n * m), m * k
+    groups = -(-k // 128)
+    scales = 4 * (-(-m // 128) * groups + n * groups) if variant == "w8a8_block" else 4 * (m + n)
+    return m * k + n * k + scales + 2 * n * m, m * k
+
+
+def _fp8_plan_info(device: Device, dtype: Any, n: int, m: int, k: int, *, variant: str) -> dict[str, Any]:
+    """`plan_info` of a report variant's call (dtype: the report's 16-bit dtype, unused by W8A8)."""
+    flavor = f8.NATIVE_W8A8[device.arch.name][0]
+    x_dtype = ml_dtypes.float8_e4m3fnuz if flavor == "fnuz" else ml_dtypes.float8_e4m3fn
+    return f8.plan_info(device, x_dtype, n, m, k, w_flavor=flavor, block=variant == "w8a8_block", x_scaled=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# matmul_4bit
+
+# The performance report measures NF4 with nested absmax at bitsandbytes' default blocksize 64
+# (FP4 runs the same instructions: the codebook is data) against fp16 skinny_gemm; the variant
+# "dequantize" is the route (dequantize kernel + skinny_gemm, both launches counted) at the N
+# where the crossover is decided (benchmarks/shapes.py).
+M4_NOTES = """
+Rows: NF4 with nested absmax at blocksize 64 (bitsandbytes' defaults). FP4 and plain absmax run
+the same kernels: the codebook is data in LDS (the same instructions for either table); plain
+absmax skips the nested decode but reads 4 bytes per block instead of 1 (12% more than the codes
+at blocksize 64, counted in its minimum too).
+
+**Crossover.** The route (`matmul_4bit:dequantize`: dequantize kernel + `skinny_gemm`, both
+launches counted, predicted as one -- a lower bound of its time) is predicted 1.3-5.9x slower
+than the fused kernels at N = 16 and 64 on every arch and shape (large layers: 3.5-5.9x at N =
+16, 1.5-3.7x at N = 64): it writes and reads back 16-bit weights. So the fused kernels serve N =
+1..64 on every arch, the route only above (and K not a multiple of the blocksize).
+
+**Targets (large layers) and where they stand.** Predicted time <= 0.3 x fp16 `skinny_gemm`
+("Against the baseline op"): met on gfx11/gfx12 at N = 1 and 4 (medians 0.28-0.29); **missed** on
+CDNA: gfx942 0.34 (N = 1) and 0.42 (N = 4), gfx950 0.35 and 0.66 (VALU-bound at N = 4); at N = 16
+and 64 (the split-K kernel, no target set) 0.37-0.52. Traffic ratio <= 1.05 at N <= 4 (codes,
+absmax bytes and the codebooks count in the minimum): **missed**, medians 1.12-1.15 on gfx11/gfx12
+and 1.36-1.50 on gfx942/gfx950: every workgroup stages x (N x K x 2 bytes, two workgroups per CU
+at N = 1) and the model charges those re-reads, L2 hits on hardware, at DRAM price; against
+half-byte weights that share is four times fp16's. VALU per weight byte below the balance point:
+met on gfx11/gfx12 at N <= 4 (0.21 / 0.41 against 0.50-0.91); gfx942 N = 1 at the balance (median
+0.108, max 0.128 against 0.120); **missed** on gfx950 at N = 1 (0.105 against 0.077) and on CDNA at
+N = 4 (0.22 against 0.120 / 0.077). Main loop at N = 1 (gfx942 listing, YTILE 4): 311 VALU per 4
+rows x 16 weight bytes = 78 per row: 4 to turn a dword's nibbles into codebook offsets, 8
+extractions, 4 packed fp32 FMAs per dword, x widened once for the 4 rows, the scale per chunk --
+a codebook lookup per weight (LDS) costs an extraction each, which is what keeps CDNA above its
+balance; the next step is a byte-pair table (one lookup per byte giving both codes for a packed
+FMA) or the matrix units' fp8 path. The split-K kernel (N = 9..64) widens each weight in
+registers: about 100 (fp16) / 150 (bf16) VALU per 16 weight bytes per row on gfx942, 85 on gfx950,
+180 / 230 on gfx11 (the half exchange for WMMA), shared by all N tokens (0.11-0.13 VALU/B on CDNA
+at N = 16 and 64).
+"""
+
+
+def _m4_k(k: int) -> None:
+    if k % 64:
+        raise InputValueError(f"matmul_4bit: the report measures K a multiple of the blocksize (64); got K={k}")
+
+
+def _m4_operands(x: np.ndarray, w: np.ndarray, *, variant: str | None = None,
+                 arch: str | None = None) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    _m4_k(w.shape[1])
+    packed, state = bnb.quantize_4bit(w.astype(np.float32), blocksize=64, quant_type="nf4", compress_statistics=True)
+    return (x, packed, state), ({"fused": False} if variant == "dequantize" else {})
+
+
+def _m4_min_bytes(n: int, m: int, k: int, itemsize: int, *, variant: str | None = None) -> tuple[float, float]:
+    """(least bytes a call moves, weight bytes): packed codes, uint8 absmax per 64, fp32 absmax2
+    per 256 blocks, the codebooks, x and y -- for the route too (its floor is the same problem's;
+    the 16-bit weights it writes and reads back are its overhead)."""
+    blocks = -(-m * k // 64)
+    return m * k / 2 + blocks + 4 * -(-blocks // 256) + 4 * (16 + 256 + 1) + itemsize * (n * k + n * m), m * k / 2
+
+
+def _m4_plan_info(device: Device, dtype: Any, n: int, m: int, k: int, *, variant: str) -> dict[str, Any]:
+    """The route's plan: skinny_gemm's on the ``[M, pitch]`` weights (its kernel names the row)."""
+    _m4_k(k)
+    return sg.plan_info(device, dtype, n, m, -(-k // 8) * 8)
+
+
+# ---------------------------------------------------------------------------------------------
+# w4a16_linear
+
+# The performance report measures symmetric GPTQ-style weights with group size 128 (the common
+# checkpoint; per-group scales in x's dtype) against fp16 skinny_gemm; the variant "dequantize" is
+# the route (dequantize kernel + skinny_gemm, both launches counted) at the N where the crossover
+# is decided (benchmarks/shapes.py).
+W4_NOTES = """
+**Crossover.** The route (`w4a16_linear:dequantize`: dequantize kernel + `skinny_gemm`, both
+launches counted) moves 2.4-6.1x the bytes of the fused split-K kernel at N = 16 and 1.9-3.6x at
+N = 64 on every arch and shape (large layers: medians 5.4-6.0x and 2.8-3.5x), both memory-bound
+nearly everywhere: it writes and reads back 16-bit weights. So the fused kernels serve N = 1..64
+on every arch, the route only above (and where no fused kernel applies). The fused split-K
+kernel's traffic ratio: 1.11-2.99 at N = 16, 1.12-3.37 at N = 64 (x re-staged per shard and the
+shard partials, charged at DRAM price).
+
+**Targets (large layers) and where they stand.** Predicted time against fp16 `skinny_gemm`
+("Against the baseline op"): median 0.26 at N = 1 and 0.28 at N = 4 on gfx11/gfx12, 0.29 and
+0.43 on gfx942/gfx950 (the floor is 0.25 plus the scales). Traffic ratio <= 1.05 at N <= 4: met
+for the lm_heads, gate_up and most qkv projections on gfx11/gfx12 (medians 1.02-1.04 at N = 1,
+1.09-1.14 at N = 4; 19 of 36 large-layer rows at or under 1.05), missed on gfx942/gfx950 (medians
+1.14-1.21 at N = 1, 1.35-1.73 at N = 4) and for the small-M layers everywhere (o_proj, the router:
+up to 1.40 at N = 1): every workgroup stages x (N x K x 2 bytes), and the model charges those
+re-reads, which are L2 hits on hardware, at DRAM price; against 4-bit weights that is four times
+the share it is for fp16, and CDNA's 256 CUs stage it 4-6 times as often as RDNA's 40-96. (Each
+scale group is loaded once per lane quad for G >= 128; loaded per lane, the scales alone added
+about 0.09 to every ratio.) VALU per weight byte against the balance point: met on gfx11/gfx12 at
+every N (0.15 at N = 1, 0.26 at N = 4 against 0.50-0.91); CDNA: gfx942 met at N = 1 (0.085 <
+0.120), gfx950 just over at N = 1 (0.084 against 0.077: the quad hand-off costs a few VALU per
+chunk), both **missed** at N = 4 (0.15 against 0.120 and 0.077): the magic-number dequant is shared
+by the N tokens but each token adds 16 dot2 per 16 weight bytes, and CDNA's balance leaves about 2
+wave-instructions per 16 bytes per lane. On gfx9 at N >= 4 the hand-off costs more time than its
+bytes save (predicted +3-6%); turning it off there is a follow-up. Main loop, VALU per 16 weight
+bytes per row (from the listings, N = 1): fp16 about 70 (YTILE 4) on gfx942 and gfx1151; bf16 90
+on gfx942 (nibbles converted to fp32 directly: gfx942 has no bf16 dot), 66 on gfx950 and gfx1151.
+The fp16 floor of the recipe is 53 (16 mask-and-OR, 4 shifts, 16 packed finishing ops, 16 dot2,
+one scale).
+"""
+
+
+def _w4_operands(x: np.ndarray, w: np.ndarray, *, variant: str | None = None,
+                 arch: str | None = None) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """x and the report's 16-bit weights rounded to symmetric int4 (per 128 columns: scale = max |w|
+    / 7, codes round(w / scale) + 8 clipped to 0..15), prepared; the variant with ``fused=False``."""
+    m, k = w.shape
+    g = 128 if k % 128 == 0 else 32
+    _w4_k(k)
+    wg = w.astype(np.float32).reshape(m, k // g, g)
+    scale = np.maximum(np.abs(wg).max(axis=2) / 7, 2.0**-14).astype(x.dtype)
+    codes = np.clip(np.rint(wg / scale.astype(np.float32)[..., None]) + 8, 0, 15).astype(np.int64).reshape(m, k)
+    ckpt = w4a16.pack_checkpoint(codes, None, scale.astype(np.float16), fmt="gptq", group_size=g)
+    return (x, w4a16.prepare(**ckpt, fmt="gptq", group_size=g, dtype=x.dtype)), \
+        ({"fused": False} if variant == "dequantize" else {})
+
+
+def _w4_min_bytes(n: int, m: int, k: int, itemsize: int, *, variant: str | None = None) -> tuple[float, float]:
+    """(least bytes a call moves, weight bytes): the packed codes, one 16-bit scale per 128 columns,
+    x and y -- for the route too (its floor is the same problem's; the 16-bit weights it writes
+    and reads back are its overhead)."""
+    return m * k / 2 + itemsize * (m * -(-k // 128) + n * k + n * m), m * k / 2
+
+
+def _w4_plan_info(device: Device, dtype: Any, n: int, m: int, k: int, *, variant: str) -> dict[str, Any]:
+    """The route's plan: skinny_gemm's on the ``[M, K]`` 16-bit weights (its kernel names the row)."""
+    _w4_k(k)
+    return sg.plan_info(device, dtype, n, m, k)
+
+
+def _w4_k(k: int) -> None:
+    if k % 32:
+        raise InputValueError(f"w4a16_linear: the report measures K a multiple of 32; got K={k}")
+
+
+FAMILIES: dict[str, Family] = {
+    "fp8_linear": Family(variants=("w8a8", "w8a8_block"), baseline="skinny_gemm", notes=FP8_NOTES,
+                         operands=_fp8_operands, min_bytes=_fp8_min_bytes, plan_info=_fp8_plan_info),
+    "matmul_4bit": Family(variants=("dequantize",), baseline="skinny_gemm", notes=M4_NOTES,
+                          operands=_m4_operands, min_bytes=_m4_min_bytes, plan_info=_m4_plan_info),
+    "w4a16_linear": Family(variants=("dequantize",), baseline="skinny_gemm", notes=W4_NOTES,
+                           operands=_w4_operands, min_bytes=_w4_min_bytes, plan_info=_w4_plan_info),
+}
+
+
+def family(op: str) -> Family:
+    """The registered entry of ``op`` ("name" or "name:variant"), else the plain one."""
+    return FAMILIES.get(op.partition(":")[0], Family())
