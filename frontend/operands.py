@@ -280,6 +280,19 @@ def bias_row_stride(op: str, bv: TensorView | None, m: int) -> int:
     return 0
 
 
+def staged_rows(op: str, v: TensorView, k: int) -> int:
+    """The row stride of activations ``v [..., K]`` on a GPU, for kernels that read its rows 16 bytes
+    at a time: unit stride along K, rows a multiple of 16 bytes apart and not overlapping (one row:
+    any); the leading dims as `row_stride` takes them."""
+    stride = row_stride(op, v)
+    rows = int(np.prod(v.shape[:-1], dtype=np.int64))
+    unit = 16 // v.dtype.itemsize
+    require(op, v.strides[-1] == 1 or k == 1, f"{v.name} must be contiguous along K")
+    require(op, (rows == 1 or stride >= k) and stride % unit == 0,
+            f"{v.name}'s row stride must be a multiple of 16 bytes ({unit} elements) and >= K; got {stride}")
+    return stride
+
+
 def row_stride(op: str, v: TensorView) -> int:
     """Stride between the rows of ``v`` viewed as ``[rows, K]`` (leading dims flattened); leading dims
     must flatten without a copy. A single row gets K rounded up to 8 (any multiple of 8 will do)."""

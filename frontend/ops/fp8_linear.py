@@ -146,14 +146,10 @@ def _bind(ops: Operands, out_dtype: np.dtype | None, native: bool | None = None)
                         out_slot="fp8_linear.y", scratch_slots=slots)
     if empty:
         return DeviceCall(ops, [], out_shape=out_shape, out_dtype=odt)
-    x_stride = operands.row_stride("fp8_linear", xv)
-    w_stride = wv.strides[0]
     _require(k % CHUNK == 0, f"K must be a multiple of {CHUNK}; got K={k}")
-    _require(xv.strides[-1] == 1, "x must be contiguous along K")
+    x_stride = operands.staged_rows("fp8_linear", xv, k)
+    w_stride = wv.strides[0]
     _require(wv.strides[1] == 1, "w must be contiguous along K (unit column stride)")
-    x_unit = 16 // xv.dtype.itemsize
-    _require((n == 1 or x_stride >= k) and x_stride % x_unit == 0,
-             f"x's row stride must be a multiple of 16 bytes ({x_unit} elements) and >= K; got {x_stride}")
     _require((m == 1 or w_stride >= k) and w_stride % 16 == 0,
              f"w's row stride must be a multiple of 16 elements (16 bytes) and >= K; got {w_stride}")
     for name, v in (("w_scale", wsv), ("x_scale", xsv)):

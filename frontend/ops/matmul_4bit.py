@@ -132,8 +132,8 @@ def _bind(ops: Operands, st: bnb.QuantState, fused: bool | None) -> Any:
         launch, slots = _launch(device, tag, n, m, k, k, m if b_rows > 1 else 0, log2_bs, flags)
         return HostCall(ops, [launch], _staged(ops, n, m, k, k), out_shape=out_shape, out_dtype=xv.dtype,
                         out_slot="matmul_4bit.y", scratch_slots=slots)
-    launch, slots = _launch(device, tag, n, m, k, _x_stride(xv, k), operands.bias_row_stride("matmul_4bit", bv, m),
-                            log2_bs, flags)
+    launch, slots = _launch(device, tag, n, m, k, operands.staged_rows("matmul_4bit", xv, k),
+                            operands.bias_row_stride("matmul_4bit", bv, m), log2_bs, flags)
     return DeviceCall(ops, [launch], out_shape=out_shape, out_dtype=xv.dtype, aligned=("x", "w"),
                       align_message="x and the packed weights must start at 16-byte aligned addresses",
                       scratch_slots=slots)
@@ -271,7 +271,7 @@ def _route(ops: Operands, st: bnb.QuantState, n: int, m: int, k: int, log2_bs: i
             raise InputValueError(f"matmul_4bit on a GPU tensor: K={k} is neither a multiple of the blocksize "
                                   f"(the fused kernels) nor of 8 (the dequantize + skinny_gemm route at "
                                   f"N > {sg.MAX_N}); host inputs take any K")
-        x_stride = _x_stride(xv, k)
+        x_stride = operands.staged_rows("matmul_4bit", xv, k)
         gemm, gemm_slots = sg._launch(device, tag, n, m, k, False, x_stride, pitch,
                                       operands.bias_row_stride("matmul_4bit", bv, m), pointers=pointers, w=ROUTE_SLOT)
     launches = [dq, gemm]
@@ -360,17 +360,6 @@ def _staged(ops: Operands, n: int, m: int, k: int, pitch: int) -> list[Staged | 
     bias = None if bv is None else Staged("matmul_4bit.bias", b_rows, m, m, optional=True)
     return [Staged("matmul_4bit.x", n, k, pitch), flat("w"), flat("absmax"), flat("absmax2"), flat("code2"),
             flat("offset"), flat("code"), bias]
-
-
-def _x_stride(xv: Any, k: int) -> int:
-    """x's row stride on a GPU (the layout rules of the kernels that stage it 16 bytes at a time)."""
-    x_stride = operands.row_stride("matmul_4bit", xv)
-    _require(xv.strides[-1] == 1, "x must be contiguous along K")
-    unit = 16 // xv.dtype.itemsize
-    n = int(np.prod(xv.shape[:-1], dtype=np.int64))
-    _require((n == 1 or x_stride >= k) and x_stride % unit == 0,
-             f"x's row stride must be a multiple of 16 bytes ({unit} elements) and >= K; got {x_stride}")
-    return x_stride
 
 
 def _require(ok: bool, what: str) -> None:

@@ -147,7 +147,7 @@ def _bind(ops: Operands, p: w4a16.Prepared, fused: bool | None) -> Any:
         launch, slots = _launch(device, tag, n, m, k, k, m if b_rows > 1 else 0, g)
         return HostCall(ops, [launch], _staged(ops, n, m, k), out_shape=out_shape, out_dtype=xv.dtype,
                         out_slot="w4a16.y", scratch_slots=slots)
-    launch, slots = _launch(device, tag, n, m, k, _x_stride(xv, n, k),
+    launch, slots = _launch(device, tag, n, m, k, operands.staged_rows("w4a16_linear", xv, k),
                             operands.bias_row_stride("w4a16_linear", bv, m), g)
     return DeviceCall(ops, [launch], out_shape=out_shape, out_dtype=xv.dtype, aligned=("x", "w"),
                       align_message="x and the prepared qweight must start at 16-byte aligned addresses",
@@ -174,15 +174,6 @@ def _check_perm(k: int) -> Any:
     return lambda h: w4a16.check_perm(h, k, f"w4a16_linear: the prepared perm must be a permutation of 0..K-1 (K={k})")
 
 
-def _x_stride(xv: Any, n: int, k: int) -> int:
-    """x's row stride on a GPU: unit stride along K, rows a multiple of 16 bytes apart."""
-    x_stride = operands.row_stride("w4a16_linear", xv)
-    _require(xv.strides[-1] == 1, "x must be contiguous along K")
-    _require((n == 1 or x_stride >= k) and x_stride % 8 == 0,
-             f"x's row stride must be a multiple of 8 elements (16 bytes) and >= K; got {x_stride}")
-    return x_stride
-
-
 def _route(ops: Operands, n: int, m: int, k: int, g: int, out_shape: tuple[int, ...]) -> Any:
     """The dequantize kernel writes W as x's 16-bit dtype in the checkpoint's column order
     (act-order undone by scattering each prepared column to ``perm[j]``) into the pooled slot
@@ -205,8 +196,9 @@ def _route(ops: Operands, n: int, m: int, k: int, g: int, out_shape: tuple[int, 
         gemm, gemm_slots = sg._launch(device, tag, n, m, k, False, k, k, m if b_rows > 1 else 0, pointers=pointers,
                                       w=ROUTE_SLOT)
     else:
-        gemm, gemm_slots = sg._launch(device, tag, n, m, k, False, _x_stride(xv, n, k), k,
-                                      operands.bias_row_stride("w4a16_linear", bv, m), pointers=pointers, w=ROUTE_SLOT)
+        gemm, gemm_slots = sg._launch(device, tag, n, m, k, False, operands.staged_rows("w4a16_linear", xv, k),
+                                      k, operands.bias_row_stride("w4a16_linear", bv, m), pointers=pointers,
+                                      w=ROUTE_SLOT)
     launches = [dq, gemm]
     slots = ((ROUTE_SLOT, 2 * m * k), *gemm_slots)
     if ops.on_host:
