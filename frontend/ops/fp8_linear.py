@@ -55,7 +55,7 @@ from ..errors import InputTypeError, InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
 from ..torch_ops import declare, fake_operands
-from .skinny_gemm import (
+from ._linear import (
     MAX_GROUPS_PER_CU,
     SPLITK_LDS,
     THREADS,

@@ -55,15 +55,15 @@ from ..formats import bnb
 from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
 from ..torch_ops import declare
+from . import _linear as lin
 from . import skinny_gemm as sg
 from ._common import DTYPE_TAG
-from .skinny_gemm import THREADS
+from ._linear import THREADS
 
 FAMILY = "matmul_4bit"
 SPLITK_FAMILY = "matmul_4bit_splitk"
 MAX_N = 8                           # fused lane-split kernel
 FUSED_MAX_N = 64                    # fused split-K kernel, N = MAX_N + 1 .. FUSED_MAX_N
-ROUTE_MAX_N = 128                   # dequantize + skinny_gemm
 CHUNK = 32                          # K columns (16 weight bytes) per lane chunk
 NESTED = 1                          # kernel flag
 NAMES = ("x", "w", "absmax", "absmax2", "code2", "offset", "code", "bias", "out")
@@ -122,9 +122,9 @@ def _bind(ops: Operands, st: bnb.QuantState, fused: bool | None) -> Any:
             raise InputValueError(f"matmul_4bit: fused=True, but the fused kernels take N = 1..{FUSED_MAX_N} "
                                   f"tokens and K a multiple of the blocksize; got N={n}, K={k}, blocksize "
                                   f"{1 << log2_bs}")
-        return _route(ops, st, n, m, k, log2_bs, flags, out_shape)
+        return _route(ops, st, n, m, k, log2_bs, flags)
     if fused is False:
-        return _route(ops, st, n, m, k, log2_bs, flags, out_shape)
+        return _route(ops, st, n, m, k, log2_bs, flags)
     device = ops.device
     tag = DTYPE_TAG[xv.dtype]
     b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
@@ -210,7 +210,7 @@ def _launch(device: Device, tag: str, n: int, m: int, k: int, x_stride: int, b_s
                                bias_stride=b_stride, kc=info["k_chunk"], log2_bs=log2_bs, flags=flags), ()
     values = dict(N=n, M=m, K=k, x_stride=x_stride, bias_stride=b_stride, shard_len=info["shard_len"],
                   log2_bs=log2_bs, flags=flags)
-    return sg.splitk_launch(device, plan, NAMES, {**ptrs, "y": "out"}, values, "matmul_4bit.partials",
+    return lin.splitk_launch(device, plan, NAMES, {**ptrs, "y": "out"}, values, "matmul_4bit.partials",
                             "matmul_4bit.counters")
 
 
@@ -219,14 +219,14 @@ def _plan(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
     if n > MAX_N:
         return _plan_splitk(device, tag, n, m, k)
     key = (device, tag, n, m, k, device.properties.cu_count)
-    return _plans.get(key, lambda: sg.lane_split_plan(device, FAMILY, f"{FAMILY}_{tag}_n{n}", n, m, k, chunk=CHUNK,
+    return _plans.get(key, lambda: lin.lane_split_plan(device, FAMILY, f"{FAMILY}_{tag}_n{n}", n, m, k, chunk=CHUNK,
                                                       op="matmul_4bit"))
 
 
 def _plan_splitk(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
     """N = 9..64: skinny_gemm's split-K configuration (`skinny_gemm.splitk_plan`) for the 4-bit kernel."""
     key = ("splitk", device, tag, n, m, k, device.properties.cu_count)
-    return _plans.get(key, lambda: sg.splitk_plan(device, SPLITK_FAMILY, lambda nt, _: f"{SPLITK_FAMILY}_{tag}_t{nt}",
+    return _plans.get(key, lambda: lin.splitk_plan(device, SPLITK_FAMILY, lambda nt, _: f"{SPLITK_FAMILY}_{tag}_t{nt}",
                                                   n, m, k))
 
 
@@ -241,47 +241,19 @@ def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int) -> dict[str,
 ROUTE_SLOT = "matmul_4bit.weights"     # the route's dequantized 16-bit weights
 
 
-def _route(ops: Operands, st: bnb.QuantState, n: int, m: int, k: int, log2_bs: int, flags: int,
-           out_shape: tuple[int, ...]) -> Any:
+def _route(ops: Operands, st: bnb.QuantState, n: int, m: int, k: int, log2_bs: int, flags: int) -> Any:
     """Shapes the fused kernels do not take: the dequantize kernel writes W as x's 16-bit dtype
     (``T(code[q] * absmax)``, one rounding, as bitsandbytes' dequantize) into a pooled
-    ``[M, pitch]`` buffer, then `hipskinny.skinny_gemm`'s kernel multiplies it, in one bound
-    call (two launches, nothing allocated per call). N above skinny_gemm's range: torch
-    tensors on a ROCm GPU dequantize the same way and take ``torch.nn.functional.linear``."""
-    xv, bv = ops["x"], ops["bias"]
+    ``[M, pitch]`` buffer for `hipskinny.skinny_gemm`'s kernel (`skinny_gemm.dequantize_route`)."""
+    xv = ops["x"]
     assert xv is not None
-    device, tag = ops.device, DTYPE_TAG[xv.dtype]
-    pitch = -(-k // 8) * 8
-    if n > ROUTE_MAX_N:
-        if sg.on_rocm_torch(ops):
-            return sg.TorchDequantizeRoute(ops, _dequantize_launch(device, tag, m, k, pitch, log2_bs, flags,
-                                                                   sg.route_pointers(NAMES)), m, k, pitch)
-        raise InputValueError(f"matmul_4bit: N={n} tokens; supported: N = 1..{ROUTE_MAX_N} (torch tensors on a "
-                              "ROCm GPU: any N, through torch.nn.functional.linear above that)")
-    pointers = (*NAMES, ROUTE_SLOT)          # inputs, out, then the scratch slots: the weights first
-    dq = _dequantize_launch(device, tag, m, k, pitch, log2_bs, flags, pointers, ROUTE_SLOT)
-    b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
-    if ops.on_host:
-        # x rows padded with zeros to the weights' pitch: the zero columns of both add nothing,
-        # so the split-K kernel runs on K rounded up to 8.
-        gemm, gemm_slots = sg._launch(device, tag, n, m, pitch if n > sg.MAX_N else k, False, pitch, pitch,
-                                      m if b_rows > 1 else 0, pointers=pointers, w=ROUTE_SLOT)
-    else:
-        if n > sg.MAX_N and k % 8:
-            raise InputValueError(f"matmul_4bit on a GPU tensor: K={k} is neither a multiple of the blocksize "
-                                  f"(the fused kernels) nor of 8 (the dequantize + skinny_gemm route at "
-                                  f"N > {sg.MAX_N}); host inputs take any K")
-        x_stride = operands.staged_rows("matmul_4bit", xv, k)
-        gemm, gemm_slots = sg._launch(device, tag, n, m, k, False, x_stride, pitch,
-                                      operands.bias_row_stride("matmul_4bit", bv, m), pointers=pointers, w=ROUTE_SLOT)
-    launches = [dq, gemm]
-    slots = ((ROUTE_SLOT, 2 * m * pitch), *gemm_slots)
-    if ops.on_host:
-        return HostCall(ops, launches, _staged(ops, n, m, k, pitch), out_shape=out_shape, out_dtype=xv.dtype,
-                        out_slot="matmul_4bit.y", scratch_slots=slots)
-    return DeviceCall(ops, launches, out_shape=out_shape, out_dtype=xv.dtype, aligned=("x", "w"),
-                      align_message="x and the packed weights must start at 16-byte aligned addresses",
-                      scratch_slots=slots)
+    device, tag, pitch = ops.device, DTYPE_TAG[xv.dtype], -(-k // 8) * 8
+    return sg.dequantize_route(
+        ops, "matmul_4bit", NAMES, n, m, k, pitch,
+        lambda pointers, out: _dequantize_launch(device, tag, m, k, pitch, log2_bs, flags, pointers, out),
+        lambda: _staged(ops, n, m, k, pitch), slot=ROUTE_SLOT, out_slot="matmul_4bit.y",
+        k_rule="a multiple of the blocksize (the fused kernels)",
+        align_message="x and the packed weights must start at 16-byte aligned addresses")
 
 
 def _dequantize_launch(device: Device, tag: str, m: int, k: int, pitch: int, log2_bs: int, flags: int,

@@ -71,6 +71,7 @@ from ..formats import w4a16
 from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
 from ..torch_ops import declare, fake_operands
+from . import _linear as lin
 from . import skinny_gemm as sg
 from ._common import DTYPE_TAG
 
@@ -78,7 +79,6 @@ FAMILY = "w4a16"
 SPLITK_FAMILY = "w4a16_splitk"
 MAX_N = 8                           # fused lane-split kernel
 FUSED_MAX_N = 64                    # fused split-K kernel, N = MAX_N + 1 .. FUSED_MAX_N
-ROUTE_MAX_N = sg.SPLITK_MAX_N       # dequantize + skinny_gemm (128)
 CHUNK = 32                          # K columns (16 weight bytes) per lane chunk
 ROUTE_SLOT = "w4a16.weights"        # the route's dequantized 16-bit weights [M, K]
 NAMES = ("x", "w", "scales", "zeros", "perm", "bias", "out")
@@ -138,9 +138,9 @@ def _bind(ops: Operands, p: w4a16.Prepared, fused: bool | None) -> Any:
             raise InputValueError(f"w4a16_linear: fused=True, but the fused kernels take N = 1..{FUSED_MAX_N} tokens, "
                                   f"K a multiple of {CHUNK} and a group size that is a power of two >= {CHUNK} "
                                   f"(N > {MAX_N}: or per-channel); got N={n}, K={k}, group size {g}")
-        return _route(ops, n, m, k, g, out_shape)
+        return _route(ops, n, m, k, g)
     if fused is False:
-        return _route(ops, n, m, k, g, out_shape)
+        return _route(ops, n, m, k, g)
     device, tag = ops.device, DTYPE_TAG[xv.dtype]
     b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
     if ops.on_host:
@@ -174,39 +174,19 @@ def _check_perm(k: int) -> Any:
     return lambda h: w4a16.check_perm(h, k, f"w4a16_linear: the prepared perm must be a permutation of 0..K-1 (K={k})")
 
 
-def _route(ops: Operands, n: int, m: int, k: int, g: int, out_shape: tuple[int, ...]) -> Any:
+def _route(ops: Operands, n: int, m: int, k: int, g: int) -> Any:
     """The dequantize kernel writes W as x's 16-bit dtype in the checkpoint's column order
     (act-order undone by scattering each prepared column to ``perm[j]``) into the pooled slot
-    `ROUTE_SLOT`, then `hipskinny.skinny_gemm`'s kernel for N multiplies plain x by it: one bound
-    call, two launches, nothing allocated per call. N above skinny_gemm's range: torch tensors on
-    a ROCm GPU dequantize the same way into a tensor and take ``torch.nn.functional.linear``."""
-    xv, bv = ops["x"], ops["bias"]
+    `ROUTE_SLOT` for `hipskinny.skinny_gemm`'s kernel (`skinny_gemm.dequantize_route`)."""
+    xv = ops["x"]
     assert xv is not None
     device, tag = ops.device, DTYPE_TAG[xv.dtype]
-    if n > ROUTE_MAX_N:
-        if sg.on_rocm_torch(ops):
-            return sg.TorchDequantizeRoute(ops, _dequantize_launch(device, tag, m, k, g, sg.route_pointers(NAMES)),
-                                           m, k, k)
-        raise InputValueError(f"w4a16_linear: N={n} tokens; supported: N = 1..{ROUTE_MAX_N} (torch tensors on a "
-                              "ROCm GPU: any N, through torch.nn.functional.linear above that)")
-    pointers = (*NAMES, ROUTE_SLOT)          # inputs, out, then the scratch slots: the weights first
-    dq = _dequantize_launch(device, tag, m, k, g, pointers, ROUTE_SLOT)
-    if ops.on_host:
-        b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
-        gemm, gemm_slots = sg._launch(device, tag, n, m, k, False, k, k, m if b_rows > 1 else 0, pointers=pointers,
-                                      w=ROUTE_SLOT)
-    else:
-        gemm, gemm_slots = sg._launch(device, tag, n, m, k, False, operands.staged_rows("w4a16_linear", xv, k),
-                                      k, operands.bias_row_stride("w4a16_linear", bv, m), pointers=pointers,
-                                      w=ROUTE_SLOT)
-    launches = [dq, gemm]
-    slots = ((ROUTE_SLOT, 2 * m * k), *gemm_slots)
-    if ops.on_host:
-        return HostCall(ops, launches, _staged(ops, n, m, k), out_shape=out_shape, out_dtype=xv.dtype,
-                        out_slot="w4a16.y", scratch_slots=slots)
-    return DeviceCall(ops, launches, out_shape=out_shape, out_dtype=xv.dtype, aligned=("x", "w"),
-                      align_message="x and the prepared qweight must start at 16-byte aligned addresses",
-                      scratch_slots=slots)
+    return sg.dequantize_route(
+        ops, "w4a16_linear", NAMES, n, m, k, k,
+        lambda pointers, out: _dequantize_launch(device, tag, m, k, g, pointers, out),
+        lambda: _staged(ops, n, m, k), slot=ROUTE_SLOT, out_slot="w4a16.y",
+        k_rule="a multiple of 8 (the packed words)",
+        align_message="x and the prepared qweight must start at 16-byte aligned addresses")
 
 
 def _dequantize_launch(device: Device, tag: str, m: int, k: int, g: int, pointers: tuple[str, ...],
@@ -221,8 +201,8 @@ def _dequantize_launch(device: Device, tag: str, m: int, k: int, g: int, pointer
         name = f"{FAMILY}_dequantize_{tag}"
         fn, meta = registry.load(device, FAMILY).kernel(name)
         words = m * k // 8                                # one word (8 weights) per thread and step
-        grid = max(1, min(-(-words // sg.THREADS), cu_count * 2 * info.simds_per_cu))
-        return make_plan(fn, meta, (grid, 1, 1), (sg.THREADS, 1, 1), info={"kernel": name, "grid": grid})
+        grid = max(1, min(-(-words // lin.THREADS), cu_count * 2 * info.simds_per_cu))
+        return make_plan(fn, meta, (grid, 1, 1), (lin.THREADS, 1, 1), info={"kernel": name, "grid": grid})
 
     plan = _plans.get(key, build)
     return operands.launch(device, plan, pointers, w="w", scales="scales", zeros="zeros", perm="perm", out=out,
@@ -282,21 +262,21 @@ def _launch(device: Device, tag: str, n: int, m: int, k: int, x_stride: int, b_s
     # g(k) = k >> log2_g; per-channel scales of a K that is no power of two: 31 (one group, g = 0).
     values = dict(N=n, M=m, K=k, x_stride=x_stride, bias_stride=b_stride, shard_len=info["shard_len"],
                   log2_g=g.bit_length() - 1 if pow2 else 31, row_groups=k // g)
-    return sg.splitk_launch(device, plan, NAMES, {**ptrs, "y": "out"}, values, "w4a16.partials", "w4a16.counters")
+    return lin.splitk_launch(device, plan, NAMES, {**ptrs, "y": "out"}, values, "w4a16.partials", "w4a16.counters")
 
 
 def _plan(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
     if n > MAX_N:
         return _plan_splitk(device, tag, n, m, k)
     key = (device, tag, n, m, k, device.properties.cu_count)
-    return _plans.get(key, lambda: sg.lane_split_plan(device, FAMILY, f"{FAMILY}_{tag}_n{n}", n, m, k, chunk=CHUNK,
+    return _plans.get(key, lambda: lin.lane_split_plan(device, FAMILY, f"{FAMILY}_{tag}_n{n}", n, m, k, chunk=CHUNK,
                                                       op="w4a16_linear", sums=tag == "bf16"))
 
 
 def _plan_splitk(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
     """N = 9..64: skinny_gemm's split-K configuration (`skinny_gemm.splitk_plan`) for the int4 kernel."""
     key = ("splitk", device, tag, n, m, k, device.properties.cu_count)
-    return _plans.get(key, lambda: sg.splitk_plan(device, SPLITK_FAMILY, lambda nt, _: f"{SPLITK_FAMILY}_{tag}_t{nt}",
+    return _plans.get(key, lambda: lin.splitk_plan(device, SPLITK_FAMILY, lambda nt, _: f"{SPLITK_FAMILY}_{tag}_t{nt}",
                                                   n, m, k))
 
 

@@ -23,7 +23,7 @@ from hipskinny import InputTypeError, InputValueError, bnb
 from hipskinny.arch import SHIPPED_ARCHS
 from hipskinny.emulator import EmulatedDevice
 from hipskinny.ops import matmul_4bit as op
-from hipskinny.ops.skinny_gemm import token_tiles
+from hipskinny.ops._linear import token_tiles
 
 TAG = {np.dtype(np.float16): "f16", np.dtype(ml_dtypes.bfloat16): "bf16"}   # the kernels' dtype tags
 

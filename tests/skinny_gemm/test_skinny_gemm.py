@@ -25,6 +25,7 @@ from hipskinny import InputTypeError, InputValueError, registry
 from hipskinny.arch import ARCHS, SHIPPED_ARCHS
 from hipskinny.emulator import EmulatedDevice
 from hipskinny.launch import make_plan
+from hipskinny.ops import _linear as lin
 from hipskinny.ops import skinny_gemm as op
 
 DTYPES = [np.float16, ml_dtypes.bfloat16]
@@ -166,7 +167,7 @@ def test_deterministic_across_calls_schedules_and_cu_counts(arch):
 
 def _launch_variant(dev, name, x_d, w_d, b_d, y_d, m, k, xs, ws, bs, kc, n, grid):
     fn, meta = registry.load(dev, op.FAMILY).kernel(name)
-    plan = make_plan(fn, meta, (grid, 1, 1), (op.THREADS, 1, 1), shared_mem=n * kc * 2)
+    plan = make_plan(fn, meta, (grid, 1, 1), (lin.THREADS, 1, 1), shared_mem=n * kc * 2)
     dev.memset(y_d, 0xFF, n * m * 2)     # an unwritten output would stay NaN (0xFFFF)
     dev.launch(plan.function, plan.grid, plan.block, plan.kernarg((x_d, w_d, b_d, y_d, m, k, xs, ws, bs, kc)),
                plan.shared_mem)
@@ -201,8 +202,8 @@ def test_every_tile_variant_padded_strides_and_streaming(arch):
         dev.copy_to_device(w_d, wp.reshape(-1)[: w_bytes // 2], w_bytes)
         dev.copy_to_device(b_d, bp.reshape(-1)[: b_bytes // 2], b_bytes)
         first = None
-        for yt in op.YTILES:
-            if n * yt > op.MAX_TILE_OUTPUTS:
+        for yt in lin.YTILES:
+            if n * yt > lin.MAX_TILE_OUTPUTS:
                 continue
             for kc, grid in ((-(-k // 8) * 8, 1), (8 * wave, 2)):   # staged once; streamed, 3+ passes
                 y = _launch_variant(dev, f"skinny_gemm_f16_n{n}_y{yt}", x_d, w_d, b_d, y_d, m, k,
@@ -217,8 +218,8 @@ def test_every_tile_variant_padded_strides_and_streaming(arch):
 
 def test_code_objects_have_no_spills_no_scratch_and_fit_lds():
     manifest = json.loads(MANIFEST.read_text())
-    expected = {f"skinny_gemm_{t}_n{n}_y{y}" for t in ("f16", "bf16") for n in range(1, op.MAX_N + 1)
-                for y in op.YTILES if n * y <= op.MAX_TILE_OUTPUTS}
+    expected = {f"skinny_gemm_{t}_n{n}_y{y}" for t in ("f16", "bf16") for n in range(1, lin.MAX_N + 1)
+                for y in lin.YTILES if n * y <= lin.MAX_TILE_OUTPUTS}
     for arch in SHIPPED_ARCHS:
         entry = manifest["code_objects"][f"{arch}/skinny_gemm"]
         kernels = {k["name"]: k for k in entry["kernels"]}
@@ -228,7 +229,7 @@ def test_code_objects_have_no_spills_no_scratch_and_fit_lds():
             assert k["vgpr_spill_count"] == 0 and k["sgpr_spill_count"] == 0, (arch, name)
             assert k["private_segment_fixed_size"] == 0, (arch, name)
             assert k["group_segment_fixed_size"] <= info.lds_per_workgroup, (arch, name)
-            assert k["wavefront_size"] == info.wave_size and k["max_flat_workgroup_size"] == op.THREADS
+            assert k["wavefront_size"] == info.wave_size and k["max_flat_workgroup_size"] == lin.THREADS
             # The header's budget: <= 96 VGPRs (full occupancy) on gfx11/12; >= 2 waves per
             # SIMD (two workgroups per CU, the op's cap) on gfx9.
             if info.wave_size == 32:
@@ -240,18 +241,18 @@ def test_code_objects_have_no_spills_no_scratch_and_fit_lds():
 def test_config_rules():
     # Staged once while N * K_pad * 2 fits; otherwise the most columns that fit, in whole
     # 8 * wave steps.
-    assert op.k_chunk(8, 4096, 65536, 64) == 4096
-    assert op.k_chunk(8, 4200, 65536, 64) == 4096
-    assert op.k_chunk(8, 4200, 65536, 32) == 4096
-    assert op.k_chunk(3, 13, 65536, 32) == 16
-    assert op.k_chunk(8, 10344, 160 * 1024, 64) == 10240
-    assert op.k_chunk(1, 40000, 65536, 64) == 32768
+    assert lin.k_chunk(8, 4096, 65536, 64) == 4096
+    assert lin.k_chunk(8, 4200, 65536, 64) == 4096
+    assert lin.k_chunk(8, 4200, 65536, 32) == 4096
+    assert lin.k_chunk(3, 13, 65536, 32) == 16
+    assert lin.k_chunk(8, 10344, 160 * 1024, 64) == 10240
+    assert lin.k_chunk(1, 40000, 65536, 64) == 32768
     # YTILE: largest built tile that still gives every wave slot a tile.
-    assert op.ytile(2, 4096, 1000) == 4
-    assert op.ytile(2, 4096, 2000) == 2
-    assert op.ytile(2, 4096, 5000) == 1
-    assert op.ytile(8, 4096, 10) == 2          # N * YTILE <= 16
-    assert op.ytile(3, 5, 64) == 1
+    assert lin.ytile(2, 4096, 1000) == 4
+    assert lin.ytile(2, 4096, 2000) == 2
+    assert lin.ytile(2, 4096, 5000) == 1
+    assert lin.ytile(8, 4096, 10) == 2          # N * YTILE <= 16
+    assert lin.ytile(3, 5, 64) == 1
 
 
 def test_plan_cache_reuses_plans():

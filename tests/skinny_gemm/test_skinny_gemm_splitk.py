@@ -24,6 +24,7 @@ from hipskinny import InputValueError, registry, scratch
 from hipskinny.arch import ARCHS, SHIPPED_ARCHS
 from hipskinny.emulator import EmulatedDevice
 from hipskinny.launch import make_plan
+from hipskinny.ops import _linear as lin
 from hipskinny.ops import skinny_gemm as op
 
 MANIFEST = paths.REPO / "hsaco" / "manifest.json"
@@ -71,8 +72,9 @@ def test_shards_and_partials_cover_the_cases():
     infos = [op.plan_info(dev, c[0], c[1], c[2], -(-c[3] // 8) * 8) for c in CASES]
     assert {i["shards"] == 1 for i in infos} == {True, False}
     for info, (_, _n, m, k, _) in zip(infos, CASES, strict=True):
-        blocks = -(-m // op.SPLITK_ROWS)
-        expected = 0 if info["shards"] == 1 else info["shards"] * blocks * op.SPLITK_ROWS * 16 * info["token_tiles"] * 4
+        blocks = -(-m // lin.SPLITK_ROWS)
+        unit_bytes = lin.SPLITK_ROWS * 16 * info["token_tiles"] * 4
+        expected = 0 if info["shards"] == 1 else info["shards"] * blocks * unit_bytes
         assert info["partial_bytes"] == expected
         assert info["shards"] == -(-(-(-k // 8) * 8) // info["shard_len"])
 
@@ -187,15 +189,15 @@ def test_padded_strides_exact_buffers_and_every_variant(arch):
     dev.copy_to_device(b_d, bp.reshape(-1)[: b_bytes // 2], b_bytes)
     for length, grid, atomic in ((1152, 1, False), (128, 3, False), (256, 2, True)):
         shards, first = -(-k // length), None
-        for nt in op.TOKEN_TILES:
-            part_bytes = 4 * op.SPLITK_ROWS * 16 * nt * (1 if atomic else shards)
+        for nt in lin.TOKEN_TILES:
+            part_bytes = 4 * lin.SPLITK_ROWS * 16 * nt * (1 if atomic else shards)
             part_d, cnt_d = dev.alloc(part_bytes), dev.alloc(4)
             dev.memset(part_d, 0, part_bytes)
             dev.memset(cnt_d, 0, 4)
             dev.memset(y_d, 0xFF, n * m * 2)      # an unwritten output would stay NaN
             name = f"skinny_gemm_splitk_f16_t{nt}{'_atomic' if atomic else ''}"
             fn, meta = registry.load(dev, op.SPLITK_FAMILY).kernel(name)
-            plan = make_plan(fn, meta, (grid, 1, 1), (op.THREADS, 1, 1), shared_mem=op.SPLITK_LDS)
+            plan = make_plan(fn, meta, (grid, 1, 1), (lin.THREADS, 1, 1), shared_mem=lin.SPLITK_LDS)
             dev.launch(plan.function, plan.grid, plan.block,
                        plan.kernarg((x_d, w_d, b_d, y_d, part_d, cnt_d, n, m, k, xs, ws, bs, length)),
                        plan.shared_mem)
@@ -220,7 +222,7 @@ def test_padded_strides_exact_buffers_and_every_variant(arch):
 
 def test_code_objects_have_no_spills_no_scratch_and_fit_lds():
     manifest = json.loads(MANIFEST.read_text())
-    expected = {f"skinny_gemm_splitk_{t}_t{nt}{a}" for t in ("f16", "bf16") for nt in op.TOKEN_TILES
+    expected = {f"skinny_gemm_splitk_{t}_t{nt}{a}" for t in ("f16", "bf16") for nt in lin.TOKEN_TILES
                 for a in ("", "_atomic")}
     for arch in SHIPPED_ARCHS:
         entry = manifest["code_objects"][f"{arch}/skinny_gemm_splitk"]
@@ -230,27 +232,27 @@ def test_code_objects_have_no_spills_no_scratch_and_fit_lds():
         for name, k in kernels.items():
             assert k["vgpr_spill_count"] == 0 and k["sgpr_spill_count"] == 0, (arch, name)
             assert k["private_segment_fixed_size"] == 0, (arch, name)
-            assert k["group_segment_fixed_size"] + op.SPLITK_LDS <= info.lds_per_workgroup, (arch, name)
-            assert k["wavefront_size"] == info.wave_size and k["max_flat_workgroup_size"] == op.THREADS
+            assert k["group_segment_fixed_size"] + lin.SPLITK_LDS <= info.lds_per_workgroup, (arch, name)
+            assert k["wavefront_size"] == info.wave_size and k["max_flat_workgroup_size"] == lin.THREADS
             # Recorded occupancy is the arch's rule applied to the recorded VGPRs; at least two
             # waves per SIMD (a workgroup per CU with room to hide latency).
-            assert k["occupancy"] == info.occupancy(k["vgpr_count"], 0, op.THREADS // info.wave_size)
+            assert k["occupancy"] == info.occupancy(k["vgpr_count"], 0, lin.THREADS // info.wave_size)
             assert k["occupancy"] >= 2, (arch, name)
 
 
 def test_config_rules():
-    assert [op.token_tiles(n) for n in (9, 16, 17, 32, 33, 64, 65, 128)] == [1, 1, 2, 2, 4, 4, 8, 8]
+    assert [lin.token_tiles(n) for n in (9, 16, 17, 32, 33, 64, 65, 128)] == [1, 1, 2, 2, 4, 4, 8, 8]
     with pytest.raises(InputValueError):
-        op.token_tiles(129)
+        lin.token_tiles(129)
     # Shards fill 2 x the flagship's CUs with 128-row units, at least 128 * NT columns each.
-    assert op.shard_len(304, 8, 4096, 4096) == 1024                  # 32 blocks, NT=8: 4 shards
-    assert op.shard_len(304, 1, 4096, 4096) == 256                   # wants 19, K/128 = 32 -> 16 shards of 256
-    assert op.shard_len(304, 4, 128256, 4096) == 4096                # lm_head: 1002 blocks, no split
-    assert op.shard_len(304, 1, 20, 8200) == 256                     # one block: <= 64 shards -> 33 of 256
-    assert op.shard_len(96, 2, 28672, 4096) == 4096                  # 224 blocks already fill 192 units
+    assert lin.shard_len(304, 8, 4096, 4096) == 1024                  # 32 blocks, NT=8: 4 shards
+    assert lin.shard_len(304, 1, 4096, 4096) == 256                   # wants 19, K/128 = 32 -> 16 shards of 256
+    assert lin.shard_len(304, 4, 128256, 4096) == 4096                # lm_head: 1002 blocks, no split
+    assert lin.shard_len(304, 1, 20, 8200) == 256                     # one block: <= 64 shards -> 33 of 256
+    assert lin.shard_len(96, 2, 28672, 4096) == 4096                  # 224 blocks already fill 192 units
     for cus, nt, m, k in ((304, 8, 4096, 14336), (64, 1, 6144, 4096), (256, 4, 4096, 1000)):
-        length = op.shard_len(cus, nt, m, k)
-        assert length % op.SPLITK_GROUP == 0 and (length >= 128 * nt or length >= k)
+        length = lin.shard_len(cus, nt, m, k)
+        assert length % lin.SPLITK_GROUP == 0 and (length >= 128 * nt or length >= k)
 
 
 def test_n_above_128_names_the_supported_ranges():

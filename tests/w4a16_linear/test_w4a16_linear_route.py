@@ -29,7 +29,7 @@ from hipskinny import InputValueError, scratch, w4a16
 from hipskinny.arch import SHIPPED_ARCHS
 from hipskinny.emulator import EmulatedDevice
 from hipskinny.ops import w4a16_linear as op
-from hipskinny.ops.skinny_gemm import token_tiles
+from hipskinny.ops._linear import token_tiles
 
 TAG = {np.dtype(np.float16): "f16", np.dtype(ml_dtypes.bfloat16): "bf16"}   # the kernels' dtype tags
 

@@ -1,0 +1,201 @@
+"""The skeleton every linear-like op shares (skinny_gemm, fp8_linear, matmul_4bit, w4a16_linear): the
+plan of the lane-split kernels for small N, the plan and launch of the split-K kernels (``splitk.h``)
+for larger N, and the test for torch's own fallback on a ROCm GPU. Each op module keeps its format
+checks, its kernel choice and its reference.
+
+Configuration rules, small N (the only place they live; arch facts come from `ArchInfo`):
+
+* **K-chunk** ``kc`` (columns of x staged per pass): ``K_pad = ceil(K / 8) * 8``; if
+  ``N * K_pad * 2 <= lds_per_workgroup`` then ``kc = K_pad`` (staged once), else the most
+  columns that fit, rounded down to a multiple of ``8 * wave_size`` (so a chunk's lane does
+  not depend on the pass and results stay bitwise equal to the staged-once order).
+  Dynamic LDS per workgroup = ``N * kc * 2`` bytes.
+* **Workgroups per CU**: as many as the kernel's VGPRs and that LDS allow
+  (`ArchInfo.occupancy`), capped at 2 (x is re-read from L2 by every workgroup, so more
+  groups buy latency hiding with extra x traffic); at least 1.
+* **YTILE**: the largest of 4, 2, 1 with ``N * YTILE <= 16`` (the variants built: more
+  accumulators do not fit the 96 VGPRs that give gfx11/12 full occupancy) whose tile
+  count ``ceil(M / YTILE)`` still gives every wave of the full grid (``CU count * groups
+  per CU * waves per group``) a tile; 1 when even that does not. Bigger tiles read each
+  x chunk from LDS for more rows; smaller ones spread a small M over more waves. (Weight
+  loads in flight per lane stay at 4 for every YTILE: the kernel unrolls 4 / YTILE.)
+* **Grid**: ``min(CU count * groups per CU, ceil(tiles / waves per group))`` persistent
+  workgroups of 256 threads; waves stride over the tiles.
+
+Results do not depend on the CU count, YTILE, K-chunk or grid: a lane's chunks, their
+order and the reduction tree depend only on the wave size, so ``deterministic=True`` holds
+across calls, schedules and CU counts (it is the only mode for small N).
+
+Configuration rules, larger N:
+
+* **Token tiles** ``NT``: the smallest of 1, 2, 4, 8 with ``16 * NT >= N`` (padded tokens
+  are zero in LDS and cost matrix work only).
+* **Shards**: K is cut into ``S`` shards of ``shard_len`` columns (a multiple of 128).
+  ``S`` is the smallest count that gives ``2 * default_cu_count`` (the arch's flagship,
+  *not* this device: results must not depend on the CU count) work units of 128 features,
+  limited so that a shard has at least ``128 * NT`` columns (each shard's fp32 partial
+  tile, written once and read once, then costs at most half its weight bytes; on
+  hardware the partials mostly stay in L2) and at most one shard per 128 columns.
+  ``S = 1`` skips the partials entirely. (Why these sizes: per weight byte, a unit of R
+  features and L columns re-reads x for ``16 * NT / R`` bytes and moves ``64 * NT / L``
+  bytes of partials; for a given number of units (R * L fixed) the sum is smallest at
+  L = 4 R -- 512 columns for R = 128.)
+* **Grid**: ``min(units, CU count * groups per CU)`` persistent workgroups of 256 threads,
+  groups per CU from the kernel's VGPRs and its 32 KiB of LDS, at most 4.
+* **Scratch**: the partials (``S * ceil(M / 128) * 128 * 16 * NT`` fp32, or one slice per
+  row block for the atomic variant, in a slot of its own: it needs them zero on entry, and
+  the deterministic kernel leaves its partials as written) and one counter per row block
+  come from the scratch pool of (device, stream), sized by the call's shapes; the kernel
+  leaves the counters (and the atomic slices) zero, so nothing is cleared per call.
+* ``deterministic=True`` sums the shard partials in shard order: bitwise equal across
+  calls, schedules and CU counts. ``deterministic=False`` adds them atomically (one slice
+  instead of S to write and read back; last bits follow arrival order); with ``S = 1``
+  both are the same kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .. import operands, registry, tensors
+from ..devices.base import Device
+from ..errors import InputValueError
+from ..launch import LaunchPlan, make_plan
+from ..operands import Launch, Operands
+
+THREADS = 256
+MAX_N = 8                           # small-N kernel
+SPLITK_MAX_N = 128                  # split-K kernel, N = MAX_N + 1 .. SPLITK_MAX_N
+SPLITK_ROWS = 128                   # output features per split-K work unit
+SPLITK_GROUP = 128                  # K columns per split-K instruction group (shard granule)
+SPLITK_LDS = 32 * 1024              # x staged per pass: 16 * NT tokens x 1024 / NT columns
+TOKEN_TILES = (1, 2, 4, 8)          # split-K variants: NT 16-token tiles
+MAX_SPLITK_GROUPS_PER_CU = 4
+YTILES = (4, 2, 1)                  # kernel variants, largest first ...
+MAX_TILE_OUTPUTS = 16               # ... built while N * YTILE <= 16 (96 VGPRs on gfx11/12)
+MAX_GROUPS_PER_CU = 2
+
+
+def k_chunk(n: int, k: int, lds_bytes: int, wave_size: int, chunk: int = 8, op: str = "skinny_gemm",
+            elem_bytes: int = 2) -> int:
+    """Columns of x staged in LDS per pass (see the module docstring); ``chunk``: the columns a
+    lane takes at a time (fp8_linear: 16); ``elem_bytes``: bytes per staged element."""
+    k_pad = -(-k // chunk) * chunk
+    fit = lds_bytes // (elem_bytes * n)
+    if k_pad <= fit:
+        return k_pad
+    step = chunk * wave_size
+    if fit < step:
+        raise InputValueError(f"{op}: {n} rows of x do not fit {lds_bytes} bytes of LDS")
+    return fit // step * step
+
+
+def groups_per_cu(info: Any, meta: Any, lds: int, most: int) -> int:
+    """Workgroups of THREADS per CU that the kernel's registers and LDS allow: at least 1, at most `most`."""
+    waves = THREADS // info.wave_size
+    per_simd = info.occupancy(meta.vgpr_count, meta.group_segment_fixed_size + lds, waves)
+    return max(1, min(most, per_simd * info.simds_per_cu // waves))
+
+
+def lane_split_grid(n: int, m: int, cu_count: int, groups: int, wave_size: int) -> tuple[int, int]:
+    """(YTILE, grid) of the small-N lane-split kernels: persistent, waves striding over the tiles."""
+    waves = THREADS // wave_size
+    yt = ytile(n, m, cu_count * groups * waves)
+    tiles = -(-m // yt)
+    return yt, max(1, min(cu_count * groups, -(-tiles // waves)))
+
+
+def lane_split_plan(device: Device, family: str, prefix: str, n: int, m: int, k: int, *, chunk: int, op: str,
+                    sums: bool = False) -> LaunchPlan:
+    """The plan of a small-N lane-split kernel ``{prefix}_y{YTILE}`` of code-object ``family`` by
+    this module's rules, for kernels (matmul_4bit, w4a16) that stage N x kc 16-bit x values after
+    their static LDS, ``sums``: plus one fp32 per token and 32-column chunk (N * kc / 8 bytes).
+    ``chunk``: the K columns a lane takes at a time. Not cached: the caller's plan cache holds it."""
+    info = device.arch
+    module = registry.load(device, family)
+    # Occupancy depends on the kernel's registers: judge it on the largest tile built for N.
+    y_max = max(y for y in YTILES if n * y <= MAX_TILE_OUTPUTS)
+    _, meta_max = module.kernel(f"{prefix}_y{y_max}")
+    free = info.lds_per_workgroup - meta_max.group_segment_fixed_size
+    kc = k_chunk(n, k, free * 16 // 17 if sums else free, info.wave_size, chunk, op)
+    lds = n * kc * 2 + (n * kc // 8 if sums else 0)
+    groups = groups_per_cu(info, meta_max, lds, MAX_GROUPS_PER_CU)
+    yt, grid = lane_split_grid(n, m, device.properties.cu_count, groups, info.wave_size)
+    fn, meta = module.kernel(f"{prefix}_y{yt}")
+    return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=lds,
+                     info={"kernel": f"{prefix}_y{yt}", "ytile": yt, "k_chunk": kc, "lds_bytes": lds,
+                           "groups_per_cu": groups, "grid": grid, "staged_once": kc >= k})
+
+
+def ytile(n: int, m: int, wave_slots: int) -> int:
+    """Rows per wave tile: the largest built for N whose tile count still gives every wave
+    slot a tile; 1 when none does."""
+    for y in YTILES:
+        if n * y <= MAX_TILE_OUTPUTS and -(-m // y) >= wave_slots:
+            return y
+    return 1
+
+
+def token_tiles(n: int) -> int:
+    """16-token tiles of the split-K variant that covers N tokens."""
+    for nt in TOKEN_TILES:
+        if 16 * nt >= n:
+            return nt
+    raise InputValueError(f"skinny_gemm: N={n} is above the split-K kernel's {16 * TOKEN_TILES[-1]} tokens")
+
+
+def shard_len(default_cu_count: int, nt: int, m: int, k: int) -> int:
+    """K columns per split-K shard (see the module docstring); a multiple of 128."""
+    groups = -(-k // SPLITK_GROUP)
+    blocks = -(-m // SPLITK_ROWS)
+    wanted = -(-2 * default_cu_count // blocks)
+    most = max(1, min(groups, k // (SPLITK_GROUP * nt)))
+    shards = max(1, min(wanted, most))
+    return SPLITK_GROUP * -(-groups // shards)
+
+
+def splitk_plan(device: Device, family: str, kernel_name: Callable[[int, bool], str], n: int, m: int, k: int, *,
+                lds: int = SPLITK_LDS, atomic: bool = False) -> LaunchPlan:
+    """The split-K configuration every split-K family shares (this module's, fp8_linear's and the
+    4-bit ones'): token tiles for N, shards from the arch's flagship CU count (never the device's:
+    the same bits on every GPU), a persistent grid of this device's CUs x the workgroups per CU
+    the kernel's registers and ``lds`` allow. ``kernel_name(token_tiles, atomic)`` names the kernel
+    in ``family``; ``atomic`` asks for the atomic variant when there is more than one shard."""
+    info = device.arch
+    nt = token_tiles(n)
+    length = shard_len(info.default_cu_count, nt, m, k)
+    shards = -(-k // length)
+    blocks = -(-m // SPLITK_ROWS)
+    use_atomic = atomic and shards > 1
+    name = kernel_name(nt, use_atomic)
+    fn, meta = registry.load(device, family).kernel(name)
+    groups = groups_per_cu(info, meta, lds, MAX_SPLITK_GROUPS_PER_CU)
+    units = blocks * shards
+    grid = max(1, min(units, device.properties.cu_count * groups))
+    unit_floats = SPLITK_ROWS * 16 * nt
+    partial_bytes = 0 if shards == 1 else 4 * unit_floats * (blocks if use_atomic else units)
+    return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=lds,
+                     info={"kernel": name, "token_tiles": nt, "shard_len": length, "shards": shards,
+                           "units": units, "groups_per_cu": groups, "grid": grid, "lds_bytes": lds,
+                           "partial_bytes": partial_bytes, "counter_bytes": 4 * blocks if shards > 1 else 0})
+
+
+def splitk_launch(device: Device, plan: LaunchPlan, pointers: tuple[str, ...], ptrs: dict[str, str],
+                  values: dict[str, Any], partials: str, counters: str
+                  ) -> tuple[Launch, tuple[tuple[str, int], ...]]:
+    """The launch of a split-K kernel (``splitk.h``: its ``partials`` and ``counters`` pointers after
+    the call's, then the values) and the scratch slots it needs: none when one shard covers K (null
+    pointers), else the slots named ``partials`` and ``counters``, sized by the plan, after ``pointers``."""
+    info = plan.info
+    if info["shards"] == 1:
+        return operands.launch(device, plan, pointers, **ptrs, partials=None, counters=None, **values), ()
+    slots = ((partials, info["partial_bytes"]), (counters, info["counter_bytes"]))
+    return operands.launch(device, plan, (*pointers, partials, counters), **ptrs, partials=partials,
+                           counters=counters, **values), slots
+
+
+def on_rocm_torch(ops: Operands) -> bool:
+    """Whether the call's operands are torch tensors on a ROCm GPU (where the torch routes apply)."""
+    xv = ops["x"]
+    return xv is not None and xv.kind == "torch" and not ops.on_host and xv.device_type == tensors.DL_ROCM
