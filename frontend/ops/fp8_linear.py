@@ -57,22 +57,23 @@ from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
 from ..torch_ops import declare, fake_operands
 from ._linear import (
     MAX_GROUPS_PER_CU,
+    MAX_N,
+    MAX_TILE_OUTPUTS,
     SPLITK_LDS,
+    SPLITK_MAX_N,
     THREADS,
+    YTILES,
     groups_per_cu,
     k_chunk,
     lane_split_grid,
+    on_rocm_torch,
     splitk_launch,
     splitk_plan,
 )
 
 FAMILY = "fp8_linear"
 SPLITK_FAMILY = "fp8_linear_splitk"
-MAX_N = 8                           # small-N kernel
-SPLITK_MAX_N = 128                  # split-K kernel, N = MAX_N + 1 .. SPLITK_MAX_N
 SCALES_LDS = 512                    # split-K block mode: a pass's activation scales
-YTILES = (4, 2, 1)
-MAX_TILE_OUTPUTS = 16
 CHUNK = 16                          # K columns per lane chunk
 NAMES = ("x", "w", "w_scale", "x_scale", "bias", "out")
 X8, X_FNUZ, OUT_BF16 = 2, 4, 8      # kernel flags
@@ -317,7 +318,7 @@ class _TorchFallback:
 def _unsupported(ops: Operands, why: str) -> Any:
     xv = ops["x"]
     assert xv is not None
-    if xv.kind == "torch" and not xv.on_host and xv.device_type == tensors.DL_ROCM:
+    if on_rocm_torch(ops):
         log.debug("fp8_linear: %s is outside the kernels' range; dequantizing for F.linear", why)
         return _TorchFallback()
     raise InputValueError(f"fp8_linear: {why}; supported: N = 1..{SPLITK_MAX_N} tokens (torch tensors on a ROCm "
