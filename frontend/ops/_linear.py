@@ -13,10 +13,11 @@ Configuration rules, small N (the only place they live; arch facts come from `Ar
 * **Workgroups per CU**: as many as the kernel's VGPRs and that LDS allow
   (`ArchInfo.occupancy`), capped at 2 (x is re-read from L2 by every workgroup, so more
   groups buy latency hiding with extra x traffic); at least 1.
-* **YTILE**: the largest of 4, 2, 1 with ``N * YTILE <= 16`` (the variants built: more
-  accumulators do not fit the 96 VGPRs that give gfx11/12 full occupancy) whose tile
+* **YTILE**: the largest of the variants built for N -- read from the code object
+  (`built_ytiles`); the kernel sources build 4, 2, 1 while ``N * YTILE <= 16``, as more
+  accumulators do not fit the 96 VGPRs that give gfx11/12 full occupancy -- whose tile
   count ``ceil(M / YTILE)`` still gives every wave of the full grid (``CU count * groups
-  per CU * waves per group``) a tile; 1 when even that does not. Bigger tiles read each
+  per CU * waves per group``) a tile; the smallest when even that does not. Bigger tiles read each
   x chunk from LDS for more rows; smaller ones spread a small M over more waves. (Weight
   loads in flight per lane stay at 4 for every YTILE: the kernel unrolls 4 / YTILE.)
 * **Grid**: ``min(CU count * groups per CU, ceil(tiles / waves per group))`` persistent
@@ -55,12 +56,13 @@ Configuration rules, larger N:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 from .. import operands, registry, tensors
 from ..devices.base import Device
-from ..errors import InputValueError
+from ..errors import HipSkinnyError, InputValueError
 from ..launch import LaunchPlan, make_plan
 from ..operands import Launch, Operands
 
@@ -72,8 +74,6 @@ SPLITK_GROUP = 128                  # K columns per split-K instruction group (s
 SPLITK_LDS = 32 * 1024              # x staged per pass: 16 * NT tokens x 1024 / NT columns
 TOKEN_TILES = (1, 2, 4, 8)          # split-K variants: NT 16-token tiles
 MAX_SPLITK_GROUPS_PER_CU = 4
-YTILES = (4, 2, 1)                  # kernel variants, largest first ...
-MAX_TILE_OUTPUTS = 16               # ... built while N * YTILE <= 16 (96 VGPRs on gfx11/12)
 MAX_GROUPS_PER_CU = 2
 
 
@@ -98,12 +98,24 @@ def groups_per_cu(info: Any, meta: Any, lds: int, most: int) -> int:
     return max(1, min(most, per_simd * info.simds_per_cu // waves))
 
 
-def lane_split_grid(n: int, m: int, cu_count: int, groups: int, wave_size: int) -> tuple[int, int]:
-    """(YTILE, grid) of the small-N lane-split kernels: persistent, waves striding over the tiles."""
+def lane_split_grid(tiles: tuple[int, ...], m: int, cu_count: int, groups: int, wave_size: int) -> tuple[int, int]:
+    """(YTILE, grid) of the small-N lane-split kernels: persistent, waves striding over the tiles;
+    ``tiles``: the YTILEs built for N (`built_ytiles`)."""
     waves = THREADS // wave_size
-    yt = ytile(n, m, cu_count * groups * waves)
-    tiles = -(-m // yt)
-    return yt, max(1, min(cu_count * groups, -(-tiles // waves)))
+    yt = ytile(tiles, m, cu_count * groups * waves)
+    count = -(-m // yt)
+    return yt, max(1, min(cu_count * groups, -(-count // waves)))
+
+
+def built_ytiles(module: Any, prefix: str) -> tuple[int, ...]:
+    """The YTILEs of the lane-split kernels ``{prefix}_y<YTILE>`` in ``module`` (a loaded code object),
+    largest first. The kernel sources decide which exist (a tile's N x YTILE accumulators must fit
+    the register budget); the planner only reads them."""
+    pattern = re.compile(re.escape(prefix) + r"_y(\d+)")
+    found = sorted((int(m.group(1)) for k in module.code.kernels if (m := pattern.fullmatch(k.name))), reverse=True)
+    if not found:
+        raise HipSkinnyError(f"no lane-split kernel {prefix}_y<YTILE> in the {module.family} code object")
+    return tuple(found)
 
 
 def lane_split_plan(device: Device, family: str, prefix: str, n: int, m: int, k: int, *, chunk: int, op: str,
@@ -115,26 +127,26 @@ def lane_split_plan(device: Device, family: str, prefix: str, n: int, m: int, k:
     info = device.arch
     module = registry.load(device, family)
     # Occupancy depends on the kernel's registers: judge it on the largest tile built for N.
-    y_max = max(y for y in YTILES if n * y <= MAX_TILE_OUTPUTS)
-    _, meta_max = module.kernel(f"{prefix}_y{y_max}")
+    tiles = built_ytiles(module, prefix)
+    _, meta_max = module.kernel(f"{prefix}_y{tiles[0]}")
     free = info.lds_per_workgroup - meta_max.group_segment_fixed_size
     kc = k_chunk(n, k, free * 16 // 17 if sums else free, info.wave_size, chunk, op)
     lds = n * kc * 2 + (n * kc // 8 if sums else 0)
     groups = groups_per_cu(info, meta_max, lds, MAX_GROUPS_PER_CU)
-    yt, grid = lane_split_grid(n, m, device.properties.cu_count, groups, info.wave_size)
+    yt, grid = lane_split_grid(tiles, m, device.properties.cu_count, groups, info.wave_size)
     fn, meta = module.kernel(f"{prefix}_y{yt}")
     return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=lds,
                      info={"kernel": f"{prefix}_y{yt}", "ytile": yt, "k_chunk": kc, "lds_bytes": lds,
                            "groups_per_cu": groups, "grid": grid, "staged_once": kc >= k})
 
 
-def ytile(n: int, m: int, wave_slots: int) -> int:
-    """Rows per wave tile: the largest built for N whose tile count still gives every wave
-    slot a tile; 1 when none does."""
-    for y in YTILES:
-        if n * y <= MAX_TILE_OUTPUTS and -(-m // y) >= wave_slots:
+def ytile(tiles: tuple[int, ...], m: int, wave_slots: int) -> int:
+    """Rows per wave tile: the largest of ``tiles`` (those built for N, largest first) whose tile count
+    still gives every wave slot a tile; the smallest when none does."""
+    for y in tiles:
+        if -(-m // y) >= wave_slots:
             return y
-    return 1
+    return tiles[-1]
 
 
 def token_tiles(n: int) -> int:

@@ -58,11 +58,10 @@ from ..torch_ops import declare, fake_operands
 from ._linear import (
     MAX_GROUPS_PER_CU,
     MAX_N,
-    MAX_TILE_OUTPUTS,
     SPLITK_LDS,
     SPLITK_MAX_N,
     THREADS,
-    YTILES,
+    built_ytiles,
     groups_per_cu,
     k_chunk,
     lane_split_grid,
@@ -262,10 +261,10 @@ def _plan(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, k:
         lds = n * kc * elem + scales
         module = registry.load(device, FAMILY)
         prefix = f"{FAMILY}_{tag}_{flavor}{'_block' if block else ''}_n{n}"
-        y_max = max(y for y in YTILES if n * y <= MAX_TILE_OUTPUTS)
-        _, meta_max = module.kernel(f"{prefix}_y{y_max}")
+        tiles = built_ytiles(module, prefix)
+        _, meta_max = module.kernel(f"{prefix}_y{tiles[0]}")
         groups = groups_per_cu(info, meta_max, lds, MAX_GROUPS_PER_CU)
-        yt, grid = lane_split_grid(n, m, cu_count, groups, info.wave_size)
+        yt, grid = lane_split_grid(tiles, m, cu_count, groups, info.wave_size)
         fn, meta = module.kernel(f"{prefix}_y{yt}")
         return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=lds,
                          info={"kernel": f"{prefix}_y{yt}", "ytile": yt, "k_chunk": kc, "lds_bytes": lds,

@@ -50,10 +50,9 @@ from ._common import DTYPE_TAG, check_16bit_dtypes
 from ._linear import (
     MAX_GROUPS_PER_CU,
     MAX_N,
-    MAX_TILE_OUTPUTS,
     SPLITK_MAX_N,
     THREADS,
-    YTILES,
+    built_ytiles,
     groups_per_cu,
     k_chunk,
     lane_split_grid,
@@ -284,10 +283,10 @@ def _plan(device: Device, tag: str, n: int, m: int, k: int, atomic: bool) -> Lau
         lds = n * kc * 2
         module = registry.load(device, FAMILY)
         # Occupancy depends on the kernel's registers: judge it on the largest tile built for N.
-        y_max = max(y for y in YTILES if n * y <= MAX_TILE_OUTPUTS)
-        _, meta_max = module.kernel(f"{FAMILY}_{tag}_n{n}_y{y_max}")
+        tiles = built_ytiles(module, f"{FAMILY}_{tag}_n{n}")
+        _, meta_max = module.kernel(f"{FAMILY}_{tag}_n{n}_y{tiles[0]}")
         groups = groups_per_cu(info, meta_max, lds, MAX_GROUPS_PER_CU)
-        yt, grid = lane_split_grid(n, m, cu_count, groups, info.wave_size)
+        yt, grid = lane_split_grid(tiles, m, cu_count, groups, info.wave_size)
         name = f"{FAMILY}_{tag}_n{n}_y{yt}"
         fn, meta = module.kernel(name)
         return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=lds,

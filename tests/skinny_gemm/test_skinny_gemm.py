@@ -21,12 +21,17 @@ import pytest
 from test_gemv_emulated import assert_within_accumulation_bound
 
 import hipskinny
-from hipskinny import InputTypeError, InputValueError, registry
+from hipskinny import HipSkinnyError, InputTypeError, InputValueError, registry
 from hipskinny.arch import ARCHS, SHIPPED_ARCHS
 from hipskinny.emulator import EmulatedDevice
 from hipskinny.launch import make_plan
 from hipskinny.ops import _linear as lin
 from hipskinny.ops import skinny_gemm as op
+
+
+def built_tiles(n: int) -> list[int]:
+    """The YTILEs kernels/skinny_gemm.hip builds for N, largest first (its N * YTILE <= 16 budget)."""
+    return [y for y in (4, 2, 1) if n * y <= 16]
 
 DTYPES = [np.float16, ml_dtypes.bfloat16]
 MANIFEST = paths.REPO / "hsaco" / "manifest.json"
@@ -202,9 +207,7 @@ def test_every_tile_variant_padded_strides_and_streaming(arch):
         dev.copy_to_device(w_d, wp.reshape(-1)[: w_bytes // 2], w_bytes)
         dev.copy_to_device(b_d, bp.reshape(-1)[: b_bytes // 2], b_bytes)
         first = None
-        for yt in lin.YTILES:
-            if n * yt > lin.MAX_TILE_OUTPUTS:
-                continue
+        for yt in built_tiles(n):
             for kc, grid in ((-(-k // 8) * 8, 1), (8 * wave, 2)):   # staged once; streamed, 3+ passes
                 y = _launch_variant(dev, f"skinny_gemm_f16_n{n}_y{yt}", x_d, w_d, b_d, y_d, m, k,
                                     xs, ws, bs, kc, n, grid)
@@ -219,7 +222,7 @@ def test_every_tile_variant_padded_strides_and_streaming(arch):
 def test_code_objects_have_no_spills_no_scratch_and_fit_lds():
     manifest = json.loads(MANIFEST.read_text())
     expected = {f"skinny_gemm_{t}_n{n}_y{y}" for t in ("f16", "bf16") for n in range(1, lin.MAX_N + 1)
-                for y in lin.YTILES if n * y <= lin.MAX_TILE_OUTPUTS}
+                for y in built_tiles(n)}
     for arch in SHIPPED_ARCHS:
         entry = manifest["code_objects"][f"{arch}/skinny_gemm"]
         kernels = {k["name"]: k for k in entry["kernels"]}
@@ -248,11 +251,22 @@ def test_config_rules():
     assert lin.k_chunk(8, 10344, 160 * 1024, 64) == 10240
     assert lin.k_chunk(1, 40000, 65536, 64) == 32768
     # YTILE: largest built tile that still gives every wave slot a tile.
-    assert lin.ytile(2, 4096, 1000) == 4
-    assert lin.ytile(2, 4096, 2000) == 2
-    assert lin.ytile(2, 4096, 5000) == 1
-    assert lin.ytile(8, 4096, 10) == 2          # N * YTILE <= 16
-    assert lin.ytile(3, 5, 64) == 1
+    assert lin.ytile((4, 2, 1), 4096, 1000) == 4
+    assert lin.ytile((4, 2, 1), 4096, 2000) == 2
+    assert lin.ytile((4, 2, 1), 4096, 5000) == 1
+    assert lin.ytile((2, 1), 4096, 10) == 2
+    assert lin.ytile((4, 2, 1), 5, 64) == 1
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+def test_planner_reads_the_tiles_the_build_made(arch):
+    """The planner takes the YTILEs from the code object (the kernel sources decide them): for every
+    N, the tiles of the sources' rule, largest first."""
+    module = registry.load(EmulatedDevice(arch, 2), "skinny_gemm")
+    for n in range(1, lin.MAX_N + 1):
+        assert lin.built_ytiles(module, f"skinny_gemm_bf16_n{n}") == tuple(built_tiles(n)), n
+    with pytest.raises(HipSkinnyError, match="no lane-split kernel"):
+        lin.built_ytiles(module, "skinny_gemm_bf16_n9")
 
 
 def test_plan_cache_reuses_plans():
