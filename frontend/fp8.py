@@ -389,8 +389,10 @@ def quantize(a: Any, *, granularity: str, flavor: str = "ocp") -> tuple[Any, Any
     return raw.view(_NP_DTYPE[fl]), scale
 
 
-def dequantize(a8: Any, scale: Any, *, granularity: str | None = None, flavor: str | None = None) -> Any:
-    """``decode(a8) * scale`` rounded once to float32, in ``a8``'s kind (numpy, or torch on its device).
+def dequantize(a8: Any, scale: Any, *, granularity: str | None = None, flavor: str | None = None,
+               exact: bool = False) -> Any:
+    """``decode(a8) * scale`` rounded once to float32, in ``a8``'s kind (numpy, or torch on its device);
+    ``exact=True``: the products in float64, not rounded (exact: an FP8 value has 4 significant bits).
 
     With ``granularity=None`` it is inferred from the scale's shape: a 2-D ``a8 [M, K]`` accepts
     ``()``/``(1,)`` (tensor), ``(M,)`` (per row), ``(M, ceil(K/128))`` (group) and
@@ -405,7 +407,7 @@ def dequantize(a8: Any, scale: Any, *, granularity: str | None = None, flavor: s
     if gran == "tensor":
         s = s.reshape(())
     raw2 = raw.reshape(rows, cols)
-    out = np.empty((rows, cols), np.float32)
+    out = np.empty((rows, cols), np.float64 if exact else np.float32)
     for r0, r1, sr in _slices(rows, cols, gran):
         out[r0:r1] = _TABLE[fl][raw2[r0:r1]] * _expand(s[sr], gran, r1 - r0, cols)
     out = out.reshape(raw.shape)

@@ -268,6 +268,21 @@ def require(op: str, ok: bool, what: str) -> None:
         raise InputValueError(f"{op} on a GPU tensor: {what} (host inputs have no layout limits)")
 
 
+def nothing(ops: Operands, out_shape: tuple[int, ...], dtype: Any, out_slot: str) -> Any:
+    """The bound call of an empty result (no launch)."""
+    if ops.on_host:
+        return HostCall(ops, [], [None] * (len(ops.views) - 1), out_shape=out_shape, out_dtype=dtype,
+                        out_slot=out_slot)
+    return DeviceCall(ops, [], out_shape=out_shape, out_dtype=dtype)
+
+
+def require_contiguous(ops: Operands, names: tuple[str, ...], what: str = "") -> None:
+    """GPU rule: the named operands (those present) are contiguous."""
+    for name in names:
+        v = ops[name]
+        require(ops.op, v is None or v.is_contiguous, f"{what}{name} must be contiguous")
+
+
 def bias_row_stride(op: str, bv: TensorView | None, m: int) -> int:
     """The row stride of a bias ``[M]``, ``[1, M]`` (0: one row for every token) or ``[N, M]`` on a GPU:
     contiguous along M, rows not overlapping."""

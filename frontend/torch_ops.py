@@ -92,6 +92,13 @@ def declare(name: str, args: str, impl: Callable[..., Any], out_shape: Callable[
                     check=None if check is None else with_out(check)))
 
 
+def torch_dtype(name: str) -> Any:
+    """``torch.<name>``, importing torch only when called (an op's ``out_dtype``)."""
+    import torch
+
+    return getattr(torch, name)
+
+
 def ops() -> list[TorchOp]:
     found: list[TorchOp] = []
     for module in OP_MODULES:

@@ -274,3 +274,69 @@ def dequantize_cache(cache: Any, *, layout: Any = "v4", fp8: str = "ocp", block_
     blocks, bs = cache_blocks(cache, lay, block_size)
     return dequant_slots(blocks, bs, lay, fl, np.arange(blocks.shape[0] * bs), round_bf16)
 
+
+# ----------------------------------------------------------------------------------------------
+# Paged-cache and index-list rules (sparse_decode's inputs)
+
+
+def block_size_of(v: Any, name: str, layout: str, op: str = "sparse_decode") -> int:
+    """A cache's layout rules on its view (anything with dtype, shape and byte strides): uint8
+    ``[num_blocks, block_size, token_bytes]`` with contiguous token rows; returns the block size."""
+    row = LAYOUTS[layout].token_bytes
+    if v.dtype != np.uint8 or len(v.shape) != 3 or v.shape[2] != row:
+        raise InputValueError(f"{op}: {name} must be uint8 [num_blocks, block_size, {row}] for layout "
+                              f"{layout!r}; got {v.dtype} {v.shape}")
+    nb, bs, _ = (int(d) for d in v.shape)
+    if bs < 1 or nb * bs >= 2**31:
+        raise InputValueError(f"{op}: {name} holds {nb} blocks of {bs} slots; supported: block_size >= 1 "
+                              "and fewer than 2**31 slots")
+    if v.strides[1:] != (row, 1) or (nb > 1 and v.strides[0] < bs * row):
+        raise InputValueError(f"{op}: {name}'s token rows must be contiguous within a block (strides "
+                              f"(block_bytes >= {bs * row}, {row}, 1)); got strides {v.strides}")
+    return bs
+
+
+def indptr_check(name: str, idx_name: str, n: int, op: str = "sparse_decode") -> Any:
+    """The check of a host indptr's values: from 0 or more, never decreasing, at most ``n`` (the
+    length of its index list; a kernel clips a device one instead)."""
+
+    def check(a: np.ndarray) -> None:
+        p = a.reshape(-1)
+        if p[0] < 0:
+            raise InputValueError(f"{op}: {name} must start at 0 or more; got {name}[0] = {p[0]}")
+        drops = np.flatnonzero(p[1:] < p[:-1])
+        if drops.size:
+            i = int(drops[0])
+            raise InputValueError(f"{op}: {name} must never decrease; got {name}[{i}] = {p[i]} > "
+                                  f"{name}[{i + 1}] = {p[i + 1]}")
+        if p[-1] > n:
+            raise InputValueError(f"{op}: {name} must end at most at len({idx_name}) = {n}; got "
+                                  f"{name}[{p.size - 1}] = {p[-1]}")
+
+    return check
+
+
+def _int_array(a: Any, name: str) -> np.ndarray:
+    arr = np.asarray(a)
+    if arr.dtype.kind not in "iu" or arr.ndim != 1:
+        raise InputTypeError(f"{name} must be a 1-D integer array; got {arr.dtype} of shape {arr.shape}")
+    return arr.astype(np.int64)
+
+
+def gather_keys(cache: Any, indices: Any, indptr: Any, lay: Layout, fl: str, t: int,
+                name: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(keys, cut)``: the dequantized float64 rows (bf16-rounded) of every valid entry of the range
+    ``indptr`` owns of ``indices`` (a valid slot: ``0 <= slot < num_blocks * block_size``), in list
+    order, token ``i`` owning ``keys[cut[i]:cut[i+1]]``. ``name``: the list's prefix in messages."""
+    blocks, bs = cache_blocks(cache, lay, name=f"{name}_cache")
+    idx = _int_array(indices, f"{name}_indices")
+    ptr = _int_array(indptr, f"{name}_indptr")
+    if ptr.shape != (t + 1,):
+        raise InputValueError(f"{name}_indptr must have T+1 = {t + 1} entries; got {ptr.shape[0]}")
+    if ptr[0] < 0 or ptr[-1] > idx.shape[0] or np.any(np.diff(ptr) < 0):
+        raise InputValueError(f"{name}_indptr must be non-decreasing within [0, {idx.shape[0]}] "
+                              f"(the length of {name}_indices); got {ptr.tolist()}")
+    seg = idx[ptr[0]:ptr[-1]]
+    valid = (seg >= 0) & (seg < blocks.shape[0] * bs)     # -1 and out-of-range slots add nothing
+    keys = dequant_slots(blocks, bs, lay, fl, seg[valid])
+    return keys, np.concatenate([[0], np.cumsum(valid)])[ptr - ptr[0]]

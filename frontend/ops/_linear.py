@@ -56,15 +56,19 @@ Configuration rules, larger N:
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from .. import operands, registry, tensors
 from ..devices.base import Device
 from ..errors import HipSkinnyError, InputValueError
 from ..launch import LaunchPlan, make_plan
 from ..operands import Launch, Operands
+from ..tensors import TensorView
 
 THREADS = 256
 MAX_N = 8                           # small-N kernel
@@ -118,20 +122,21 @@ def built_ytiles(module: Any, prefix: str) -> tuple[int, ...]:
     return tuple(found)
 
 
-def lane_split_plan(device: Device, family: str, prefix: str, n: int, m: int, k: int, *, chunk: int, op: str,
-                    sums: bool = False) -> LaunchPlan:
+def lane_split_plan(device: Device, family: str, prefix: str, n: int, m: int, k: int, *, chunk: int = 8,
+                    op: str = "skinny_gemm", elem: int = 2, reserved: int = 0, sums: bool = False) -> LaunchPlan:
     """The plan of a small-N lane-split kernel ``{prefix}_y{YTILE}`` of code-object ``family`` by
-    this module's rules, for kernels (matmul_4bit, w4a16) that stage N x kc 16-bit x values after
-    their static LDS, ``sums``: plus one fp32 per token and 32-column chunk (N * kc / 8 bytes).
-    ``chunk``: the K columns a lane takes at a time. Not cached: the caller's plan cache holds it."""
+    this module's rules, for kernels that stage N x kc values of ``elem`` bytes of x after their
+    static LDS, then ``reserved`` bytes (fp8_linear's block scales); ``sums``: plus one fp32 per
+    token and 32-column chunk (N * kc / 8 bytes; w4a16 bf16). ``chunk``: the K columns a lane takes
+    at a time. Not cached: the caller's plan cache holds it."""
     info = device.arch
     module = registry.load(device, family)
     # Occupancy depends on the kernel's registers: judge it on the largest tile built for N.
     tiles = built_ytiles(module, prefix)
     _, meta_max = module.kernel(f"{prefix}_y{tiles[0]}")
-    free = info.lds_per_workgroup - meta_max.group_segment_fixed_size
-    kc = k_chunk(n, k, free * 16 // 17 if sums else free, info.wave_size, chunk, op)
-    lds = n * kc * 2 + (n * kc // 8 if sums else 0)
+    free = info.lds_per_workgroup - meta_max.group_segment_fixed_size - reserved
+    kc = k_chunk(n, k, free * 16 // 17 if sums else free, info.wave_size, chunk, op, elem)
+    lds = n * kc * elem + (n * kc // 8 if sums else 0) + reserved
     groups = groups_per_cu(info, meta_max, lds, MAX_GROUPS_PER_CU)
     yt, grid = lane_split_grid(tiles, m, device.properties.cu_count, groups, info.wave_size)
     fn, meta = module.kernel(f"{prefix}_y{yt}")
@@ -207,7 +212,64 @@ def splitk_launch(device: Device, plan: LaunchPlan, pointers: tuple[str, ...], p
                            counters=counters, **values), slots
 
 
+def plan_launch(device: Device, plan: LaunchPlan, pointers: tuple[str, ...], ptrs: dict[str, str],
+                values: dict[str, Any], n: int, partials: str, counters: str
+                ) -> tuple[Launch, tuple[tuple[str, int], ...]]:
+    """The launch of a lane-split plan (``values`` and its kc) or of a split-K one (``values``, N and
+    its shard length; scratch slots as `splitk_launch`), with the scratch slots it needs."""
+    info = plan.info
+    if "shard_len" not in info:
+        return operands.launch(device, plan, pointers, **ptrs, **values, kc=info["k_chunk"]), ()
+    return splitk_launch(device, plan, pointers, ptrs, {"N": n, **values, "shard_len": info["shard_len"]},
+                         partials, counters)
+
+
 def on_rocm_torch(ops: Operands) -> bool:
     """Whether the call's operands are torch tensors on a ROCm GPU (where the torch routes apply)."""
     xv = ops["x"]
     return xv is not None and xv.kind == "torch" and not ops.on_host and xv.device_type == tensors.DL_ROCM
+
+
+def outside(ops: Operands, op: str, why: str, fallback: Callable[[], Any], supported: str) -> Any:
+    """A call outside the kernels' range: torch tensors on a ROCm GPU take ``fallback()`` (logged at
+    debug level); anything else is an error naming what is ``supported``."""
+    if on_rocm_torch(ops):
+        logging.getLogger(f"{__package__}.{op}").debug("%s: %s is outside the kernels' range; falling back to "
+                                                       "torch.nn.functional.linear", op, why)
+        return fallback()
+    raise InputValueError(f"{op}: {why}; supported: {supported}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Checks and the reference's last step, shared by every linear op
+
+
+def tokens(op: str, xv: TensorView, m: int, k: int, weight: str = "the weight") -> int:
+    """N, the rows of x ``[..., K]`` (leading dims flattened), for a weight ``[M, K]``."""
+    if len(xv.shape) < 1 or xv.shape[-1] != k:
+        raise InputValueError(f"{op}: x must be [..., K] with K={k} ({weight} is [M={m}, K={k}]); "
+                              f"got shape {xv.shape}")
+    return int(np.prod(xv.shape[:-1], dtype=np.int64))
+
+
+def check_bias(op: str, bv: TensorView | None, n: int, m: int, dtype: np.dtype | None = None) -> None:
+    """A bias ``[M]``, ``[1, M]`` or ``[N, M]`` (in ``dtype`` when given)."""
+    if bv is not None and ((dtype is not None and bv.dtype != dtype) or bv.shape not in ((m,), (1, m), (n, m))):
+        raise InputValueError(f"{op}: bias must be {'' if dtype is None else f'{dtype} '}[M], [1, M] or [N, M] "
+                              f"with N={n}, M={m}; got {bv.dtype} {bv.shape}")
+
+
+def bias_rows(bv: TensorView | None) -> int:
+    """Rows of a bias: 0 (none), 1 (one row for every token) or N."""
+    return 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
+
+
+def linear_reference(x: Any, w: np.ndarray, bias: Any = None) -> np.ndarray:
+    """``x @ w.T + bias`` in float64, before any rounding (``w``: the exact weight ``[M, K]``; shape
+    ``[..., M]``)."""
+    xa = np.asarray(x)
+    m, k = w.shape
+    y = xa.reshape(-1, k).astype(np.float64) @ w.T
+    if bias is not None:
+        y = y + np.asarray(bias).astype(np.float64).reshape(-1, m)
+    return y.reshape(*xa.shape[:-1], m)

@@ -20,16 +20,12 @@ and the bytes go to the instructions as they are (gfx942/gfx950: MFMA 16x16x32 f
 used as a 64-lane dot product; gfx1201: ``v_dot4_f32_fp8_fp8`` at N <= 8, WMMA fp8 above).
 
 * N = 1..8, ``fp8_linear_<x16|fp8>_<flavour>[_block]_n<N>_y<YTILE>`` (kernels/fp8_linear.hip):
-  the split-across-lanes design of `hipskinny.skinny_gemm` with 16-column chunks. Rules as
-  skinny_gemm's small-N ones: ``K_pad = ceil(K / 16) * 16``; ``kc = K_pad`` when N x K_pad
-  staged bytes (2 per column, 1 for ``fp8``; + the block-mode activation scales) fit the LDS per
-  workgroup, else the most columns that fit rounded down to a multiple of 16 x wave size;
-  workgroups per CU from occupancy, at most 2; YTILE by `skinny_gemm.ytile`; persistent grid.
+  the lane-split kernels with 16-column chunks, planned by the small-N rules of `ops._linear`
+  (x staged as 2 bytes per column, 1 for ``fp8``, after it the block-mode activation scales).
 * N = 9..128, ``fp8_linear_splitk_<x16|fp8>_<flavour>[_block]_t<NT>``
-  (kernels/fp8_linear_splitk.hip): skinny_gemm's split-K kernel on the matrix units with its
-  rules (token tiles, shards from the flagship's CU count, persistent grid, partials and
-  self-cleaning counters from the scratch pool), deterministic: shard partials summed in shard
-  order. Block mode sums each 128-column group on its own and adds it scaled.
+  (kernels/fp8_linear_splitk.hip): the split-K kernels on the matrix units, planned by the rules
+  of `ops._linear`, deterministic. Block mode sums each 128-column group on its own and adds it
+  scaled.
 
 Bitwise reproducible across calls, schedules and CU counts.
 
@@ -43,30 +39,23 @@ multiples of 16 bytes and 16-byte aligned x and w; host inputs have no layout li
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
-from .. import autograd, dtypes, fp8, operands, registry, tensors
+from .. import autograd, dtypes, fp8, operands, tensors
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
-from ..launch import LaunchPlan, PlanCache, make_plan
+from ..launch import LaunchPlan, PlanCache
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
-from ..torch_ops import declare, fake_operands
+from ..torch_ops import declare, fake_operands, torch_dtype
+from . import _linear as lin
 from ._linear import (
-    MAX_GROUPS_PER_CU,
     MAX_N,
     SPLITK_LDS,
     SPLITK_MAX_N,
-    THREADS,
-    built_ytiles,
-    groups_per_cu,
-    k_chunk,
-    lane_split_grid,
-    on_rocm_torch,
-    splitk_launch,
+    lane_split_plan,
     splitk_plan,
 )
 
@@ -84,7 +73,6 @@ FP8_HARDWARE = ("gfx942", "gfx950", "gfx1201")
 _F16, _BF16, _F32 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)
 _plans = PlanCache()
 _calls = operands.CallCache()
-log = logging.getLogger(__name__)
 
 
 def fp8_linear(x: Any, w: Any, w_scale: Any, *, x_scale: Any = None, bias: Any = None, out_dtype: Any = None,
@@ -134,7 +122,7 @@ def _bind(ops: Operands, out_dtype: np.dtype | None, native: bool | None = None)
     tag = _tag(device, xv.dtype, native)
     if ops.on_host:
         pitch = -(-k // CHUNK) * CHUNK                # staged rows zero-padded to 16 columns
-        b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
+        b_rows = lin.bias_rows(bv)
         staged = [Staged("fp8_linear.x", n, k, pitch), Staged("fp8_linear.w", m, k, pitch),
                   _scale_rows("fp8_linear.w_scale", wsv, block),
                   None if xsv is None else _scale_rows("fp8_linear.x_scale", xsv, block, optional=True),
@@ -181,11 +169,9 @@ def _check(ops: Operands, out_dtype: np.dtype | None) -> tuple[int, int, int, in
     if len(wv.shape) != 2:
         raise InputValueError(f"fp8_linear: w must be 2-D [M, K]; got shape {wv.shape}")
     m, k = wv.shape
-    if len(xv.shape) < 1 or xv.shape[-1] != k:
-        raise InputValueError(f"fp8_linear: x must be [..., K] with K={k} (w is [M={m}, K={k}]); got shape {xv.shape}")
+    n = lin.tokens("fp8_linear", xv, m, k, "w")
     if k == 0:
         raise InputValueError("fp8_linear: K must be at least 1")
-    n = int(np.prod(xv.shape[:-1], dtype=np.int64))
     for name, v in (("w_scale", wsv), ("x_scale", xsv)):
         if v is not None and v.dtype != _F32:
             raise InputTypeError(f"fp8_linear: {name} has dtype {v.dtype}; supported: float32")
@@ -216,9 +202,7 @@ def _check(ops: Operands, out_dtype: np.dtype | None) -> tuple[int, int, int, in
         flags = X8 | (X_FNUZ if x_flavor == "fnuz" else 0) | (OUT_BF16 if odt == _BF16 else 0)
     if bv is not None and bv.dtype != odt:
         raise InputTypeError(f"fp8_linear: bias has dtype {bv.dtype}; it must be the output dtype {odt}")
-    if bv is not None and bv.shape not in ((m,), (1, m), (n, m)):
-        raise InputValueError(f"fp8_linear: bias must be [M], [1, M] or [N, M] with N={n}, M={m}; "
-                              f"got shape {bv.shape}")
+    lin.check_bias("fp8_linear", bv, n, m)
     if m >= 2**31 or k >= 2**31:
         raise InputValueError(f"fp8_linear: M and K must be below 2**31; got M={m}, K={k}")
     return n, m, k, flags, odt, block
@@ -237,40 +221,22 @@ def _launch(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, 
             x_scaled: bool) -> tuple[Launch, tuple[tuple[str, int], ...]]:
     """The launch of a call of this shape, and the scratch slots it needs (split-K partials, counters)."""
     plan = _plan(device, tag, flavor, block, n, m, k, x_scaled)
-    info = plan.info
-    ptrs = dict(x="x", w="w", w_scale="w_scale", x_scale="x_scale", bias="bias", y="out")
-    strides = dict(M=m, K=k, x_stride=x_stride, w_stride=w_stride, bias_stride=b_stride, ws_stride=ws_stride,
-                   xs_stride=xs_stride, flags=flags)
-    if "shard_len" not in info:
-        return operands.launch(device, plan, NAMES, **ptrs, **strides, kc=info["k_chunk"]), ()
-    return splitk_launch(device, plan, NAMES, ptrs, dict(N=n, **strides, shard_len=info["shard_len"]),
-                         "fp8_linear.partials", "fp8_linear.counters")
+    return lin.plan_launch(device, plan, NAMES, dict(x="x", w="w", w_scale="w_scale", x_scale="x_scale", bias="bias",
+                                                     y="out"),
+                           dict(M=m, K=k, x_stride=x_stride, w_stride=w_stride, bias_stride=b_stride,
+                                ws_stride=ws_stride, xs_stride=xs_stride, flags=flags), n,
+                           "fp8_linear.partials", "fp8_linear.counters")
 
 
 def _plan(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, k: int, x_scaled: bool) -> LaunchPlan:
     if n > MAX_N:
         return _plan_splitk(device, tag, flavor, block, n, m, k)
-    info = device.arch
-    cu_count = device.properties.cu_count
-    key = (device, tag, flavor, block, n, m, k, x_scaled, cu_count)
-
-    def build() -> LaunchPlan:
-        scales = 4 * n * -(-k // 128) if block and x_scaled else 0
-        elem = 1 if tag == "fp8" else 2               # staged x: FP8 bytes or 16-bit
-        kc = k_chunk(n, k, info.lds_per_workgroup - scales, info.wave_size, CHUNK, "fp8_linear", elem)
-        lds = n * kc * elem + scales
-        module = registry.load(device, FAMILY)
-        prefix = f"{FAMILY}_{tag}_{flavor}{'_block' if block else ''}_n{n}"
-        tiles = built_ytiles(module, prefix)
-        _, meta_max = module.kernel(f"{prefix}_y{tiles[0]}")
-        groups = groups_per_cu(info, meta_max, lds, MAX_GROUPS_PER_CU)
-        yt, grid = lane_split_grid(tiles, m, cu_count, groups, info.wave_size)
-        fn, meta = module.kernel(f"{prefix}_y{yt}")
-        return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=lds,
-                         info={"kernel": f"{prefix}_y{yt}", "ytile": yt, "k_chunk": kc, "lds_bytes": lds,
-                               "groups_per_cu": groups, "grid": grid, "staged_once": kc >= k})
-
-    return _plans.get(key, build)
+    key = (device, tag, flavor, block, n, m, k, x_scaled, device.properties.cu_count)
+    prefix = f"{FAMILY}_{tag}_{flavor}{'_block' if block else ''}_n{n}"
+    # staged x: FP8 bytes or 16-bit; block mode: the activation scales of every 128-column group after it
+    return _plans.get(key, lambda: lane_split_plan(
+        device, FAMILY, prefix, n, m, k, chunk=CHUNK, op="fp8_linear", elem=1 if tag == "fp8" else 2,
+        reserved=4 * n * -(-k // 128) if block and x_scaled else 0))
 
 
 def _plan_splitk(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, k: int) -> LaunchPlan:
@@ -315,13 +281,8 @@ class _TorchFallback:
 
 
 def _unsupported(ops: Operands, why: str) -> Any:
-    xv = ops["x"]
-    assert xv is not None
-    if on_rocm_torch(ops):
-        log.debug("fp8_linear: %s is outside the kernels' range; dequantizing for F.linear", why)
-        return _TorchFallback()
-    raise InputValueError(f"fp8_linear: {why}; supported: N = 1..{SPLITK_MAX_N} tokens (torch tensors on a ROCm "
-                          "GPU fall back to dequantize + torch.nn.functional.linear above that)")
+    return lin.outside(ops, "fp8_linear", why, _TorchFallback, f"N = 1..{SPLITK_MAX_N} tokens (torch tensors on a "
+                       "ROCm GPU fall back to dequantize + torch.nn.functional.linear above that)")
 
 
 def _require(ok: bool, what: str) -> None:
@@ -353,16 +314,10 @@ TORCH_OPS = declare("fp8_linear", "Tensor x, Tensor w, Tensor w_scale, Tensor? b
                     _torch_fp8_linear, lambda x, w, w_scale, bias=None, x_scale=None: (*x[:-1], w[0]),
                     options="ScalarType? out_dtype=None",
                     out_dtype=lambda x, *_, out_dtype=None, **__: (
-                        x.dtype if fp8.flavor_of(x) is None else out_dtype or _torch_bf16()),
+                        x.dtype if fp8.flavor_of(x) is None else out_dtype or torch_dtype("bfloat16")),
                     check=_torch_check,
                     autograd=autograd.linear("fp8_linear", 3, _grad_weights,
                                              lambda named, *_: fp8.dequantize(named["w"], named["w_scale"])))
-
-
-def _torch_bf16() -> Any:
-    import torch
-
-    return torch.bfloat16
 
 
 def fp8_linear_reference(x: Any, w: Any, w_scale: Any, x_scale: Any = None, bias: Any = None,
@@ -381,27 +336,12 @@ def fp8_linear_reference(x: Any, w: Any, w_scale: Any, x_scale: Any = None, bias
 def fp8_linear_exact(x: Any, w: Any, w_scale: Any, x_scale: Any = None, bias: Any = None) -> np.ndarray:
     """`fp8_linear_reference` before its final rounding (float64, shape ``[..., M]``)."""
     xa, wa = np.asarray(x), np.asarray(w)
-    m, k = wa.shape
-    wd = _deq64(wa, w_scale, "w")
-    x2 = xa.reshape(-1, k)
+    x2 = xa.reshape(-1, wa.shape[1])
     xd = _deq64(x2, x_scale, "x") if fp8.flavor_of(xa) else x2.astype(np.float64)
-    y = xd @ wd.T
-    if bias is not None:
-        y = y + np.asarray(bias).astype(np.float64).reshape(-1, m)
-    return y.reshape(*xa.shape[:-1], m)
+    return lin.linear_reference(xd.reshape(*xa.shape[:-1], -1), _deq64(wa, w_scale, "w"), bias)
 
 
 def _deq64(a8: np.ndarray, scale: Any, role: str) -> np.ndarray:
-    """FP8 values times their scales, exactly (float64 products of an fp8 and an fp32 are exact)."""
-    rows, cols = a8.shape
+    """FP8 values times their scales, exactly (``role``: "x" or "w", for the scale's granularity)."""
     s = np.asarray(scale, np.float64)
-    gran = fp8.granularity_of(rows, cols, s.shape, role)
-    v = fp8.decode(a8)
-    if gran == "tensor":
-        return v * s.reshape(())
-    if gran in ("channel", "token"):
-        return v * s.reshape(rows, 1)
-    g = np.arange(cols) // 128
-    if gran == "group":
-        return v * s[:, g]
-    return v * s[np.arange(rows)[:, None] // 128, g[None, :]]
+    return fp8.dequantize(a8, s, granularity=fp8.granularity_of(*a8.shape, s.shape, role), exact=True)

@@ -33,6 +33,7 @@ of its slots. The same shapes always choose the same launches (graph capture).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -46,6 +47,7 @@ from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Operands, Staged
 from ..torch_ops import declare, fake_operands
 from ._common import DTYPE_TAG
+from ._quantized import check_prepared
 
 FAMILY = "moe"
 NAMES = ("x", "w13", "w13_scales", "w13_zeros", "w13_perm", "w2", "w2_scales", "w2_zeros", "w2_perm",
@@ -106,9 +108,7 @@ def _bind(ops: Operands, p13: tuple | None, p2: tuple | None) -> Any:
     operands.check_out(ops, (n, h), xv.dtype)
     tag = DTYPE_TAG[xv.dtype]
     if n == 0 or h == 0:
-        empty = (n, h)
-        return DeviceCall(ops, [], out_shape=empty, out_dtype=xv.dtype) if not ops.on_host else \
-            HostCall(ops, [], [None] * (len(NAMES) - 1), out_shape=empty, out_dtype=xv.dtype, out_slot="moe.y")
+        return operands.nothing(ops, (n, h), xv.dtype, "moe.y")
     device = ops.device
     slots = n * k
     plans = _plan(device, tag, p13 is not None, p2 is not None, n, h, i, e, k)
@@ -136,9 +136,7 @@ def _bind(ops: Operands, p13: tuple | None, p2: tuple | None) -> Any:
     _require(xv.strides[-1] == 1 and (n == 1 or x_stride >= h) and x_stride % 8 == 0,
              f"x must be contiguous along H with rows a multiple of 8 elements (16 bytes) apart; got strides "
              f"{xv.strides}")
-    for name in NAMES[1:-1]:
-        v = ops[name]
-        _require(v is None or v.is_contiguous, f"{name} must be contiguous")
+    operands.require_contiguous(ops, NAMES[1:-1])
     return DeviceCall(ops, launches, out_shape=(n, h), out_dtype=xv.dtype, aligned=("x", "w13"),
                       align_message="x and the expert weights must start at 16-byte aligned addresses",
                       scratch_slots=scratch)
@@ -200,25 +198,10 @@ def _weight(ops: Operands, name: str, prepared: tuple | None, dtype: np.dtype) -
         raise InputValueError(f"fused_moe: {name} is a prepared dense weight; prepare the expert stack "
                               "([E, ...] tensors) instead")
     e = int(experts)
-    sv, zv, pv = ops[f"{name}_scales"], ops[f"{name}_zeros"], ops[f"{name}_perm"]
-    assert sv is not None
     if g < 32 or g & (g - 1) or k % g:
         raise InputValueError(f"fused_moe: {name} has group size {g} over K={k}; the kernels need a power of two "
                               ">= 32 dividing K (per-channel scales: K a power of two)")
-    if wv.dtype not in (np.dtype(np.uint32), np.dtype(np.int32)) or wv.shape != (e, rows, k // 8):
-        raise InputValueError(f"fused_moe: {name}'s prepared qweight must be uint32 [E, M, K/8] = [{e}, {rows}, "
-                              f"{k // 8}]; got {wv.dtype} {wv.shape}")
-    if sv.dtype != dtype or sv.shape != (e, rows, k // g):
-        raise InputValueError(f"fused_moe: {name}'s prepared scales must be {dtype} (x's dtype: prepare(..., "
-                              f"dtype=...)) [E, M, K/G] = [{e}, {rows}, {k // g}]; got {sv.dtype} {sv.shape}")
-    if symmetric != (zv is None) or (zv is not None and (zv.dtype != np.dtype(np.uint8) or zv.shape != sv.shape)):
-        raise InputValueError(f"fused_moe: {name}'s prepared zeros must be uint8 {sv.shape} when asymmetric and "
-                              "absent when symmetric")
-    if pv is not None and (pv.dtype != np.dtype(np.int32) or pv.shape != (e, k)):
-        raise InputValueError(f"fused_moe: {name}'s prepared perm must be int32 [E, K] = [{e}, {k}]; got "
-                              f"{pv.dtype} {pv.shape}")
-    if e * rows * (k // 8) >= 2**32:
-        raise InputValueError(f"fused_moe: {name} holds {e * rows * k // 8} words; the kernels index below 2**32")
+    check_prepared("fused_moe", f"{name}'s prepared ", ops, name, (e,), rows, k, g, symmetric, dtype)
     return e, rows, k, g.bit_length() - 1
 
 
@@ -330,51 +313,38 @@ def _require(ok: bool, what: str) -> None:
     operands.require("fused_moe", ok, what)
 
 
-def _torch_stack(w: Any, scales: Any, zeros: Any, perm: Any, group_size: int, shape: tuple[int, ...]) -> Any:
+def _torch_stack(w: Any, scales: Any, zeros: Any, perm: Any, group_size: int) -> Any:
     """A torch op's expert weight: the 16-bit stack itself (group_size 0), else the int4 stack's
     prepared arrays (qweight ``[E, M, K/8]``; symmetric when zeros is None)."""
     if not group_size:
         return w
-    e, rows, words = shape
+    e, rows, words = (int(d) for d in w.shape) if len(w.shape) == 3 else (0, 0, 0)
     return w4a16.Prepared(w, scales, zeros, perm, int(group_size), (rows, 8 * words), zeros is None, "prepared", e)
 
 
 def _torch_fused_moe(x: Any, w13: Any, w2: Any, topk_weights: Any, topk_ids: Any, w13_scales: Any = None,
                      w13_zeros: Any = None, w13_perm: Any = None, w2_scales: Any = None, w2_zeros: Any = None,
                      w2_perm: Any = None, *, out: Any = None, w13_group_size: int = 0, w2_group_size: int = 0,
-                     activation: str = "silu") -> Any:
-    """The torch op's form: each expert stack as its tensors and a group size (0: 16-bit experts)."""
-    a = _torch_stack(w13, w13_scales, w13_zeros, w13_perm, w13_group_size, tuple(int(d) for d in w13.shape))
-    b = _torch_stack(w2, w2_scales, w2_zeros, w2_perm, w2_group_size, tuple(int(d) for d in w2.shape))
-    return fused_moe(x, a, b, topk_weights, topk_ids, activation=activation, out=out)
-
-
-def _torch_check(x: Any, w13: Any, w2: Any, topk_weights: Any, topk_ids: Any, w13_scales: Any = None,
-                 w13_zeros: Any = None, w13_perm: Any = None, w2_scales: Any = None, w2_zeros: Any = None,
-                 w2_perm: Any = None, *, out: Any = None, w13_group_size: int = 0, w2_group_size: int = 0,
-                 activation: str = "silu") -> None:
-    """The op's rules (the entry's and the bind-time ones) on fake tensors (`hipskinny.torch_ops.validate`)."""
+                     activation: str = "silu", check: bool = False) -> Any:
+    """The torch op's form: each expert stack as its tensors and a group size (0: 16-bit experts).
+    ``check``: only the op's rules, on fake tensors (`hipskinny.torch_ops.validate`)."""
+    a = _torch_stack(w13, w13_scales, w13_zeros, w13_perm, w13_group_size)
+    b = _torch_stack(w2, w2_scales, w2_zeros, w2_perm, w2_group_size)
+    if not check:
+        return fused_moe(x, a, b, topk_weights, topk_ids, activation=activation, out=out)
     if activation not in ACTIVATIONS:
         fused_moe(None, None, None, None, None, activation=activation)        # raises the entry's error
-    objs = (x, w13, w13_scales, w13_zeros, w13_perm, w2, w2_scales, w2_zeros, w2_perm, topk_weights, topk_ids, out)
-    ops = fake_operands("fused_moe", NAMES, objs)
-
-    def prepared(name: str, g: int, zeros: Any) -> tuple | None:
-        v = ops[name]
-        assert v is not None
-        if not g:
-            return None
-        e, rows, words = v.shape if len(v.shape) == 3 else (0, 0, 0)
-        return e, (rows, 8 * words), int(g), zeros is None
-
-    _bind(ops, prepared("w13", w13_group_size, w13_zeros), prepared("w2", w2_group_size, w2_zeros))
+    (o13, p13), (o2, p2) = _parts(a, "w13"), _parts(b, "w2")
+    _bind(fake_operands("fused_moe", NAMES, (x, *o13, *o2, topk_weights, topk_ids, out)), p13, p2)
+    return None
 
 
 # torch.ops.hipskinny.fused_moe / fused_moe_out (registered by hipskinny.torch_ops).
 TORCH_OPS = declare("fused_moe", "Tensor x, Tensor w13, Tensor w2, Tensor topk_weights, Tensor topk_ids, "
                     "Tensor? w13_scales=None, Tensor? w13_zeros=None, Tensor? w13_perm=None, Tensor? w2_scales=None, "
                     "Tensor? w2_zeros=None, Tensor? w2_perm=None", _torch_fused_moe, lambda x, *_: tuple(x),
-                    options='int w13_group_size=0, int w2_group_size=0, str activation="silu"', check=_torch_check,
+                    options='int w13_group_size=0, int w2_group_size=0, str activation="silu"',
+                    check=functools.partial(_torch_fused_moe, check=True),
                     autograd=autograd.moe("fused_moe"))
 
 

@@ -8,18 +8,15 @@ bf16 ``[..., K]``; y has x's dtype. fp32 x is an error (bitsandbytes takes it; c
 at the end.
 
 N = 1..8, kernel ``matmul_4bit_<f16|bf16>_n<N>_y<YTILE>`` (kernels/matmul_4bit.hip): the
-split-across-lanes design of `hipskinny.skinny_gemm` with 32-column (16-byte) chunks and its
-rules: ``kc`` = K when N x K 16-bit values fit the LDS left after the codebooks, else the most
-columns that fit rounded down to a multiple of 32 x wave size; workgroups per CU from
-occupancy, at most 2; YTILE by `skinny_gemm.ytile`; persistent grid. Each chunk's products
-``x * code[q]`` (exact in fp32 FMAs) are summed, scaled by the block's absmax (decoded in the
-kernel when nested) and added: the weights are never rounded.
+lane-split kernels with 32-column (16-byte) chunks, planned by the small-N rules of
+`ops._linear` (x staged after the codebooks' static LDS). Each chunk's products ``x * code[q]``
+(exact in fp32 FMAs) are summed, scaled by the block's absmax (decoded in the kernel when
+nested) and added: the weights are never rounded.
 
 N = 9..64, kernel ``matmul_4bit_splitk_<f16|bf16>_t<NT>`` (kernels/matmul_4bit_splitk.hip): the
-matrix units, with `skinny_gemm`'s split-K rules (token tiles, shards from the arch's flagship
-CU count, persistent grid, shard partials and self-cleaning counters from the scratch pool,
-summed in shard order). Each weight is widened in registers to x's dtype as ``T(code[q] *
-absmax)``, the fp32 product rounded once -- the values bitsandbytes' dequantize gives.
+split-K kernels on the matrix units, planned by the rules of `ops._linear`. Each weight is
+widened in registers to x's dtype as ``T(code[q] * absmax)``, the fp32 product rounded once --
+the values bitsandbytes' dequantize gives.
 
 Both are bitwise reproducible across calls, schedules and CU counts.
 
@@ -48,27 +45,26 @@ from typing import Any
 
 import numpy as np
 
-from .. import autograd, dtypes, operands, registry
+from .. import autograd, dtypes, operands
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..formats import bnb
-from ..launch import LaunchPlan, PlanCache, make_plan
-from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
+from ..operands import DeviceCall, HostCall, Launch, Operands
 from ..torch_ops import declare
 from . import _linear as lin
 from . import skinny_gemm as sg
 from ._common import DTYPE_TAG
-from ._linear import THREADS
+from ._quantized import CHUNK as CHUNK
+from ._quantized import FUSED_MAX_N, QuantizedLinear
+from ._quantized import MAX_N as MAX_N
 
 FAMILY = "matmul_4bit"
-SPLITK_FAMILY = "matmul_4bit_splitk"
-MAX_N = 8                           # fused lane-split kernel
-FUSED_MAX_N = 64                    # fused split-K kernel, N = MAX_N + 1 .. FUSED_MAX_N
-CHUNK = 32                          # K columns (16 weight bytes) per lane chunk
 NESTED = 1                          # kernel flag
 NAMES = ("x", "w", "absmax", "absmax2", "code2", "offset", "code", "bias", "out")
+ROUTE_SLOT = "matmul_4bit.weights"     # the route's dequantized 16-bit weights
 _F32 = np.dtype(np.float32)
-_plans = PlanCache()
+_OP = QuantizedLinear("matmul_4bit", "matmul_4bit", FAMILY, NAMES, NAMES[1:7], "",
+                      "x and the packed weights must start at 16-byte aligned addresses")
 _calls = operands.CallCache()
 
 
@@ -103,57 +99,31 @@ def fusible(n: int, k: int, blocksize: int) -> bool:
 
 
 def _bind(ops: Operands, st: bnb.QuantState, fused: bool | None) -> Any:
-    xv, wv, bv = ops["x"], ops["w"], ops["bias"]
-    assert xv is not None and wv is not None
+    xv = ops["x"]
+    assert xv is not None
     n, m, k, log2_bs = _check(ops, st)
-    out_shape = (*xv.shape[:-1], m)
-    operands.check_out(ops, out_shape, xv.dtype)
     flags = NESTED if st.state2 is not None else 0
-    if m == 0 or n == 0:
-        return DeviceCall(ops, [], out_shape=out_shape, out_dtype=xv.dtype) if not ops.on_host else \
-            HostCall(ops, [], [None] * (len(NAMES) - 1), out_shape=out_shape, out_dtype=xv.dtype,
-                     out_slot="matmul_4bit.y")
-    if not ops.on_host:
-        for name in ("w", "absmax", "absmax2", "code2", "offset", "code"):
-            v = ops[name]
-            _require(v is None or v.is_contiguous, f"{name} must be contiguous")
-    if not fusible(n, k, 1 << log2_bs):
-        if fused:
-            raise InputValueError(f"matmul_4bit: fused=True, but the fused kernels take N = 1..{FUSED_MAX_N} "
-                                  f"tokens and K a multiple of the blocksize; got N={n}, K={k}, blocksize "
-                                  f"{1 << log2_bs}")
-        return _route(ops, st, n, m, k, log2_bs, flags)
-    if fused is False:
-        return _route(ops, st, n, m, k, log2_bs, flags)
-    device = ops.device
-    tag = DTYPE_TAG[xv.dtype]
-    b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
-    if ops.on_host:
-        launch, slots = _launch(device, tag, n, m, k, k, m if b_rows > 1 else 0, log2_bs, flags)
-        return HostCall(ops, [launch], _staged(ops, n, m, k, k), out_shape=out_shape, out_dtype=xv.dtype,
-                        out_slot="matmul_4bit.y", scratch_slots=slots)
-    launch, slots = _launch(device, tag, n, m, k, operands.staged_rows("matmul_4bit", xv, k),
-                            operands.bias_row_stride("matmul_4bit", bv, m), log2_bs, flags)
-    return DeviceCall(ops, [launch], out_shape=out_shape, out_dtype=xv.dtype, aligned=("x", "w"),
-                      align_message="x and the packed weights must start at 16-byte aligned addresses",
-                      scratch_slots=slots)
+    device, tag = ops.device, DTYPE_TAG[xv.dtype]
+    return _OP.bind(
+        ops, n, m, k, fusible=fusible(n, k, 1 << log2_bs), fused=fused,
+        fused_rule=f"K a multiple of the blocksize; got N={n}, K={k}, blocksize {1 << log2_bs}",
+        route=lambda: _route(ops, n, m, k, log2_bs, flags),
+        launch=lambda x_stride, b_stride: _OP.launch(device, tag, n, m, k, x_stride, b_stride,
+                                                     {"log2_bs": log2_bs, "flags": flags},
+                                                     {"log2_bs": log2_bs, "flags": flags}),
+        staged=lambda: _OP.staged(ops, n, m, k, k))
 
 
 def _check(ops: Operands, st: bnb.QuantState) -> tuple[int, int, int, int]:
     """Shapes and dtypes of x, the weight and its state; returns N, M, K, log2(blocksize)."""
-    xv, bv = ops["x"], ops["bias"]
+    xv = ops["x"]
     assert xv is not None
     if xv.dtype not in DTYPE_TAG:
         raise InputTypeError(f"matmul_4bit: x has dtype {xv.dtype}; supported: float16, bfloat16 (cast fp32 "
                              "activations, or use hipskinny.bnb.dequantize_4bit)")
     m, k, log2_bs = _check_weight(ops, st, "matmul_4bit")
-    if len(xv.shape) < 1 or xv.shape[-1] != k:
-        raise InputValueError(f"matmul_4bit: x must be [..., K] with K={k} (the weight is [M={m}, K={k}]); "
-                              f"got shape {xv.shape}")
-    n = int(np.prod(xv.shape[:-1], dtype=np.int64))
-    if bv is not None and (bv.dtype != xv.dtype or bv.shape not in ((m,), (1, m), (n, m))):
-        raise InputValueError(f"matmul_4bit: bias must be {xv.dtype} [M], [1, M] or [N, M] with N={n}, M={m}; "
-                              f"got {bv.dtype} {bv.shape}")
+    n = lin.tokens("matmul_4bit", xv, m, k)
+    lin.check_bias("matmul_4bit", ops["bias"], n, m, xv.dtype)
     return n, m, k, log2_bs
 
 
@@ -198,50 +168,12 @@ def _check_weight(ops: Operands, st: bnb.QuantState, op: str) -> tuple[int, int,
     return m, k, bs.bit_length() - 1
 
 
-def _launch(device: Device, tag: str, n: int, m: int, k: int, x_stride: int, b_stride: int, log2_bs: int,
-            flags: int) -> tuple[Launch, tuple[tuple[str, int], ...]]:
-    """The fused launch of a call of this shape and the scratch slots it needs (split-K partials
-    and counters)."""
-    plan = _plan(device, tag, n, m, k)
-    info = plan.info
-    ptrs = {name: name for name in NAMES[:-1]}
-    if n <= MAX_N:
-        return operands.launch(device, plan, NAMES, **ptrs, y="out", M=m, K=k, x_stride=x_stride,
-                               bias_stride=b_stride, kc=info["k_chunk"], log2_bs=log2_bs, flags=flags), ()
-    values = dict(N=n, M=m, K=k, x_stride=x_stride, bias_stride=b_stride, shard_len=info["shard_len"],
-                  log2_bs=log2_bs, flags=flags)
-    return lin.splitk_launch(device, plan, NAMES, {**ptrs, "y": "out"}, values, "matmul_4bit.partials",
-                            "matmul_4bit.counters")
-
-
-
-def _plan(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
-    if n > MAX_N:
-        return _plan_splitk(device, tag, n, m, k)
-    key = (device, tag, n, m, k, device.properties.cu_count)
-    return _plans.get(key, lambda: lin.lane_split_plan(device, FAMILY, f"{FAMILY}_{tag}_n{n}", n, m, k, chunk=CHUNK,
-                                                      op="matmul_4bit"))
-
-
-def _plan_splitk(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
-    """N = 9..64: skinny_gemm's split-K configuration (`skinny_gemm.splitk_plan`) for the 4-bit kernel."""
-    key = ("splitk", device, tag, n, m, k, device.properties.cu_count)
-    return _plans.get(key, lambda: lin.splitk_plan(device, SPLITK_FAMILY, lambda nt, _: f"{SPLITK_FAMILY}_{tag}_t{nt}",
-                                                  n, m, k))
-
-
 def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int) -> dict[str, Any]:
     """The configuration a fused call of this shape gets on ``device`` (tests and benchmarks)."""
-    if not fusible(n, k, CHUNK):
-        raise InputValueError(f"matmul_4bit: the fused kernels serve N = 1..{FUSED_MAX_N} and K a multiple of "
-                              f"the blocksize (>= {CHUNK}); got N={n}, K={k}")
-    return dict(_plan(device, DTYPE_TAG[dtypes.read(x_dtype, "x_dtype", dtypes.HALVES)], n, m, k).info)
+    return _OP.plan_info(device, x_dtype, n, m, k)
 
 
-ROUTE_SLOT = "matmul_4bit.weights"     # the route's dequantized 16-bit weights
-
-
-def _route(ops: Operands, st: bnb.QuantState, n: int, m: int, k: int, log2_bs: int, flags: int) -> Any:
+def _route(ops: Operands, n: int, m: int, k: int, log2_bs: int, flags: int) -> Any:
     """Shapes the fused kernels do not take: the dequantize kernel writes W as x's 16-bit dtype
     (``T(code[q] * absmax)``, one rounding, as bitsandbytes' dequantize) into a pooled
     ``[M, pitch]`` buffer for `hipskinny.skinny_gemm`'s kernel (`skinny_gemm.dequantize_route`)."""
@@ -251,27 +183,15 @@ def _route(ops: Operands, st: bnb.QuantState, n: int, m: int, k: int, log2_bs: i
     return sg.dequantize_route(
         ops, "matmul_4bit", NAMES, n, m, k, pitch,
         lambda pointers, out: _dequantize_launch(device, tag, m, k, pitch, log2_bs, flags, pointers, out),
-        lambda: _staged(ops, n, m, k, pitch), slot=ROUTE_SLOT, out_slot="matmul_4bit.y",
-        k_rule="a multiple of the blocksize (the fused kernels)",
-        align_message="x and the packed weights must start at 16-byte aligned addresses")
+        lambda: _OP.staged(ops, n, m, k, pitch), slot=ROUTE_SLOT, out_slot="matmul_4bit.y",
+        k_rule="a multiple of the blocksize (the fused kernels)", align_message=_OP.align_message)
 
 
 def _dequantize_launch(device: Device, tag: str, m: int, k: int, pitch: int, log2_bs: int, flags: int,
                        pointers: tuple[str, ...], out: str = sg.DEQUANTIZED) -> Launch:
     """The dequantize kernel reading the state's operands and writing ``[M, pitch]`` 16-bit weights
     to the pointer named ``out`` (``pointers``: the call's)."""
-    info = device.arch
-    cu_count = device.properties.cu_count
-    key = ("dequantize", device, tag, m, pitch, cu_count)
-
-    def build() -> LaunchPlan:
-        name = f"dequantize_4bit_{tag}"
-        fn, meta = registry.load(device, FAMILY).kernel(name)
-        threads = m * pitch // 8                          # one 16-byte store each
-        grid = max(1, min(-(-threads // THREADS), cu_count * 2 * info.simds_per_cu))
-        return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), info={"kernel": name, "grid": grid})
-
-    plan = _plans.get(key, build)
+    plan = _OP.dequantize_plan(device, f"dequantize_4bit_{tag}", m, m * pitch // 8)
     return operands.launch(device, plan, pointers, **{name: name for name in NAMES[1:7]}, out=out, M=m, K=k,
                            pitch=pitch, log2_bs=log2_bs, flags=flags)
 
@@ -305,37 +225,16 @@ def _bind_dequantize(ops: Operands, st: bnb.QuantState, dtype: np.dtype) -> Any:
         raise InputValueError(f"dequantize: K must be a multiple of 8 (the kernel stores 8 weights at a time); "
                               f"got K={k} (hipskinny.bnb.dequantize_4bit takes any K)")
     operands.check_out(ops, (m, k), dtype)
-    flags = NESTED if st.state2 is not None else 0
     if m == 0:
-        return DeviceCall(ops, [], out_shape=(m, k), out_dtype=dtype) if not ops.on_host else \
-            HostCall(ops, [], [None] * (len(NAMES) - 1), out_shape=(m, k), out_dtype=dtype, out_slot="dequantize.w")
-    launch = _dequantize_launch(ops.device, DTYPE_TAG[dtype], m, k, k, log2_bs, flags, NAMES, "out")
+        return operands.nothing(ops, (m, k), dtype, "dequantize.w")
+    launch = _dequantize_launch(ops.device, DTYPE_TAG[dtype], m, k, k, log2_bs, NESTED if st.state2 else 0,
+                                NAMES, "out")
     if ops.on_host:
-        return HostCall(ops, [launch], _staged(ops, 0, m, k, k), out_shape=(m, k), out_dtype=dtype,
+        return HostCall(ops, [launch], _OP.staged(ops, 0, m, k, k), out_shape=(m, k), out_dtype=dtype,
                         out_slot="dequantize.w")
-    for name in ("w", "absmax", "absmax2", "code2", "offset", "code"):
-        v = ops[name]
-        _require(v is None or v.is_contiguous, f"{name} must be contiguous")
+    operands.require_contiguous(ops, NAMES[1:7])
     return DeviceCall(ops, [launch], out_shape=(m, k), out_dtype=dtype, aligned=("w", "out"),
                       align_message="the packed weights and out must start at 16-byte aligned addresses")
-
-
-def _staged(ops: Operands, n: int, m: int, k: int, pitch: int) -> list[Staged | None]:
-    """How host inputs reach the device: x rows ``pitch`` apart (zero padded), the rest flat."""
-    bv = ops["bias"]
-
-    def flat(name: str) -> Staged | None:
-        v = ops[name]
-        return None if v is None else Staged(f"matmul_4bit.{name}", 1, v.numel, v.numel)
-
-    b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
-    bias = None if bv is None else Staged("matmul_4bit.bias", b_rows, m, m, optional=True)
-    return [Staged("matmul_4bit.x", n, k, pitch), flat("w"), flat("absmax"), flat("absmax2"), flat("code2"),
-            flat("offset"), flat("code"), bias]
-
-
-def _require(ok: bool, what: str) -> None:
-    operands.require("matmul_4bit", ok, what)
 
 
 def _torch_matmul_4bit(x: Any, packed: Any, absmax: Any, code: Any, blocksize: int, shape: Any, bias: Any = None,
@@ -400,13 +299,7 @@ TORCH_OPS = declare("matmul_4bit", "Tensor x, Tensor packed, Tensor absmax, Tens
 def matmul_4bit_reference(x: Any, packed: Any, state: Any, bias: Any = None) -> np.ndarray:
     """The exact semantics in float64: ``x @ dequantize_exact(packed, state).T + bias`` before any
     rounding (shape ``[..., M]``)."""
-    st = bnb.as_state(state)
-    m, k = (int(d) for d in st.shape)
-    xa = np.asarray(x)
-    y = xa.reshape(-1, k).astype(np.float64) @ dequantize_exact(packed, st).T
-    if bias is not None:
-        y = y + np.asarray(bias).astype(np.float64).reshape(-1, m)
-    return y.reshape(*xa.shape[:-1], m)
+    return lin.linear_reference(x, dequantize_exact(packed, bnb.as_state(state)), bias)
 
 
 def dequantize_exact(packed: Any, state: Any) -> np.ndarray:

@@ -34,30 +34,24 @@ strides that are multiples of 8 elements and 16-byte aligned bases.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from .. import autograd, dtypes, operands, registry, tensors
+from .. import autograd, dtypes, operands, tensors
 from ..devices.base import Device
 from ..errors import InputValueError
-from ..launch import LaunchPlan, PlanCache, make_plan
+from ..launch import LaunchPlan, PlanCache
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
 from ..torch_ops import declare, fake_operands
+from . import _linear as lin
 from ._common import DTYPE_TAG, check_16bit_dtypes
 from ._linear import (
-    MAX_GROUPS_PER_CU,
     MAX_N,
     SPLITK_MAX_N,
-    THREADS,
-    built_ytiles,
-    groups_per_cu,
-    k_chunk,
-    lane_split_grid,
+    lane_split_plan,
     on_rocm_torch,
-    splitk_launch,
     splitk_plan,
 )
 
@@ -67,7 +61,6 @@ _MAX_DIM = 2**31 - 1
 NAMES = ("x", "w", "bias", "out")
 _plans = PlanCache()
 _calls = operands.CallCache()
-log = logging.getLogger(__name__)
 
 
 def skinny_gemm(x: Any, w: Any, bias: Any = None, *, deterministic: bool = True, out: Any = None) -> Any:
@@ -105,7 +98,7 @@ def _bind(ops: Operands, deterministic: bool) -> Any:
     device, empty = ops.device, m == 0 or n == 0
     if ops.on_host:
         pitch = -(-k // 8) * 8                       # staged rows padded to 16 bytes
-        b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
+        b_rows = lin.bias_rows(bv)
         # The zero padding past K contributes nothing, so the split-K kernel gets K rounded up to 8.
         k_kernel = pitch if n > MAX_N else k
         staged = [Staged("skinny_gemm.x", n, k, pitch), Staged("skinny_gemm.w", m, k, pitch),
@@ -136,17 +129,12 @@ def _launch(device: Device, tag: str, n: int, m: int, k: int, atomic: bool, x_st
     ``pointers``: the call's pointers ahead of those slots (this op's: NAMES; an op that dequantizes
     first adds its weights slot), ``w``: the one that holds the 16-bit weights."""
     plan = _plan(device, tag, n, m, k, atomic)
-    info = plan.info
-    ptrs = dict(x="x", w=w, bias="bias", y="out")
-    if "shard_len" not in info:
-        return operands.launch(device, plan, pointers, **ptrs, M=m, K=k, x_stride=x_stride, w_stride=w_stride,
-                               bias_stride=b_stride, kc=info["k_chunk"]), ()
-    values = dict(N=n, M=m, K=k, x_stride=x_stride, w_stride=w_stride, bias_stride=b_stride,
-                  shard_len=info["shard_len"])
     # The atomic variant needs its slices zero on entry (it leaves them so); the deterministic one
     # leaves its partials as written: they must not share a slot.
-    partials = "skinny_gemm.atomic_slices" if info["kernel"].endswith("_atomic") else "skinny_gemm.partials"
-    return splitk_launch(device, plan, pointers, ptrs, values, partials, "skinny_gemm.counters")
+    partials = "skinny_gemm.atomic_slices" if plan.info["kernel"].endswith("_atomic") else "skinny_gemm.partials"
+    return lin.plan_launch(device, plan, pointers, dict(x="x", w=w, bias="bias", y="out"),
+                           dict(M=m, K=k, x_stride=x_stride, w_stride=w_stride, bias_stride=b_stride), n, partials,
+                           "skinny_gemm.counters")
 
 
 class _TorchFallback:
@@ -200,7 +188,7 @@ def dequantize_route(ops: Operands, op: str, names: tuple[str, ...], n: int, m: 
     if ops.on_host:
         # x rows padded with zeros to the weights' pitch: the zero columns of both add nothing,
         # so the split-K kernel runs on K rounded up to the pitch.
-        b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
+        b_rows = lin.bias_rows(bv)
         gemm, gemm_slots = _launch(device, tag, n, m, pitch if n > MAX_N else k, False, pitch, pitch,
                                    m if b_rows > 1 else 0, pointers=pointers, w=slot)
     else:
@@ -241,13 +229,11 @@ class TorchDequantizeRoute:
 
 
 def _unsupported(ops: Operands, why: str) -> Any:
-    bv = ops["bias"]
-    if on_rocm_torch(ops):
-        log.debug("skinny_gemm: %s is outside the kernels' range; using torch.nn.functional.linear", why)
-        return _TorchFallback(bv is not None and len(bv.shape) == 2 and bv.shape[0] > 1)
-    raise InputValueError(f"skinny_gemm: {why}; supported: N = 1..{SPLITK_MAX_N} tokens, any K for host "
-                          f"inputs, K % 8 == 0 for GPU tensors when N > {MAX_N} (torch tensors on a ROCm GPU "
-                          "fall back to torch.nn.functional.linear outside that)")
+    per_token = lin.bias_rows(ops["bias"]) > 1
+    return lin.outside(ops, "skinny_gemm", why, lambda: _TorchFallback(per_token),
+                       f"N = 1..{SPLITK_MAX_N} tokens, any K for host inputs, K % 8 == 0 for GPU tensors when "
+                       f"N > {MAX_N} (torch tensors on a ROCm GPU fall back to torch.nn.functional.linear "
+                       "outside that)")
 
 
 def _check_shapes(xv: tensors.TensorView, wv: tensors.TensorView,
@@ -256,14 +242,8 @@ def _check_shapes(xv: tensors.TensorView, wv: tensors.TensorView,
     if len(wv.shape) != 2:
         raise InputValueError(f"skinny_gemm: w must be 2-D [M, K]; got shape {wv.shape}")
     m, k = wv.shape
-    if len(xv.shape) < 1:
-        raise InputValueError("skinny_gemm: x must have at least one dimension [..., K]; got a scalar")
-    if xv.shape[-1] != k:
-        raise InputValueError(f"skinny_gemm: x has K={xv.shape[-1]} but w is [M={m}, K={k}]")
-    n = int(np.prod(xv.shape[:-1], dtype=np.int64))
-    if bv is not None and bv.shape not in ((m,), (1, m), (n, m)):
-        raise InputValueError(f"skinny_gemm: bias must be [M], [1, M] or [N, M] with N={n}, M={m}; "
-                              f"got shape {bv.shape}")
+    n = lin.tokens("skinny_gemm", xv, m, k, "w")
+    lin.check_bias("skinny_gemm", bv, n, m)
     if m > _MAX_DIM or k > _MAX_DIM or n * max(m, k) > 2**62:
         raise InputValueError(f"skinny_gemm: M and K must be below 2**31; got M={m}, K={k}")
     if k == 0:
@@ -274,26 +254,8 @@ def _check_shapes(xv: tensors.TensorView, wv: tensors.TensorView,
 def _plan(device: Device, tag: str, n: int, m: int, k: int, atomic: bool) -> LaunchPlan:
     if n > MAX_N:
         return _plan_splitk(device, tag, n, m, k, atomic)
-    info = device.arch
-    cu_count = device.properties.cu_count
-    key = (device, tag, n, m, k, cu_count)
-
-    def build() -> LaunchPlan:
-        kc = k_chunk(n, k, info.lds_per_workgroup, info.wave_size)
-        lds = n * kc * 2
-        module = registry.load(device, FAMILY)
-        # Occupancy depends on the kernel's registers: judge it on the largest tile built for N.
-        tiles = built_ytiles(module, f"{FAMILY}_{tag}_n{n}")
-        _, meta_max = module.kernel(f"{FAMILY}_{tag}_n{n}_y{tiles[0]}")
-        groups = groups_per_cu(info, meta_max, lds, MAX_GROUPS_PER_CU)
-        yt, grid = lane_split_grid(tiles, m, cu_count, groups, info.wave_size)
-        name = f"{FAMILY}_{tag}_n{n}_y{yt}"
-        fn, meta = module.kernel(name)
-        return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=lds,
-                         info={"kernel": name, "ytile": yt, "k_chunk": kc, "lds_bytes": lds,
-                               "groups_per_cu": groups, "grid": grid, "staged_once": kc >= k})
-
-    return _plans.get(key, build)
+    key = (device, tag, n, m, k, device.properties.cu_count)
+    return _plans.get(key, lambda: lane_split_plan(device, FAMILY, f"{FAMILY}_{tag}_n{n}", n, m, k))
 
 
 def _plan_splitk(device: Device, tag: str, n: int, m: int, k: int, atomic: bool) -> LaunchPlan:
@@ -331,11 +293,4 @@ def skinny_gemm_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None 
     then round-to-nearest-even to the input dtype (for bfloat16 ml_dtypes goes through
     float32, a double rounding that can move an exact tie by one ulp). x is ``[..., K]``; the
     result is ``[..., M]``."""
-    xa = np.asarray(x)
-    dtype = xa.dtype
-    w64 = np.asarray(w).astype(np.float64)
-    x64 = xa.astype(np.float64).reshape(-1, w64.shape[1])
-    y = x64 @ w64.T
-    if bias is not None:
-        y = y + np.asarray(bias).astype(np.float64).reshape(-1, w64.shape[0])
-    return y.astype(dtype).reshape(*xa.shape[:-1], w64.shape[0])
+    return lin.linear_reference(x, np.asarray(w).astype(np.float64), bias).astype(np.asarray(x).dtype)

@@ -30,6 +30,7 @@ every GPU computes the same bits; splits merge in split order in the last workgr
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -39,11 +40,11 @@ import numpy as np
 from .. import operands, registry
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
-from ..formats.mla import LAYOUTS, Layout, cache_blocks, dequant_slots, layout_of
+from ..formats.mla import LAYOUTS, block_size_of, cache_blocks, gather_keys, indptr_check, layout_of
 from ..fp8 import check_flavor
 from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
-from ..torch_ops import declare, fake_operands
+from ..torch_ops import declare, fake_operands, torch_dtype
 
 FAMILY = "sparse_mla"
 INPUTS = ("q", "swa_cache", "swa_indices", "swa_indptr", "extra_cache", "extra_indices", "extra_indptr", "sink")
@@ -116,51 +117,11 @@ def _flavors(fp8: Any) -> tuple[str, str]:
 
 def _cache_bytes(cache: Any, name: str, layout: str) -> tuple[Any, int]:
     """A cache as the kernel reads it, and its block size: GPU tensors as they are (block stride =
-    stride(0)); host arrays as their blocks' bytes ``[num_blocks, block_size * row]`` (a view), which
-    are staged with a 16-byte-aligned pitch."""
+    stride(0)); host arrays as their blocks' used bytes ``[num_blocks, block_size * row]`` (a view),
+    which are staged with a 16-byte-aligned pitch."""
     v = operands.view(cache, name)
-    bs = _block_size(v, name, layout)
-    if not v.on_host:
-        return cache, bs
-    row, nb = LAYOUTS[layout].token_bytes, int(v.shape[0])
-    a = v.host_array()
-    return np.lib.stride_tricks.as_strided(a, (nb, bs * row), (a.strides[0] if nb > 1 else bs * row, 1),
-                                           writeable=False), bs
-
-
-def _block_size(v: Any, name: str, layout: str) -> int:
-    """A cache's layout rules, on its view; returns its block size."""
-    row = LAYOUTS[layout].token_bytes
-    if v.dtype != _U8 or len(v.shape) != 3 or v.shape[2] != row:
-        raise InputValueError(f"sparse_decode: {name} must be uint8 [num_blocks, block_size, {row}] for layout "
-                              f"{layout!r}; got {v.dtype} {v.shape}")
-    nb, bs, _ = (int(d) for d in v.shape)
-    if bs < 1 or nb * bs >= 2**31:
-        raise InputValueError(f"sparse_decode: {name} holds {nb} blocks of {bs} slots; supported: block_size >= 1 "
-                              "and fewer than 2**31 slots")
-    if v.strides[1:] != (row, 1) or (nb > 1 and v.strides[0] < bs * row):
-        raise InputValueError(f"sparse_decode: {name}'s token rows must be contiguous within a block (strides "
-                              f"(block_bytes >= {bs * row}, {row}, 1)); got strides {v.strides}")
-    return bs
-
-
-def _indptr_check(name: str, idx_name: str, n: int) -> Any:
-    """The rules a host indptr must follow (the kernel would clip a device one)."""
-
-    def check(a: np.ndarray) -> None:
-        p = a.reshape(-1)
-        if p[0] < 0:
-            raise InputValueError(f"sparse_decode: {name} must start at 0 or more; got {name}[0] = {p[0]}")
-        drops = np.flatnonzero(p[1:] < p[:-1])
-        if drops.size:
-            i = int(drops[0])
-            raise InputValueError(f"sparse_decode: {name} must never decrease; got {name}[{i}] = {p[i]} > "
-                                  f"{name}[{i + 1}] = {p[i + 1]}")
-        if p[-1] > n:
-            raise InputValueError(f"sparse_decode: {name} must end at most at len({idx_name}) = {n}; got "
-                                  f"{name}[{p.size - 1}] = {p[-1]}")
-
-    return check
+    bs = block_size_of(v, name, layout)
+    return (cache, bs) if not v.on_host else cache_blocks(v.host_array(), LAYOUTS[layout], name=name)
 
 
 def split_count(t: int, h: int, capacity: int) -> int:
@@ -197,7 +158,7 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
         if pv.dtype != _I32 or pv.shape != (t + 1,):
             raise InputTypeError(f"sparse_decode: {ptr} must be int32 [T + 1] = [{t + 1}]; got {pv.dtype} {pv.shape}")
         caps.append(int(iv.shape[0]))
-        checks[ptr] = _indptr_check(ptr, idx, caps[-1])
+        checks[ptr] = indptr_check(ptr, idx, caps[-1])
     n_idx = (*caps, 0)[:2]
     sv = ops["sink"]
     if sv is not None and (sv.dtype != _F32 or len(sv.shape) != 1 or sv.shape[0] < h):
@@ -265,9 +226,7 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
         operands.require("sparse_decode", b % 16 == 0, f"{name}'s block stride must be a multiple of 16 bytes; "
                          f"got {b}")
         strides.append(b)
-    for name in ("swa_indices", "swa_indptr", "extra_indices", "extra_indptr", "sink"):
-        v = ops[name]
-        operands.require("sparse_decode", v is None or v.is_contiguous, f"{name} must be contiguous")
+    operands.require_contiguous(ops, ("swa_indices", "swa_indptr", "extra_indices", "extra_indptr", "sink"))
     return DeviceCall(ops, launch((int(qv.strides[0]), int(qv.strides[1])), strides[0], strides[1]),
                       out_shape=out_shape, out_dtype=_BF16, aligned=("q", "swa_cache", "extra_cache"),
                       align_message="q and the caches must start at 16-byte aligned addresses",
@@ -277,30 +236,19 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
 def _torch_sparse_mla(q: Any, swa_cache: Any, swa_indices: Any, swa_indptr: Any, extra_cache: Any = None,
                       extra_indices: Any = None, extra_indptr: Any = None, sink: Any = None, *, out: Any = None,
                       scale: float, layout: str = "v4", fp8: str = "ocp", extra_fp8: str | None = None,
-                      splits: int | None = None) -> Any:
-    """The torch op's form: the lists positional, the extra cache's flavour as ``extra_fp8`` (None: fp8's)."""
-    return sparse_decode(q, swa_cache, swa_indices, swa_indptr, extra_cache=extra_cache, extra_indices=extra_indices,
-                         extra_indptr=extra_indptr, sink=sink, scale=scale, layout=layout,
-                         fp8=fp8 if extra_fp8 is None else (fp8, extra_fp8), out=out, splits=splits)
-
-
-def _torch_check(q: Any, swa_cache: Any, swa_indices: Any, swa_indptr: Any, extra_cache: Any = None,
-                 extra_indices: Any = None, extra_indptr: Any = None, sink: Any = None, *, out: Any = None,
-                 scale: float, layout: str = "v4", fp8: str = "ocp", extra_fp8: str | None = None,
-                 splits: int | None = None) -> None:
-    """The op's rules (the entry's and the bind-time ones) on fake tensors (`hipskinny.torch_ops.validate`)."""
-    flavors = _check_options(scale, layout, fp8 if extra_fp8 is None else (fp8, extra_fp8), splits,
-                             (extra_cache, extra_indices, extra_indptr), sink)
-    ops = fake_operands("sparse_decode", NAMES, (q, swa_cache, swa_indices, swa_indptr, extra_cache, extra_indices,
-                                                 extra_indptr, sink, out))
-    bs = [0 if ops[c] is None else _block_size(ops[c], c, layout) for c in ("swa_cache", "extra_cache")]
+                      splits: int | None = None, check: bool = False) -> Any:
+    """The torch op's form: the lists positional, the extra cache's flavour as ``extra_fp8`` (None: fp8's).
+    ``check``: only the op's rules, on fake tensors (`hipskinny.torch_ops.validate`)."""
+    flavors = fp8 if extra_fp8 is None else (fp8, extra_fp8)
+    lists = (swa_cache, swa_indices, swa_indptr, extra_cache, extra_indices, extra_indptr, sink)
+    if not check:
+        return sparse_decode(q, *lists[:3], **dict(zip(INPUTS[4:], lists[3:], strict=True)), scale=scale,
+                             layout=layout, fp8=flavors, out=out, splits=splits)
+    flavors = _check_options(scale, layout, flavors, splits, lists[3:6], sink)
+    ops = fake_operands("sparse_decode", NAMES, (q, *lists, out))
+    bs = [0 if ops[c] is None else block_size_of(ops[c], c, layout) for c in ("swa_cache", "extra_cache")]
     _bind(ops, layout, flavors, float(scale), bs[0], bs[1], False, splits)
-
-
-def _torch_bf16() -> Any:
-    import torch
-
-    return torch.bfloat16
+    return None
 
 
 # torch.ops.hipskinny.sparse_mla_decode / sparse_mla_decode_out (registered by hipskinny.torch_ops).
@@ -308,7 +256,8 @@ TORCH_OPS = declare("sparse_mla_decode", "Tensor q, Tensor swa_cache, Tensor swa
                     "Tensor? extra_cache=None, Tensor? extra_indices=None, Tensor? extra_indptr=None, "
                     "Tensor? sink=None", _torch_sparse_mla, lambda q, *_: (q[0], q[1], D_V),
                     options='float scale, str layout="v4", str fp8="ocp", str? extra_fp8=None, int? splits=None',
-                    out_dtype=lambda *_, **__: _torch_bf16(), check=_torch_check)
+                    out_dtype=lambda *_, **__: torch_dtype("bfloat16"),
+                    check=functools.partial(_torch_sparse_mla, check=True))
 
 
 def _plan(device: Device, layout: str, t: int, hb: int, s: int) -> LaunchPlan:
@@ -334,31 +283,6 @@ def plan_info(device: Device, t: int, h: int, capacity: int, layout: str = "v4")
 # Reference
 
 _Q_DTYPES = (np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
-
-
-def _int_array(a: Any, name: str) -> np.ndarray:
-    arr = np.asarray(a)
-    if arr.dtype.kind not in "iu" or arr.ndim != 1:
-        raise InputTypeError(f"{name} must be a 1-D integer array; got {arr.dtype} of shape {arr.shape}")
-    return arr.astype(np.int64)
-
-
-def _gather(cache: Any, indices: Any, indptr: Any, lay: Layout, fl: str, t: int,
-            name: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(keys, cut)``: the dequantized rows of every valid entry of the owned range, in list order,
-    token ``i`` owning ``keys[cut[i]:cut[i+1]]``."""
-    blocks, bs = cache_blocks(cache, lay, name=f"{name}_cache")
-    idx = _int_array(indices, f"{name}_indices")
-    ptr = _int_array(indptr, f"{name}_indptr")
-    if ptr.shape != (t + 1,):
-        raise InputValueError(f"{name}_indptr must have T+1 = {t + 1} entries; got {ptr.shape[0]}")
-    if ptr[0] < 0 or ptr[-1] > idx.shape[0] or np.any(np.diff(ptr) < 0):
-        raise InputValueError(f"{name}_indptr must be non-decreasing within [0, {idx.shape[0]}] "
-                              f"(the length of {name}_indices); got {ptr.tolist()}")
-    seg = idx[ptr[0]:ptr[-1]]
-    valid = (seg >= 0) & (seg < blocks.shape[0] * bs)     # -1 and out-of-range slots add nothing
-    keys = dequant_slots(blocks, bs, lay, fl, seg[valid])
-    return keys, np.concatenate([[0], np.cumsum(valid)])[ptr - ptr[0]]
 
 
 def sparse_decode_reference(q: Any, swa_cache: Any, swa_indices: Any, swa_indptr: Any, *, extra_cache: Any = None,
@@ -413,9 +337,9 @@ def sparse_decode_reference(q: Any, swa_cache: Any, swa_indices: Any, swa_indptr
         if sigma.shape[0] < h_count:
             raise InputValueError(f"sink must hold at least H = {h_count} logits; got {sigma.shape[0]}")
         sigma = sigma[:h_count].astype(np.float64)
-    lists = [_gather(swa_cache, swa_indices, swa_indptr, lay, fl, t_count, "swa")]
+    lists = [gather_keys(swa_cache, swa_indices, swa_indptr, lay, fl, t_count, "swa")]
     if given:
-        lists.append(_gather(extra_cache, extra_indices, extra_indptr, lay, xfl, t_count, "extra"))
+        lists.append(gather_keys(extra_cache, extra_indices, extra_indptr, lay, xfl, t_count, "extra"))
 
     o = np.zeros((t_count, h_count, lay.d_v))
     lse = np.full((t_count, h_count), np.inf)

@@ -64,25 +64,22 @@ from typing import Any
 
 import numpy as np
 
-from .. import autograd, dtypes, operands, registry
+from .. import autograd, operands
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..formats import w4a16
-from ..launch import LaunchPlan, PlanCache, make_plan
-from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
+from ..operands import Launch, Operands
 from ..torch_ops import declare, fake_operands
 from . import _linear as lin
 from . import skinny_gemm as sg
 from ._common import DTYPE_TAG
+from ._quantized import CHUNK, FUSED_MAX_N, MAX_N, QuantizedLinear, check_prepared
 
 FAMILY = "w4a16"
-SPLITK_FAMILY = "w4a16_splitk"
-MAX_N = 8                           # fused lane-split kernel
-FUSED_MAX_N = 64                    # fused split-K kernel, N = MAX_N + 1 .. FUSED_MAX_N
-CHUNK = 32                          # K columns (16 weight bytes) per lane chunk
 ROUTE_SLOT = "w4a16.weights"        # the route's dequantized 16-bit weights [M, K]
 NAMES = ("x", "w", "scales", "zeros", "perm", "bias", "out")
-_plans = PlanCache()
+_OP = QuantizedLinear("w4a16_linear", "w4a16", FAMILY, NAMES, NAMES[1:5], "the prepared ",
+                      "x and the prepared qweight must start at 16-byte aligned addresses", sums=True)
 _calls = operands.CallCache()
 
 
@@ -121,57 +118,29 @@ def fusible(n: int, k: int, group_size: int) -> bool:
 
 
 def _bind(ops: Operands, p: w4a16.Prepared, fused: bool | None) -> Any:
-    xv, bv = ops["x"], ops["bias"]
+    xv = ops["x"]
     assert xv is not None
     n, m, k, g = _check(ops, p)
-    out_shape = (*xv.shape[:-1], m)
-    operands.check_out(ops, out_shape, xv.dtype)
-    if m == 0 or n == 0:
-        return DeviceCall(ops, [], out_shape=out_shape, out_dtype=xv.dtype) if not ops.on_host else \
-            HostCall(ops, [], [None] * (len(NAMES) - 1), out_shape=out_shape, out_dtype=xv.dtype, out_slot="w4a16.y")
-    if not ops.on_host:
-        for name in ("w", "scales", "zeros", "perm"):
-            v = ops[name]
-            _require(v is None or v.is_contiguous, f"the prepared {name} must be contiguous")
-    if not fusible(n, k, g):
-        if fused:
-            raise InputValueError(f"w4a16_linear: fused=True, but the fused kernels take N = 1..{FUSED_MAX_N} tokens, "
-                                  f"K a multiple of {CHUNK} and a group size that is a power of two >= {CHUNK} "
-                                  f"(N > {MAX_N}: or per-channel); got N={n}, K={k}, group size {g}")
-        return _route(ops, n, m, k, g)
-    if fused is False:
-        return _route(ops, n, m, k, g)
     device, tag = ops.device, DTYPE_TAG[xv.dtype]
-    b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
-    if ops.on_host:
-        launch, slots = _launch(device, tag, n, m, k, k, m if b_rows > 1 else 0, g)
-        return HostCall(ops, [launch], _staged(ops, n, m, k), out_shape=out_shape, out_dtype=xv.dtype,
-                        out_slot="w4a16.y", scratch_slots=slots)
-    launch, slots = _launch(device, tag, n, m, k, operands.staged_rows("w4a16_linear", xv, k),
-                            operands.bias_row_stride("w4a16_linear", bv, m), g)
-    return DeviceCall(ops, [launch], out_shape=out_shape, out_dtype=xv.dtype, aligned=("x", "w"),
-                      align_message="x and the prepared qweight must start at 16-byte aligned addresses",
-                      scratch_slots=slots)
+    # g(k) = k >> log2_g; split-K with per-channel scales of a K that is no power of two: 31 (one group).
+    log2_g = g.bit_length() - 1
+    return _OP.bind(
+        ops, n, m, k, fusible=fusible(n, k, g), fused=fused,
+        fused_rule=f"K a multiple of {CHUNK} and a group size that is a power of two >= {CHUNK} (N > {MAX_N}: "
+                   f"or per-channel); got N={n}, K={k}, group size {g}",
+        route=lambda: _route(ops, n, m, k, g),
+        launch=lambda x_stride, b_stride: _OP.launch(
+            device, tag, n, m, k, x_stride, b_stride, {"log2_g": log2_g},
+            {"log2_g": log2_g if g & (g - 1) == 0 else 31, "row_groups": k // g}),
+        staged=lambda: _staged(ops, n, m, k))
 
 
-def _staged(ops: Operands, n: int, m: int, k: int) -> list[Staged | None]:
-    """How host inputs reach the device: x as ``[N, K]`` rows, the prepared arrays flat."""
-    bv = ops["bias"]
-
-    def flat(name: str) -> Staged | None:
-        v = ops[name]
-        return None if v is None else Staged(f"w4a16.{name}", 1, v.numel, v.numel,
-                                             check=_check_perm(k) if name == "perm" else None)
-
-    b_rows = 0 if bv is None else (bv.shape[0] if len(bv.shape) == 2 else 1)
-    return [Staged("w4a16.x", n, k, k), flat("w"), flat("scales"), flat("zeros"), flat("perm"),
-            None if bv is None else Staged("w4a16.bias", b_rows, m, m, optional=True)]
-
-
-def _check_perm(k: int) -> Any:
-    """A host perm's check, made on every call before anything is launched (its contents may change
-    between calls of one signature; a GPU perm is not checked: the kernels clamp it)."""
-    return lambda h: w4a16.check_perm(h, k, f"w4a16_linear: the prepared perm must be a permutation of 0..K-1 (K={k})")
+def _staged(ops: Operands, n: int, m: int, k: int) -> list:
+    """Host inputs: x as ``[N, K]`` rows, the prepared arrays flat; a host perm's check, made on every
+    call before anything is launched (its contents may change between calls of one signature; a GPU
+    perm is not checked: the kernels clamp it)."""
+    return _OP.staged(ops, n, m, k, k, {"perm": lambda h: w4a16.check_perm(
+        h, k, f"w4a16_linear: the prepared perm must be a permutation of 0..K-1 (K={k})")})
 
 
 def _route(ops: Operands, n: int, m: int, k: int, g: int) -> Any:
@@ -185,34 +154,22 @@ def _route(ops: Operands, n: int, m: int, k: int, g: int) -> Any:
         ops, "w4a16_linear", NAMES, n, m, k, k,
         lambda pointers, out: _dequantize_launch(device, tag, m, k, g, pointers, out),
         lambda: _staged(ops, n, m, k), slot=ROUTE_SLOT, out_slot="w4a16.y",
-        k_rule="a multiple of 8 (the packed words)",
-        align_message="x and the prepared qweight must start at 16-byte aligned addresses")
+        k_rule="a multiple of 8 (the packed words)", align_message=_OP.align_message)
 
 
 def _dequantize_launch(device: Device, tag: str, m: int, k: int, g: int, pointers: tuple[str, ...],
                        out: str = sg.DEQUANTIZED) -> Launch:
     """The dequantize kernel reading the prepared arrays and writing ``[M, K]`` 16-bit weights to the
     pointer named ``out`` (``pointers``: the call's)."""
-    info = device.arch
-    cu_count = device.properties.cu_count
-    key = ("dequantize", device, tag, m, k, cu_count)
-
-    def build() -> LaunchPlan:
-        name = f"{FAMILY}_dequantize_{tag}"
-        fn, meta = registry.load(device, FAMILY).kernel(name)
-        words = m * k // 8                                # one word (8 weights) per thread and step
-        grid = max(1, min(-(-words // lin.THREADS), cu_count * 2 * info.simds_per_cu))
-        return make_plan(fn, meta, (grid, 1, 1), (lin.THREADS, 1, 1), info={"kernel": name, "grid": grid})
-
-    plan = _plans.get(key, build)
+    plan = _OP.dequantize_plan(device, f"{FAMILY}_dequantize_{tag}", m, m * k // 8)
     return operands.launch(device, plan, pointers, w="w", scales="scales", zeros="zeros", perm="perm", out=out,
                            M=m, K=k, G=g)
 
 
 def _check(ops: Operands, p: w4a16.Prepared) -> tuple[int, int, int, int]:
     """Shapes and dtypes of x and the prepared weight; returns N, M, K, the group size."""
-    xv, wv, sv, zv, pv, bv = (ops[name] for name in NAMES[:-1])
-    assert xv is not None and wv is not None and sv is not None
+    xv = ops["x"]
+    assert xv is not None
     if xv.dtype not in DTYPE_TAG:
         raise InputTypeError(f"w4a16_linear: x has dtype {xv.dtype}; supported: float16, bfloat16")
     if p.experts is not None:
@@ -220,76 +177,18 @@ def _check(ops: Operands, p: w4a16.Prepared) -> tuple[int, int, int, int]:
                               "layer is one [M, K] weight")
     m, k = (int(d) for d in p.shape)
     g = int(p.group_size)
-    if len(xv.shape) < 1 or xv.shape[-1] != k:
-        raise InputValueError(f"w4a16_linear: x must be [..., K] with K={k} (the weight is [M={m}, K={k}]); "
-                              f"got shape {xv.shape}")
-    n = int(np.prod(xv.shape[:-1], dtype=np.int64))
+    n = lin.tokens("w4a16_linear", xv, m, k)
     if k % 8 or g % 8 or k % g:
         raise InputValueError(f"w4a16_linear: K must be a multiple of 8 and of the group size, itself a multiple "
                               f"of 8 (as w4a16.prepare makes them); got K={k}, group size {g}")
-    if wv.dtype not in (np.dtype(np.uint32), np.dtype(np.int32)) or wv.shape != (m, k // 8):
-        raise InputValueError(f"w4a16_linear: the prepared qweight must be uint32 [M, K/8] = [{m}, {k // 8}]; "
-                              f"got {wv.dtype} {wv.shape}")
-    if sv.dtype != xv.dtype or sv.shape != (m, k // g):
-        raise InputValueError(f"w4a16_linear: the prepared scales must be {xv.dtype} (x's dtype: prepare(..., "
-                              f"dtype=...)) of shape [M, K/G] = [{m}, {k // g}]; got {sv.dtype} {sv.shape}")
-    if p.symmetric != (zv is None):
-        raise InputValueError("w4a16_linear: a symmetric prepared weight has no zeros, an asymmetric one needs them")
-    if zv is not None and (zv.dtype != np.dtype(np.uint8) or zv.shape != (m, k // g)):
-        raise InputValueError(f"w4a16_linear: the prepared zeros must be uint8 [M, K/G] = [{m}, {k // g}]; "
-                              f"got {zv.dtype} {zv.shape}")
-    if pv is not None and (pv.dtype != np.dtype(np.int32) or pv.shape != (k,)):
-        raise InputValueError(f"w4a16_linear: the prepared perm must be int32 [K] = [{k}]; got {pv.dtype} {pv.shape}")
-    if bv is not None and (bv.dtype != xv.dtype or bv.shape not in ((m,), (1, m), (n, m))):
-        raise InputValueError(f"w4a16_linear: bias must be {xv.dtype} [M], [1, M] or [N, M] with N={n}, M={m}; "
-                              f"got {bv.dtype} {bv.shape}")
-    if m * k // 8 >= 2**32:
-        raise InputValueError(f"w4a16_linear: M*K/8 must be below 2**32; got {m * k // 8}")
+    check_prepared("w4a16_linear", "the prepared ", ops, "w", (), m, k, g, p.symmetric, xv.dtype)
+    lin.check_bias("w4a16_linear", ops["bias"], n, m, xv.dtype)
     return n, m, k, g
-
-
-def _launch(device: Device, tag: str, n: int, m: int, k: int, x_stride: int, b_stride: int, g: int
-            ) -> tuple[Launch, tuple[tuple[str, int], ...]]:
-    """The fused launch of a call of this shape and the scratch slots it needs (split-K partials
-    and counters)."""
-    plan = _plan(device, tag, n, m, k)
-    info = plan.info
-    pow2 = g & (g - 1) == 0
-    ptrs = {name: name for name in NAMES[:-1]}
-    if n <= MAX_N:
-        return operands.launch(device, plan, NAMES, **ptrs, y="out", M=m, K=k, x_stride=x_stride,
-                               bias_stride=b_stride, kc=info["k_chunk"], log2_g=g.bit_length() - 1), ()
-    # g(k) = k >> log2_g; per-channel scales of a K that is no power of two: 31 (one group, g = 0).
-    values = dict(N=n, M=m, K=k, x_stride=x_stride, bias_stride=b_stride, shard_len=info["shard_len"],
-                  log2_g=g.bit_length() - 1 if pow2 else 31, row_groups=k // g)
-    return lin.splitk_launch(device, plan, NAMES, {**ptrs, "y": "out"}, values, "w4a16.partials", "w4a16.counters")
-
-
-def _plan(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
-    if n > MAX_N:
-        return _plan_splitk(device, tag, n, m, k)
-    key = (device, tag, n, m, k, device.properties.cu_count)
-    return _plans.get(key, lambda: lin.lane_split_plan(device, FAMILY, f"{FAMILY}_{tag}_n{n}", n, m, k, chunk=CHUNK,
-                                                      op="w4a16_linear", sums=tag == "bf16"))
-
-
-def _plan_splitk(device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
-    """N = 9..64: skinny_gemm's split-K configuration (`skinny_gemm.splitk_plan`) for the int4 kernel."""
-    key = ("splitk", device, tag, n, m, k, device.properties.cu_count)
-    return _plans.get(key, lambda: lin.splitk_plan(device, SPLITK_FAMILY, lambda nt, _: f"{SPLITK_FAMILY}_{tag}_t{nt}",
-                                                  n, m, k))
 
 
 def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int) -> dict[str, Any]:
     """The configuration a fused call of this shape gets on ``device`` (tests and benchmarks)."""
-    if not 1 <= n <= FUSED_MAX_N or k % CHUNK:
-        raise InputValueError(f"w4a16_linear: the fused kernels serve N = 1..{FUSED_MAX_N} and K a multiple of "
-                              f"{CHUNK}; got N={n}, K={k}")
-    return dict(_plan(device, DTYPE_TAG[dtypes.read(x_dtype, "x_dtype", dtypes.HALVES)], n, m, k).info)
-
-
-def _require(ok: bool, what: str) -> None:
-    operands.require("w4a16_linear", ok, what)
+    return _OP.plan_info(device, x_dtype, n, m, k)
 
 
 def _torch_prepared(qweight: Any, scales: Any, group_size: int, zeros: Any, perm: Any,
@@ -329,9 +228,5 @@ def w4a16_linear_reference(x: Any, qweight: Any, scales: Any, qzeros: Any = None
                            group_size: int, bias: Any = None) -> np.ndarray:
     """The exact semantics in float64 from the checkpoint tensors (not the prepared layout):
     ``x @ w4a16.dequantize_checkpoint(...).T + bias`` before any rounding (shape ``[..., M]``)."""
-    w = w4a16.dequantize_checkpoint(qweight, scales, qzeros, g_idx, fmt=fmt, group_size=group_size)
-    xa = np.asarray(x)
-    y = xa.reshape(-1, w.shape[1]).astype(np.float64) @ w.T
-    if bias is not None:
-        y = y + np.asarray(bias).astype(np.float64).reshape(-1, w.shape[0])
-    return y.reshape(*xa.shape[:-1], w.shape[0])
+    return lin.linear_reference(x, w4a16.dequantize_checkpoint(qweight, scales, qzeros, g_idx, fmt=fmt,
+                                                            group_size=group_size), bias)
