@@ -283,6 +283,12 @@ def require_contiguous(ops: Operands, names: tuple[str, ...], what: str = "") ->
         require(ops.op, v is None or v.is_contiguous, f"{what}{name} must be contiguous")
 
 
+def flat(ops: Operands, name: str, slot: str, check: Callable[[np.ndarray], None] | None = None) -> Staged | None:
+    """A host input staged flat, as it is, into ``slot`` (None when absent); ``check``: see `Staged`."""
+    v = ops[name]
+    return None if v is None else Staged(slot, 1, v.numel, v.numel, check=check)
+
+
 def bias_row_stride(op: str, bv: TensorView | None, m: int) -> int:
     """The row stride of a bias ``[M]``, ``[1, M]`` (0: one row for every token) or ``[N, M]`` on a GPU:
     contiguous along M, rows not overlapping."""

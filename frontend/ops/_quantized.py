@@ -100,14 +100,10 @@ class QuantizedLinear:
                checks: dict[str, Callable[[Any], None]] | None = None) -> list[Staged | None]:
         """How host inputs reach the device: x rows ``pitch`` apart (zero padded), the weight's
         arrays flat (``checks``: value checks by name, run on every call), the bias rows."""
-        def flat(name: str) -> Staged | None:
-            v = ops[name]
-            return None if v is None else Staged(f"{self.slot}.{name}", 1, v.numel, v.numel,
-                                                 check=(checks or {}).get(name))
-
         bv = ops["bias"]
         bias = None if bv is None else Staged(f"{self.slot}.bias", lin.bias_rows(bv), m, m, optional=True)
-        return [Staged(f"{self.slot}.x", n, k, pitch), *(flat(name) for name in self.weights), bias]
+        weights = [operands.flat(ops, name, f"{self.slot}.{name}", (checks or {}).get(name)) for name in self.weights]
+        return [Staged(f"{self.slot}.x", n, k, pitch), *weights, bias]
 
     def launch(self, device: Device, tag: str, n: int, m: int, k: int, x_stride: int, b_stride: int,
                lane: dict[str, int], splitk: dict[str, int]) -> tuple[Launch, tuple[tuple[str, int], ...]]:

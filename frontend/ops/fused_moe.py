@@ -44,7 +44,7 @@ from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..formats import w4a16
 from ..launch import LaunchPlan, PlanCache, make_plan
-from ..operands import DeviceCall, HostCall, Operands, Staged
+from ..operands import DeviceCall, HostCall, Operands
 from ..torch_ops import declare, fake_operands
 from ._common import DTYPE_TAG
 from ._quantized import check_prepared
@@ -127,15 +127,13 @@ def _bind(ops: Operands, p13: tuple | None, p2: tuple | None) -> Any:
     ]
     scratch = ((META_SLOT, scratch_bytes(slots, h, i)),)
     if ops.on_host:
-        staged = [None if ops[name] is None else Staged(f"moe.{name}", 1, ops[name].numel, ops[name].numel,
-                                                        check=_perm_check(name, h if name == "w13_perm" else i)
-                                                        if name.endswith("_perm") else None)
-                  for name in NAMES[:-1]]
+        staged = [operands.flat(ops, name, f"moe.{name}", _perm_check(name, h if name == "w13_perm" else i)
+                                if name.endswith("_perm") else None) for name in NAMES[:-1]]
         return HostCall(ops, launches, staged, out_shape=(n, h), out_dtype=xv.dtype, out_slot="moe.y",
                         scratch_slots=scratch)
-    _require(xv.strides[-1] == 1 and (n == 1 or x_stride >= h) and x_stride % 8 == 0,
-             f"x must be contiguous along H with rows a multiple of 8 elements (16 bytes) apart; got strides "
-             f"{xv.strides}")
+    operands.require("fused_moe", xv.strides[-1] == 1 and (n == 1 or x_stride >= h) and x_stride % 8 == 0,
+                     f"x must be contiguous along H with rows a multiple of 8 elements (16 bytes) apart; got "
+                     f"strides {xv.strides}")
     operands.require_contiguous(ops, NAMES[1:-1])
     return DeviceCall(ops, launches, out_shape=(n, h), out_dtype=xv.dtype, aligned=("x", "w13"),
                       align_message="x and the expert weights must start at 16-byte aligned addresses",
@@ -253,9 +251,9 @@ def _build_plans(device: Device, tag: str, w4_13: bool, w4_2: bool, n: int, h: i
 
     def gemm(name: str, rows: int, per_wave: int, kdim: int, max_blocks: int) -> LaunchPlan:
         step = per_wave * (THREADS // arch.wave_size)
-        blocks = max(1, min(_ceil(grid, distinct), _ceil(rows, step), max_blocks))
-        block_rows = _ceil(_ceil(rows, blocks), step) * step
-        blocks = _ceil(rows, block_rows)
+        blocks = max(1, min(-(-grid // distinct), -(-rows // step), max_blocks))
+        block_rows = -(-rows // (blocks * step)) * step
+        blocks = -(-rows // block_rows)
         fn, meta = module.kernel(name)
         size = lds(np_, kdim)
         return make_plan(fn, meta, (max(1, min(grid, slots * blocks)), 1, 1), (THREADS, 1, 1), shared_mem=size,
@@ -274,16 +272,8 @@ def _build_plans(device: Device, tag: str, w4_13: bool, w4_2: bool, n: int, h: i
 def scratch_bytes(slots: int, h: int, i: int) -> int:
     """The scratch a call needs: counters and route words (rounded to 16 bytes), act (2 bytes per
     slot and column of I, rounded to 16 bytes) and the fp32 slot results [P, H]."""
-    route = 4 * (COUNTERS + _round_up(META_WORDS + 4 * slots, 4))
-    return route + 2 * _round_up(slots * i, 8) + 4 * slots * h
-
-
-def _round_up(a: int, b: int) -> int:
-    return -(-a // b) * b
-
-
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
+    route = 4 * (COUNTERS + -(-(META_WORDS + 4 * slots) // 4) * 4)
+    return route + 2 * -(-slots * i // 8) * 8 + 4 * slots * h
 
 
 def plan_info(device: Device, x_dtype: Any, n: int, h: int, i: int, e: int, k: int, *, int4: bool = True
@@ -307,10 +297,6 @@ def invalid_slots(device: Device | None = None, stream: int = 0) -> int:
     dev.synchronize(stream)
     dev.copy_to_host(got, pool.buffer(META_SLOT, got.nbytes), got.nbytes)
     return int(got[COUNTERS + 1])
-
-
-def _require(ok: bool, what: str) -> None:
-    operands.require("fused_moe", ok, what)
 
 
 def _torch_stack(w: Any, scales: Any, zeros: Any, perm: Any, group_size: int) -> Any:

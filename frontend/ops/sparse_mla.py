@@ -95,7 +95,10 @@ def _check_options(scale: Any, layout: str, fp8: Any, splits: Any, extra: tuple[
         raise InputValueError(f"sparse_decode: splits must be an int in 1..{MAX_SPLITS}; got {splits!r}")
     if layout not in LAYOUTS:
         raise InputValueError(f"sparse_decode: layout {layout!r}; supported: {', '.join(map(repr, LAYOUTS))}")
-    flavors = _flavors(fp8)
+    flavors = (fp8, fp8) if isinstance(fp8, str) else tuple(fp8) if isinstance(fp8, (tuple, list)) else (fp8,)
+    if len(flavors) != 2 or any(f not in FLAVORS for f in flavors):
+        raise InputValueError(f"sparse_decode: fp8 must be 'ocp' or 'fnuz', or a pair of them (swa, extra); "
+                              f"got {fp8!r}")
     if not isinstance(scale, (int, float, np.floating, np.integer)) or not math.isfinite(float(scale)):
         raise InputValueError(f"sparse_decode: scale must be a finite float; got {scale!r}")
     if any(e is None for e in extra) and any(e is not None for e in extra):
@@ -104,15 +107,7 @@ def _check_options(scale: Any, layout: str, fp8: Any, splits: Any, extra: tuple[
                                           for n, e in zip(INPUTS[4:7], extra, strict=True)))
     if layout == "v32" and (extra[0] is not None or sink is not None):
         raise InputValueError("sparse_decode: layout 'v32' has one list and no sink (extra_* and sink must be None)")
-    return flavors
-
-
-def _flavors(fp8: Any) -> tuple[str, str]:
-    pair = (fp8, fp8) if isinstance(fp8, str) else tuple(fp8) if isinstance(fp8, (tuple, list)) else (fp8,)
-    if len(pair) != 2 or any(f not in FLAVORS for f in pair):
-        raise InputValueError(f"sparse_decode: fp8 must be 'ocp' or 'fnuz', or a pair of them (swa, extra); "
-                              f"got {fp8!r}")
-    return pair  # type: ignore[return-value]
+    return flavors  # type: ignore[return-value]
 
 
 def _cache_bytes(cache: Any, name: str, layout: str) -> tuple[Any, int]:
@@ -197,18 +192,13 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
     if ops.on_host:
         # q packed [T * H, d_qk]; a cache as its blocks' used bytes ([blocks, bytes] views) at a
         # 16-byte pitch, which is the block stride the kernel gets; the rest flat
+        pitch = {c: 0 if ops[c] is None else -(-int(ops[c].shape[1]) // 16) * 16 for c in ("swa_cache", "extra_cache")}
         staged: list[Staged | None] = [Staged("mla.q", t * h, d_qk, d_qk)]
-        pitch = {"swa_cache": 0, "extra_cache": 0}
         for name in INPUTS[1:]:
             v = ops[name]
-            if v is None:
-                staged.append(None)
-            elif name in pitch:
-                pitch[name] = -(-int(v.shape[1]) // 16) * 16
-                staged.append(Staged(f"mla.{name}", int(v.shape[0]), int(v.shape[1]), pitch[name]))
-            else:
-                n = int(np.prod(v.shape, dtype=np.int64))
-                staged.append(Staged(f"mla.{name}", 1, n, n, check=checks.get(name)))
+            cached = name in pitch and v is not None
+            staged.append(Staged(f"mla.{name}", int(v.shape[0]), int(v.shape[1]), pitch[name]) if cached
+                          else operands.flat(ops, name, f"mla.{name}", checks.get(name)))
         return HostCall(ops, launch((h * d_qk, d_qk), pitch["swa_cache"], pitch["extra_cache"]), staged,
                         out_shape=out_shape, out_dtype=_BF16,
                         out_slot="mla.out", scratch_slots=scratch,
@@ -261,15 +251,12 @@ TORCH_OPS = declare("sparse_mla_decode", "Tensor q, Tensor swa_cache, Tensor swa
 
 
 def _plan(device: Device, layout: str, t: int, hb: int, s: int) -> LaunchPlan:
-    key = (device, layout, t, hb, s)
-
     def build() -> LaunchPlan:
-        name = f"{FAMILY}_{layout}"
-        fn, meta = registry.load(device, FAMILY).kernel(name)
+        fn, meta = registry.load(device, FAMILY).kernel(f"{FAMILY}_{layout}")
         return make_plan(fn, meta, (t * hb * s, 1, 1), (THREADS, 1, 1),
-                         info={"kernel": name, "splits": s, "head_groups": hb})
+                         info={"kernel": f"{FAMILY}_{layout}", "splits": s, "head_groups": hb})
 
-    return _plans.get(key, build)
+    return _plans.get((device, layout, t, hb, s), build)
 
 
 def plan_info(device: Device, t: int, h: int, capacity: int, layout: str = "v4") -> dict[str, Any]:
