@@ -46,7 +46,7 @@ OUTSIDE_MODEL = {
                     "weights and ids; no weight matrix, and its only parallel dimension is N, which the report "
                     "never scales. A call moves N x E logits and N x k x 8 result bytes (a few KB at decode): "
                     "launch-bound on every arch.",
-    "moe": "Fused MoE decode (`hipskinny.moe.fused_moe`): its work is the routed experts' weights, which "
+    "fused_moe": "Fused MoE decode (`hipskinny.moe.fused_moe`): its work is the routed experts' weights, which "
            "depend on the routing, not one [M, K] matrix the report can scale down with the CU count; "
            "`python -m benchmarks.moe` measures whole calls at real expert shapes (its section above).",
     "sparse_mla": "Sparse MLA decode (`hipskinny.mla.sparse_decode`): attention over gathered FP8 KV-cache rows, "

@@ -27,7 +27,7 @@
 // just over half of gfx942's 64 KiB: one workgroup per CU there (two need <= 32 KiB in all).
 //
 // Work split, tile multiply, K order, x staging, shard reduction and bounds: hipskinny/splitk4.h
-// (the skeleton shared with kernels/w4a16_splitk.hip); this file is its weight policy: a lane's 16
+// (the skeleton shared with kernels/w4a16_linear_splitk.hip); this file is its weight policy: a lane's 16
 // bytes are 32 consecutive columns of its row, one block scale (a block is >= 32 columns) serves
 // them all. Deterministic variant only.
 //

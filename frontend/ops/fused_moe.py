@@ -22,10 +22,10 @@ anything is launched (InputValueError); a perm on the GPU is not (no sync): the 
 wrong results, never an access outside a buffer.
 
 Three launches, nothing allocated per call (scratch from the pool, counters self-cleaning):
-``moe_route`` sorts the slots by expert on the device (no host sync; units of up to NP slots of
-one expert), ``moe_gemm1_*`` computes act for every routed slot, ``moe_gemm2_*`` the weighted
+``fused_moe_route`` sorts the slots by expert on the device (no host sync; units of up to NP slots of
+one expert), ``fused_moe_gemm1_*`` computes act for every routed slot, ``fused_moe_gemm2_*`` the weighted
 down projection, and the workgroup finishing a row block's last unit sums the block
-(kernels/moe.hip). An expert no slot routes to is never read. NP, the token rows a unit carries,
+(kernels/fused_moe.hip). An expert no slot routes to is never read. NP, the token rows a unit carries,
 is chosen from host-known shapes only (N, k, E): of 1, 2, 4, 8 the nearest to the expected slots
 per routed expert under uniform routing (`token_group`); an expert's weights are read once per NP
 of its slots. The same shapes always choose the same launches (graph capture).
@@ -49,7 +49,7 @@ from ..torch_ops import declare, fake_operands
 from ._common import DTYPE_TAG
 from ._quantized import check_prepared
 
-FAMILY = "moe"
+FAMILY = "fused_moe"
 NAMES = ("x", "w13", "w13_scales", "w13_zeros", "w13_perm", "w2", "w2_scales", "w2_zeros", "w2_perm",
          "topk_weights", "topk_ids", "out")
 THREADS = 256
@@ -59,15 +59,15 @@ MAX_TOPK = 16
 COUNTERS = 1024           # GEMM2 row blocks at most (the counter words before the route)
 META_WORDS = 4
 GROUPS = (1, 2, 4, 8)     # token rows per unit (NP)
-GEMM1_PAIRS = {1: 2, 2: 2, 4: 1, 8: 1}   # gate/up row pairs per wave tile, by NP (kernels/moe.hip)
+GEMM1_PAIRS = {1: 2, 2: 2, 4: 1, 8: 1}   # gate/up row pairs per wave tile, by NP (kernels/fused_moe.hip)
 GEMM2_ROWS = {1: 4, 2: 2, 4: 2, 8: 1}    # rows per row group of a wave tile, by NP
 # One workgroup per CU, as upstream's kernels: each stages its unit's x once per item, and fewer,
 # larger items stage less.
 GROUPS_PER_CU = 1
 ACTIVATIONS = ("silu",)
 # One scratch slot (the kernels take one pointer): the counters and the route (int32), act (T [P, I])
-# and the weighted fp32 slot results [P, H], laid out by `scratch_bytes` (kernels/moe.hip).
-META_SLOT = "moe.scratch"
+# and the weighted fp32 slot results [P, H], laid out by `scratch_bytes` (kernels/fused_moe.hip).
+META_SLOT = "fused_moe.scratch"
 _plans = PlanCache()
 _calls = operands.CallCache()
 
@@ -108,7 +108,7 @@ def _bind(ops: Operands, p13: tuple | None, p2: tuple | None) -> Any:
     operands.check_out(ops, (n, h), xv.dtype)
     tag = DTYPE_TAG[xv.dtype]
     if n == 0 or h == 0:
-        return operands.nothing(ops, (n, h), xv.dtype, "moe.y")
+        return operands.nothing(ops, (n, h), xv.dtype, "fused_moe.y")
     device = ops.device
     slots = n * k
     plans = _plan(device, tag, p13 is not None, p2 is not None, n, h, i, e, k)
@@ -127,9 +127,9 @@ def _bind(ops: Operands, p13: tuple | None, p2: tuple | None) -> Any:
     ]
     scratch = ((META_SLOT, scratch_bytes(slots, h, i)),)
     if ops.on_host:
-        staged = [operands.flat(ops, name, f"moe.{name}", _perm_check(name, h if name == "w13_perm" else i)
+        staged = [operands.flat(ops, name, f"fused_moe.{name}", _perm_check(name, h if name == "w13_perm" else i)
                                 if name.endswith("_perm") else None) for name in NAMES[:-1]]
-        return HostCall(ops, launches, staged, out_shape=(n, h), out_dtype=xv.dtype, out_slot="moe.y",
+        return HostCall(ops, launches, staged, out_shape=(n, h), out_dtype=xv.dtype, out_slot="fused_moe.y",
                         scratch_slots=scratch)
     operands.require("fused_moe", xv.strides[-1] == 1 and (n == 1 or x_stride >= h) and x_stride % 8 == 0,
                      f"x must be contiguous along H with rows a multiple of 8 elements (16 bytes) apart; got "
@@ -260,12 +260,12 @@ def _build_plans(device: Device, tag: str, w4_13: bool, w4_2: bool, n: int, h: i
                          info={"kernel": name, "blocks": blocks, "block_rows": block_rows, "group": np_,
                                "lds_bytes": size})
 
-    g1 = gemm(f"moe_gemm1_{tag}_{'w4' if w4_13 else 'w16'}_n{np_}", i, GEMM1_PAIRS[np_], h, 1 << 30)
+    g1 = gemm(f"fused_moe_gemm1_{tag}_{'w4' if w4_13 else 'w16'}_n{np_}", i, GEMM1_PAIRS[np_], h, 1 << 30)
     # Two row groups per wave when I has at most wave / 2 chunks of 32 (I = 768 on wave64).
     s = 2 if i // 32 <= arch.wave_size // 2 else 1
-    g2 = gemm(f"moe_gemm2_{tag}_{'w4' if w4_2 else 'w16'}_n{np_}_s{s}", h, GEMM2_ROWS[np_] * s, i, COUNTERS)
-    fn, meta = module.kernel("moe_route")
-    route = make_plan(fn, meta, (1, 1, 1), (THREADS, 1, 1), info={"kernel": "moe_route", "group": np_})
+    g2 = gemm(f"fused_moe_gemm2_{tag}_{'w4' if w4_2 else 'w16'}_n{np_}_s{s}", h, GEMM2_ROWS[np_] * s, i, COUNTERS)
+    fn, meta = module.kernel("fused_moe_route")
+    route = make_plan(fn, meta, (1, 1, 1), (THREADS, 1, 1), info={"kernel": "fused_moe_route", "group": np_})
     return route, g1, g2
 
 

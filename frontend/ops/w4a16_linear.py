@@ -5,7 +5,7 @@ ExLlama-shuffled along K, ``scales`` ``[M, K/G]`` in x's dtype, ``zeros`` uint8 
 none when symmetric, an act-order ``perm`` of K or none). x is fp16 or bf16 ``[..., K]``; y has
 x's dtype. Sums are fp32 on every arch, bias added in fp32, one rounding at the end.
 
-N = 1..8, kernel ``w4a16_<f16|bf16>_n<N>_y<YTILE>`` (kernels/w4a16.hip): the lane-split design
+N = 1..8, kernel ``w4a16_linear_<f16|bf16>_n<N>_y<YTILE>`` (kernels/w4a16_linear.hip): the lane-split design
 of `hipskinny.skinny_gemm` with 32-column (16-byte) chunks and its configuration rules (those of
 `hipskinny.matmul_4bit`'s small-N kernel). Weights become 16-bit by the magic-number trick (fp16:
 exact ``q - z`` pairs from the 0x6400 exponent; bf16: ``128 + q`` pairs from 0x4300, the
@@ -14,7 +14,7 @@ chunk, scaled by the group's scale: the weights are never rounded. An act-order 
 applied while x is staged in LDS. It needs K a multiple of 32 and a group size that is a power
 of two (>= 32).
 
-N = 9..64, kernel ``w4a16_splitk_<f16|bf16>_t<NT>`` (kernels/w4a16_splitk.hip): the matrix units,
+N = 9..64, kernel ``w4a16_linear_splitk_<f16|bf16>_t<NT>`` (kernels/w4a16_linear_splitk.hip): the matrix units,
 with `skinny_gemm`'s split-K rules (token tiles, shards from the arch's flagship CU count,
 persistent grid, shard partials and self-cleaning counters from the scratch pool, summed in shard
 order). Each weight is widened in registers to x's dtype as ``T(s * (q - z))``, the exact product
@@ -24,10 +24,10 @@ bf16: fp32 ``(q - z) * s``, then RNE). The skeleton is `hipskinny.matmul_4bit`'s
 multiple of 32 and a group size that is a power of two, or per-channel scales (any such K).
 
 The route: N = 65..128, and every N where no fused kernel applies (K not a multiple of 32;
-per-channel scales of a K that is not a power of two at N <= 8): the ``w4a16_dequantize_<f16|bf16>``
+per-channel scales of a K that is not a power of two at N <= 8): the ``w4a16_linear_dequantize_<f16|bf16>``
 kernel writes W as x's 16-bit dtype, ``T(s * (q - z))`` (the same values as the split-K kernel's:
 what `hipskinny.w4a16.dequantize_checkpoint` gives, rounded to T), into a pooled ``[M, K]`` buffer
-(scratch slot ``w4a16.weights``), then `hipskinny.skinny_gemm`'s kernel for N (split-K on the
+(scratch slot ``w4a16_linear.weights``), then `hipskinny.skinny_gemm`'s kernel for N (split-K on the
 matrix units above 8 tokens) multiplies it: one bound call, two launches, nothing allocated per
 call; host and GPU operands alike. Act-order: the dequantize kernel writes prepared column ``j``
 to column ``perm[j]``, so W is in the checkpoint's column order and skinny_gemm multiplies plain
@@ -75,10 +75,10 @@ from . import skinny_gemm as sg
 from ._common import DTYPE_TAG
 from ._quantized import CHUNK, FUSED_MAX_N, MAX_N, QuantizedLinear, check_prepared
 
-FAMILY = "w4a16"
-ROUTE_SLOT = "w4a16.weights"        # the route's dequantized 16-bit weights [M, K]
+FAMILY = "w4a16_linear"
+ROUTE_SLOT = "w4a16_linear.weights"        # the route's dequantized 16-bit weights [M, K]
 NAMES = ("x", "w", "scales", "zeros", "perm", "bias", "out")
-_OP = QuantizedLinear("w4a16_linear", "w4a16", FAMILY, NAMES, NAMES[1:5], "the prepared ",
+_OP = QuantizedLinear("w4a16_linear", "w4a16_linear", FAMILY, NAMES, NAMES[1:5], "the prepared ",
                       "x and the prepared qweight must start at 16-byte aligned addresses", sums=True)
 _calls = operands.CallCache()
 
@@ -153,7 +153,7 @@ def _route(ops: Operands, n: int, m: int, k: int, g: int) -> Any:
     return sg.dequantize_route(
         ops, "w4a16_linear", NAMES, n, m, k, k,
         lambda pointers, out: _dequantize_launch(device, tag, m, k, g, pointers, out),
-        lambda: _staged(ops, n, m, k), slot=ROUTE_SLOT, out_slot="w4a16.y",
+        lambda: _staged(ops, n, m, k), slot=ROUTE_SLOT, out_slot="w4a16_linear.y",
         k_rule="a multiple of 8 (the packed words)", align_message=_OP.align_message)
 
 

@@ -260,7 +260,7 @@ def test_unrouted_experts_are_not_read():
         dev.launches.clear()
         y = _run(arch, x, w13[:e], w2[:e], tw, ids)
         stats = list(dev.launches)
-        assert [s.kernel.split("_")[1] for s in stats] == ["route", "gemm1", "gemm2"]
+        assert [s.kernel.split("_")[2] for s in stats] == ["route", "gemm1", "gemm2"]
         counts.append([dict(s.bytes_loaded) for s in stats[1:]])
         if e == 8:
             y8 = np.asarray(y)
@@ -334,9 +334,10 @@ def test_out_and_plan_shapes():
     got = _run("gfx1100", x, w13, w2, tw, ids, out=out)
     assert got is out and not np.isnan(out.astype(np.float32)).any()
     info = op.plan_info(_dev("gfx1100"), dt, 1, 2048, 768, 128, 8)
-    assert [p["kernel"] for p in info] == ["moe_route", "moe_gemm1_f16_w4_n1", "moe_gemm2_f16_w4_n1_s1"]
+    assert [p["kernel"] for p in info] == ["fused_moe_route", "fused_moe_gemm1_f16_w4_n1",
+                                           "fused_moe_gemm2_f16_w4_n1_s1"]
     info = op.plan_info(_dev("gfx942"), dt, 1, 2048, 768, 128, 8)
-    assert info[2]["kernel"] == "moe_gemm2_f16_w4_n1_s2"      # 24 chunks of I: two row groups per wave64
+    assert info[2]["kernel"] == "fused_moe_gemm2_f16_w4_n1_s2"      # 24 chunks of I: two row groups per wave64
     assert op.token_group(64, 8, 128) == 4 and op.token_group(1, 8, 128) == 1 and op.token_group(16, 8, 128) == 2
 
 

@@ -20,7 +20,7 @@ def test_model_demo_on_the_emulator(capsys, monkeypatch):
     assert served["model.layers.0.self_attn.q_proj"].startswith("skinny_gemm_bf16_n1")
     assert served["lm_head"] == "skinny_gemm_bf16_n1_y1"
     experts = served["model.layers.0.mlp.experts"]
-    assert "moe_route" in experts and "moe_gemm1_bf16" in experts and "moe_gemm2_bf16" in experts
+    assert "fused_moe_route" in experts and "fused_moe_gemm1_bf16" in experts and "fused_moe_gemm2_bf16" in experts
 
 
 def test_model_demo_without_transformers_says_so(monkeypatch, capsys):

@@ -354,8 +354,8 @@ def test_qwen3_moe_experts_backend(dtype, arch):
                                                              cfg.num_experts_per_tok, int4=False)]
 
         got = _check_run(model, reference, ids, twin, dev, {n: mods[n] for n in [*served, *experts]}, expect)
-        assert got[experts[0]][:3] == ["moe_route", f"moe_gemm1_{tag}_w16_n{fused_moe.token_group(PROMPT, 2, 8)}",
-                                       got[experts[0]][2]]
+        np_ = fused_moe.token_group(PROMPT, 2, 8)
+        assert got[experts[0]][:3] == ["fused_moe_route", f"fused_moe_gemm1_{tag}_w16_n{np_}", got[experts[0]][2]]
     ht.restore(model)
 
 
@@ -471,7 +471,7 @@ def test_awq_and_gptq_modules(caplog):
             y = mod(xin)
             assert torch.equal(y, hipskinny.w4a16_linear(xin, p, mod.bias))
             assert_bound(y.numpy(), xin.numpy(), ckpts[fmt], fmt, g, mod.bias.numpy())
-        assert [_stem(s.kernel) for s in dev.launches] == ["w4a16_f16_n3"] * 4
+        assert [_stem(s.kernel) for s in dev.launches] == ["w4a16_linear_f16_n3"] * 4
         dev.launches.clear()
         big = torch.from_numpy(rng.standard_normal((130, k)).astype(np.float16))
         assert torch.equal(layers["gptq"](big), _Int4Linear.forward(layers["gptq"], big))

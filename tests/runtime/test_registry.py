@@ -67,7 +67,7 @@ def test_unknown_kernel_and_family_are_clear_errors():
     with pytest.raises(CodeObjectError, match="no kernel 'gemv_f32_r4'.*gemv_bf16_r1"):
         mod.kernel("gemv_f32_r4")
     with pytest.raises(CodeObjectError,
-                       match="not shipped for gfx1201; shipped there: fp8_linear, fp8_linear_splitk, gemv"):
+                       match="not shipped for gfx1201; shipped there: fp8_linear, fp8_linear_splitk, fused_moe, gemv"):
         registry.entry("gfx1201", "nonexistent")
     with pytest.raises(UnsupportedArchError, match="gfx942, gfx950"):
         registry.entry("gfx90a", "gemv")

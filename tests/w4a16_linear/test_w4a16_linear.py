@@ -96,7 +96,8 @@ def test_against_exact(arch, dt):
         with hipskinny.on_device(_dev(arch, cus)):
             y = w4a16.linear(x, prepared, bias)
             info = op.plan_info(_dev(arch, cus), dt, n, m, k)
-        assert y.shape == (n, m) and y.dtype == dt and info["kernel"].startswith(f"w4a16_{TAG[np.dtype(dt)]}_n{n}_")
+        assert y.shape == (n, m) and y.dtype == dt
+        assert info["kernel"].startswith(f"w4a16_linear_{TAG[np.dtype(dt)]}_n{n}_")
         need = n * k * 2 + (n * k // 8 if dt == BF16 else 0)      # x (+ bf16's per-chunk sums)
         assert info["staged_once"] == (need <= ARCHS[arch].lds_per_workgroup)
         assert_bound(y, x, ckpt, fmt, g, bias)

@@ -71,7 +71,7 @@ for name, n, m, k, g, fmt, sym, act in (("fused", 4, 40, 512, 128, "gptq", False
                   "kernels": [s.kernel for s in list(runtime.device.launches)[-2:]]}}
 
 pool = scratch.pool(hip_device(0), 0)
-for slot in ("w4a16.counters", "skinny_gemm.counters"):
+for slot in ("w4a16_linear.counters", "skinny_gemm.counters"):
     size = pool.capacity(slot)
     counters = np.frombuffer(ctypes.string_at(pool.buffer(slot, 4), size), np.uint32) if size else None
     res[slot] = counters is not None and bool((counters == 0).all())
@@ -92,16 +92,16 @@ def test_device_operands_in_place(fakehip_run, arch):
     run = fakehip_run(SCENARIO.format(tests=TESTS), env={"FAKEHIP_ARCH": arch, "FAKEHIP_CU_COUNT": "4"})
     res = json.loads(run.stdout.split("RES ", 1)[1])
     assert res["errors"] == []
-    for name, kernels in (("fused", ["w4a16_f16_n4"]), ("fused_splitk", ["w4a16_splitk_f16_t2"]),
-                          ("route_n", ["w4a16_dequantize_f16", "skinny_gemm_splitk_f16_t8"]),
-                          ("route_k", ["w4a16_dequantize_f16", "skinny_gemm_f16_n3"])):
+    for name, kernels in (("fused", ["w4a16_linear_f16_n4"]), ("fused_splitk", ["w4a16_linear_splitk_f16_t2"]),
+                          ("route_n", ["w4a16_linear_dequantize_f16", "skinny_gemm_splitk_f16_t8"]),
+                          ("route_k", ["w4a16_linear_dequantize_f16", "skinny_gemm_f16_n3"])):
         r = res[name]
         # err: |y - exact| over a bound that holds for both (the emulated tests bound each exactly).
         assert r["err"] <= 1.0, (name, r)
         assert r["repeat_equal"], name
         assert all(got.startswith(want) for got, want in zip(r["kernels"][-len(kernels):], kernels, strict=True)), r
     # the split-K calls (fused and the route's skinny_gemm) left their counters ready for the next
-    assert res["w4a16.counters"] and res["skinny_gemm.counters"]
+    assert res["w4a16_linear.counters"] and res["skinny_gemm.counters"]
     assert res["n_200"].startswith("InputValueError") and "N = 1..128" in res["n_200"]
     assert res["misaligned"].startswith("InputValueError") and "16-byte aligned" in res["misaligned"]
 
@@ -153,7 +153,7 @@ def test_torch_tensors_above_128_tokens_take_f_linear(fakehip_run):
     run = fakehip_run(TORCH_SCENARIO.format(tests=TESTS), env={"FAKEHIP_ARCH": "gfx1201", "FAKEHIP_CU_COUNT": "2"})
     res = json.loads(run.stdout.split("RES ", 1)[1])
     assert res["errors"] == [] and res["shape"] == [130, 24]
-    assert res["kernels"] == ["w4a16_dequantize_f16"]
+    assert res["kernels"] == ["w4a16_linear_dequantize_f16"]
     assert res["err"] <= 1.0, res
 
 
@@ -206,7 +206,7 @@ def test_device_perm_out_of_range_is_clamped_not_faulting(fakehip_run, arch):
     run = fakehip_run(BAD_PERM.format(tests=TESTS), env={"FAKEHIP_ARCH": arch, "FAKEHIP_CU_COUNT": "2"})
     res = json.loads(run.stdout.split("RES ", 1)[1])
     assert res["errors"] == [], res["errors"][0]
-    for name, kernel in (("lane_split", "w4a16_f16_n2"), ("splitk", "w4a16_splitk_f16_t1"),
+    for name, kernel in (("lane_split", "w4a16_linear_f16_n2"), ("splitk", "w4a16_linear_splitk_f16_t1"),
                          ("route", "skinny_gemm_f16_n3")):
         assert res[name]["outcome"] == "ok" and res[name]["kernel"].startswith(kernel), (name, res[name])
     assert res["lane_split"]["err"] <= 1.0 and res["splitk"]["err"] <= 1.0, res

@@ -114,9 +114,9 @@ def _run(arch, dt, i, fused=None):
     assert y.shape == (n, m) and y.dtype == dt
     tag = TAG[np.dtype(dt)]
     if fused is False or not op.fusible(n, k, k if g == -1 else g):
-        assert kernels == [f"w4a16_dequantize_{tag}", f"skinny_gemm_splitk_{tag}_t{token_tiles(n)}"], kernels
+        assert kernels == [f"w4a16_linear_dequantize_{tag}", f"skinny_gemm_splitk_{tag}_t{token_tiles(n)}"], kernels
     else:
-        assert kernels[-1] == f"w4a16_splitk_{tag}_t{token_tiles(n)}", kernels
+        assert kernels[-1] == f"w4a16_linear_splitk_{tag}_t{token_tiles(n)}", kernels
     assert_route_bound(y, x, ckpt, fmt, g, bias)
 
 
@@ -154,7 +154,7 @@ def test_small_n_route(arch):
         with hipskinny.on_device(dev):
             y = w4a16.linear(x, prepared, bias, fused=fused)
             kernels = [launch.kernel for launch in dev.launches][-2:]
-        assert kernels[0] == f"w4a16_dequantize_{TAG[np.dtype(dt)]}" and kernels[1].startswith(
+        assert kernels[0] == f"w4a16_linear_dequantize_{TAG[np.dtype(dt)]}" and kernels[1].startswith(
             f"skinny_gemm_{TAG[np.dtype(dt)]}_n{n}_"), kernels
         assert_route_bound(y, x, ckpt, fmt, g, bias)
 

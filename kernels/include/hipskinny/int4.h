@@ -1,7 +1,7 @@
 // The int4 (AWQ / GPTQ, w4a16) pieces shared by the kernel families that read the prepared layout
-// of frontend/w4a16.py (w4a16, w4a16_splitk, moe): staging x in LDS (with act-order and bf16 chunk sums) and
+// of frontend/w4a16.py (w4a16_linear, w4a16_linear_splitk, fused_moe): staging x in LDS (with act-order and bf16 chunk sums) and
 // one 32-column chunk of a lane's work, the magic-number dequant plus the dot products.
-// kernels/w4a16.hip explains the layout, the dequant and the exactness argument.
+// kernels/w4a16_linear.hip explains the layout, the dequant and the exactness argument.
 #pragma once
 
 #include "hipskinny/common.h"

@@ -1,5 +1,5 @@
 // The split-K skeleton of the packed 4-bit families (matmul_4bit_splitk: bitsandbytes NF4/FP4;
-// w4a16_splitk: AWQ/GPTQ int4), parameterized by the one thing they differ in: how a lane's 16
+// w4a16_linear_splitk: AWQ/GPTQ int4), parameterized by the one thing they differ in: how a lane's 16
 // weight bytes and their scales are loaded and widened to T in registers right before the matrix
 // instruction. Everything else is here once: the work split, the K order of the fragments, x
 // staged in LDS (optionally gathered through an act-order permutation), the group loop with its
