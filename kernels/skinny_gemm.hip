@@ -17,7 +17,8 @@
 // uses a persistent grid of about one or two workgroups per CU), dynamic LDS
 // N * kc * 2 bytes (the op sizes kc from the arch's LDS per workgroup).
 //
-// Work split: a work unit is a tile of YTILE consecutive output rows x all N tokens,
+// Work split (the loop is hs::lane_split::run, hipskinny/lane_split.h; this file is its body:
+// staging x, a lane's chunks, the write): a work unit is a tile of YTILE consecutive output rows x all N tokens,
 // owned by one wave, which reduces over the whole K across its lanes: lane l takes the
 // 8-element (16-byte) chunks g with g % wave == l, in increasing g, 4 weight loads in
 // flight (4 / YTILE unrolled steps), dot2 into N * YTILE fp32 accumulators, then one
@@ -50,18 +51,17 @@
 // asserts them).
 #include "hipskinny/common.h"
 #include "hipskinny/loads.h"
-#include "hipskinny/reduce.h"
+#include "hipskinny/lane_split.h"
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWaves = kThreads / hs::kWave;
+constexpr int kThreads = hs::lane_split::kThreads;
 constexpr int kInFlight = 4;  // 16-byte weight loads per lane per unrolled step
 
 
 // Copy x[:, k0 : k0 + len] into LDS rows of kc / 8 chunks (zero past column K).
 template <int N>
-__device__ void stage(hs::u32x4* xs, const uint16_t* __restrict__ x, int64_t x_stride, int K, int k0,
+__device__ void stage_rows(hs::u32x4* xs, const uint16_t* __restrict__ x, int64_t x_stride, int K, int k0,
                       int len, int row_chunks) {
   const int chunks = (len + 7) >> 3;
 #pragma unroll 1  // rolled: keeps N row addresses out of the main loop's registers
@@ -121,62 +121,46 @@ __device__ inline void accumulate(float (&acc)[N][YTILE], const hs::u32x4* xs,
   }
 }
 
+// The lane-split body (hipskinny/lane_split.h): x staged as it is, 16-bit weights.
+template <typename T, int N, int YTILE>
+struct SkinnyGemm {
+  const uint16_t* x;
+  const uint16_t* w;
+  const uint16_t* bias;
+  uint16_t* y;
+  int M, K;
+  int64_t x_stride, w_stride, bias_stride;
+  int kc;
+
+  __device__ bool prologue(hs::u32x4* xs, bool staged_once) const {
+    if (staged_once) stage_rows<N>(xs, x, x_stride, K, 0, K, kc >> 3);
+    return staged_once;
+  }
+  __device__ void stage(hs::u32x4* xs, int k0, int len) const { stage_rows<N>(xs, x, x_stride, K, k0, len, kc >> 3); }
+
+  typedef const uint16_t* Rows[YTILE];
+
+  __device__ void rows(Rows& rows, int m0) const {
+#pragma unroll
+    for (int r = 0; r < YTILE; ++r) rows[r] = w + (int64_t)min(m0 + r, M - 1) * w_stride;
+  }
+  __device__ void pass(Rows& rows, float (&acc)[N][YTILE], const hs::u32x4* xs, int k0, int len, int lane) const {
+    accumulate<T, N, YTILE>(acc, xs, rows, K, k0, len, kc >> 3, lane);
+  }
+
+  __device__ void store(float sum, int n, int row) const {
+    if (bias != nullptr) sum += hs::to_float<T>(bias[n * bias_stride + row]);
+    y[(int64_t)n * M + row] = hs::from_float<T>(sum);
+  }
+};
+
+// __restrict__ here: inlined, it gives every access noalias scopes, which the scheduler uses.
 template <typename T, int N, int YTILE>
 __device__ void skinny_gemm(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
                             const uint16_t* __restrict__ bias, uint16_t* __restrict__ y, int M, int K,
                             int64_t x_stride, int64_t w_stride, int64_t bias_stride, int kc) {
-  static_assert(N * YTILE <= hs::kWave, "one output per lane at the write");
-  extern __shared__ hs::u32x4 xs[];
-
-  const int lane = threadIdx.x % hs::kWave;
-  const int wave = threadIdx.x / hs::kWave;
-  const int row_chunks = kc >> 3;
-  const int tiles = (M + YTILE - 1) / YTILE;
-  const bool staged_once = kc >= K;
-
-  if (staged_once) {
-    stage<N>(xs, x, x_stride, K, 0, K, row_chunks);
-    __syncthreads();
-  }
-  for (int first = blockIdx.x * kWaves; first < tiles; first += gridDim.x * kWaves) {
-    const int tile = first + wave;
-    const bool active = tile < tiles;
-    const int m0 = tile * YTILE;
-    const uint16_t* wrow[YTILE];
-#pragma unroll
-    for (int r = 0; r < YTILE; ++r) wrow[r] = w + (int64_t)min(m0 + r, M - 1) * w_stride;
-
-    float acc[N][YTILE];
-#pragma unroll
-    for (int n = 0; n < N; ++n)
-#pragma unroll
-      for (int r = 0; r < YTILE; ++r) acc[n][r] = 0.0f;
-
-    for (int k0 = 0; k0 < K; k0 += kc) {
-      const int len = min(kc, K - k0);
-      if (!staged_once) {
-        __syncthreads();  // every wave is done reading the previous pass
-        stage<N>(xs, x, x_stride, K, k0, len, row_chunks);
-        __syncthreads();
-      }
-      if (active) accumulate<T, N, YTILE>(acc, xs, wrow, K, k0, len, row_chunks, lane);
-    }
-
-    if (active) {
-      // Reduce-scatter: lane l ends with output j = l / (wave / P) summed over the wave.
-      constexpr int P = hs::pow2_at_least(N * YTILE);
-      float v[P];
-#pragma unroll
-      for (int j = 0; j < P; ++j) v[j] = j < N * YTILE ? acc[j / YTILE][j % YTILE] : 0.0f;
-      float mine = hs::reduce_scatter<hs::kWave / 2, P>(v, lane);
-      constexpr int kGroup = hs::kWave / P;
-      const int j = lane / kGroup, n = j / YTILE, row = m0 + j % YTILE;
-      if (lane % kGroup == 0 && j < N * YTILE && row < M) {
-        if (bias != nullptr) mine += hs::to_float<T>(bias[n * bias_stride + row]);
-        y[(int64_t)n * M + row] = hs::from_float<T>(mine);
-      }
-    }
-  }
+  hs::lane_split::run<N, YTILE>(SkinnyGemm<T, N, YTILE>{x, w, bias, y, M, K, x_stride, w_stride, bias_stride, kc},
+                                M, K, kc);
 }
 
 }  // namespace

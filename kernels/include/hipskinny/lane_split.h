@@ -1,0 +1,85 @@
+// The lane-split skeleton of the small-N kernel families (used by skinny_gemm; fp8_linear,
+// matmul_4bit and w4a16_linear still carry their own copy of this loop, see below): a persistent workgroup of 256 threads whose waves stride over tiles of
+// YTILE consecutive output rows x all N tokens; each wave reduces over the whole K across its
+// lanes and one fixed xor butterfly (hs::reduce_scatter) leaves each output in its own lanes.
+// x passes through LDS: staged once per workgroup when kc >= K, else once per K pass, with the
+// barriers in loops whose trip counts are uniform over the workgroup (tile loop by workgroup,
+// pass loop by K), so every wave reaches every barrier; waves without a tile only stage.
+//
+// A family supplies its weight-decoding policy as a Body (the arguments it was launched with):
+//   bool prologue(xs, staged_once)      before the tile loop (tables; x when staged once); true
+//                                       when the skeleton must put a barrier after it
+//   void stage(xs, k0, len)             x[:, k0 : k0 + len] into LDS (streamed passes)
+//   Rows, rows(rows, m0)                a wave's row state for rows m0 .. m0 + YTILE - 1 (clamped
+//                                       to M - 1 when read): addresses, cached scales
+//   void pass(rows, acc, xs, k0, len, lane)  this lane's share of a pass into acc[N][YTILE]
+//   void store(sum, n, row)             output (n, row) from its wave-wide sum (row < M; once each)
+// The accumulators are the skeleton's own float[N][YTILE] array: as one plain array they stay
+// one promotable vector, as in a hand-written kernel (in a struct with the row state, or behind
+// a typedef the body declares, they cost 2-56 more VGPRs on gfx942/gfx950). The reduction and
+// the write are the skeleton's too, so every family's outputs are the same butterfly over the
+// same lane partials for any grid, YTILE, kc or CU count.
+//
+// Moving a family onto it must leave its code objects' registers as they were (compare the
+// manifests). w4a16_linear on it, for instance, comes out 32 kernels better but 5 worse (y1 at
+// N = 5, 8 on gfx942/gfx950: up to 12 VGPRs and one wave per SIMD), where the vectorizer splits
+// the N-token accumulator update into pairs instead of one 8-wide FMA.
+#pragma once
+
+#include "hipskinny/common.h"
+#include "hipskinny/reduce.h"
+
+namespace hs {
+namespace lane_split {
+
+constexpr int kThreads = 256;
+constexpr int kWaves = kThreads / kWave;
+
+template <int N, int YTILE, typename Body>
+__device__ inline void run(Body body, int M, int K, int kc) {
+  extern __shared__ u32x4 xs[];
+  static_assert(N * YTILE <= kWave, "one output per lane at the write");
+  const int lane = threadIdx.x % kWave;
+  const int wave = threadIdx.x / kWave;
+  const int tiles = (M + YTILE - 1) / YTILE;
+  const bool staged_once = kc >= K;
+
+  if (body.prologue(xs, staged_once)) __syncthreads();
+  for (int first = blockIdx.x * kWaves; first < tiles; first += gridDim.x * kWaves) {
+    const int tile = first + wave;
+    const bool active = tile < tiles;
+    const int m0 = tile * YTILE;
+    typename Body::Rows rows;
+    body.rows(rows, m0);
+    float acc[N][YTILE];
+#pragma unroll
+    for (int n = 0; n < N; ++n)
+#pragma unroll
+      for (int r = 0; r < YTILE; ++r) acc[n][r] = 0.0f;
+
+    for (int k0 = 0; k0 < K; k0 += kc) {
+      const int len = min(kc, K - k0);
+      if (!staged_once) {
+        __syncthreads();  // every wave is done reading the previous pass
+        body.stage(xs, k0, len);
+        __syncthreads();
+      }
+      if (active) body.pass(rows, acc, xs, k0, len, lane);
+    }
+
+    if (active) {
+      // Reduce-scatter: lane l ends with output j = l / (wave / P) summed over the wave.
+      constexpr int P = pow2_at_least(N * YTILE);
+      float v[P];
+#pragma unroll
+      for (int j = 0; j < P; ++j) v[j] = j < N * YTILE ? acc[j / YTILE][j % YTILE] : 0.0f;
+      const float sum = reduce_scatter<kWave / 2, P>(v, lane);
+      constexpr int kLanes = kWave / P;
+      const int j = lane / kLanes, n = j / YTILE, row = m0 + j % YTILE;
+      if (lane % kLanes == 0 && j < N * YTILE && row < M) body.store(sum, n, row);
+    }
+  }
+}
+
+}  // namespace lane_split
+}  // namespace hs
