@@ -69,6 +69,16 @@ class ScratchPool:
         slot = self._slots.get(name)
         return slot[1] if slot else 0
 
+    def read(self, name: str, out: Any) -> bool:
+        """Copy the first ``out.nbytes`` of slot ``name`` into ``out`` after the stream's work is
+        done (synchronizes); False, ``out`` untouched, when the slot does not exist yet."""
+        slot = self._slots.get(name)
+        if slot is None:
+            return False
+        self.device.synchronize(self.stream)
+        self.device.copy_to_host(out, slot[0], min(out.nbytes, slot[1]))
+        return True
+
     def capacities(self) -> dict[str, int]:
         return {name: cap for name, (_, cap) in self._slots.items()}
 

@@ -21,14 +21,11 @@ anything is launched (InputValueError); a perm on the GPU is not (no sync): the 
 (act's) column K - 1 for an entry outside ``[0, K)`` (one unsigned min per index), so it gives
 wrong results, never an access outside a buffer.
 
-Three launches, nothing allocated per call (scratch from the pool, counters self-cleaning):
-``fused_moe_route`` sorts the slots by expert on the device (no host sync; units of up to NP slots of
-one expert), ``fused_moe_gemm1_*`` computes act for every routed slot, ``fused_moe_gemm2_*`` the weighted
-down projection, and the workgroup finishing a row block's last unit sums the block
-(kernels/fused_moe.hip). An expert no slot routes to is never read. NP, the token rows a unit carries,
-is chosen from host-known shapes only (N, k, E): of 1, 2, 4, 8 the nearest to the expected slots
-per routed expert under uniform routing (`token_group`); an expert's weights are read once per NP
-of its slots. The same shapes always choose the same launches (graph capture).
+Three launches (kernels/fused_moe.hip: the route sorts the slots by expert on the device, GEMM1
+computes act for every routed slot, GEMM2 the weighted down projection and the per-token sums), no
+host sync, nothing allocated per call (scratch from the pool, counters self-cleaning). An expert no
+slot routes to is never read. NP, the token rows a unit carries, comes from host-known shapes only
+(`token_group`): the same shapes always choose the same launches (graph capture).
 """
 
 from __future__ import annotations
@@ -46,13 +43,13 @@ from ..formats import w4a16
 from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Operands
 from ..torch_ops import declare, fake_operands
+from . import _linear as lin
 from ._common import DTYPE_TAG
 from ._quantized import check_prepared
 
 FAMILY = "fused_moe"
 NAMES = ("x", "w13", "w13_scales", "w13_zeros", "w13_perm", "w2", "w2_scales", "w2_zeros", "w2_perm",
          "topk_weights", "topk_ids", "out")
-THREADS = 256
 MAX_SLOTS = 1024          # N * k (the route kernel's LDS)
 MAX_EXPERTS = 512
 MAX_TOPK = 16
@@ -106,18 +103,15 @@ def _bind(ops: Operands, p13: tuple | None, p2: tuple | None) -> Any:
     assert xv is not None
     n, h, i, e, k, g13, g2 = _check(ops, p13, p2)
     operands.check_out(ops, (n, h), xv.dtype)
-    tag = DTYPE_TAG[xv.dtype]
     if n == 0 or h == 0:
         return operands.nothing(ops, (n, h), xv.dtype, "fused_moe.y")
-    device = ops.device
-    slots = n * k
-    plans = _plan(device, tag, p13 is not None, p2 is not None, n, h, i, e, k)
-    route, gemm1, gemm2 = plans
-    np_ = route.info["group"]
-    x_stride = h if ops.on_host else operands.row_stride("fused_moe", xv)
+    device, slots = ops.device, n * k
+    route, gemm1, gemm2 = _plan(device, DTYPE_TAG[xv.dtype], p13 is not None, p2 is not None, n, h, i, e, k)
+    x_stride = h if ops.on_host else operands.staged_rows("fused_moe", xv, h)
     pointers = (*NAMES, META_SLOT)          # inputs, out, then the routing metadata's scratch slot
     launches = [
-        operands.launch(device, route, pointers, ids="topk_ids", meta=META_SLOT, P=slots, E=e, group=np_),
+        operands.launch(device, route, pointers, ids="topk_ids", meta=META_SLOT, P=slots, E=e,
+                        group=route.info["group"]),
         operands.launch(device, gemm1, pointers, x="x", w="w13", scales="w13_scales", zeros="w13_zeros",
                         perm="w13_perm", meta=META_SLOT, I=i, H=h, x_stride=x_stride, log2_g=g13, topk=k,
                         blocks=gemm1.info["blocks"], block_pairs=gemm1.info["block_rows"], P=slots),
@@ -127,13 +121,12 @@ def _bind(ops: Operands, p13: tuple | None, p2: tuple | None) -> Any:
     ]
     scratch = ((META_SLOT, scratch_bytes(slots, h, i)),)
     if ops.on_host:
-        staged = [operands.flat(ops, name, f"fused_moe.{name}", _perm_check(name, h if name == "w13_perm" else i)
-                                if name.endswith("_perm") else None) for name in NAMES[:-1]]
+        perms = {f"{w}_perm": (lambda a, w=w, kdim=kdim: w4a16.check_perm(
+            a, kdim, f"fused_moe: {w}'s prepared perm must be a permutation of 0..K-1 for every expert (K={kdim})",
+            experts=True)) for w, kdim in (("w13", h), ("w2", i))}
+        staged = [operands.flat(ops, name, f"fused_moe.{name}", perms.get(name)) for name in NAMES[:-1]]
         return HostCall(ops, launches, staged, out_shape=(n, h), out_dtype=xv.dtype, out_slot="fused_moe.y",
                         scratch_slots=scratch)
-    operands.require("fused_moe", xv.strides[-1] == 1 and (n == 1 or x_stride >= h) and x_stride % 8 == 0,
-                     f"x must be contiguous along H with rows a multiple of 8 elements (16 bytes) apart; got "
-                     f"strides {xv.strides}")
     operands.require_contiguous(ops, NAMES[1:-1])
     return DeviceCall(ops, launches, out_shape=(n, h), out_dtype=xv.dtype, aligned=("x", "w13"),
                       align_message="x and the expert weights must start at 16-byte aligned addresses",
@@ -203,13 +196,6 @@ def _weight(ops: Operands, name: str, prepared: tuple | None, dtype: np.dtype) -
     return e, rows, k, g.bit_length() - 1
 
 
-def _perm_check(name: str, k: int) -> Any:
-    """A host perm stack's check, made on every call before anything is launched (its contents may
-    change between calls of one signature; a GPU perm is not checked: the kernels clamp it)."""
-    what = f"fused_moe: {name[:-5]}'s prepared perm must be a permutation of 0..K-1 for every expert (K={k})"
-    return lambda a: w4a16.check_perm(a, k, what, experts=True)
-
-
 def expected_experts(n: int, k: int, e: int) -> float:
     """Distinct experts N tokens route to when each picks k different ones uniformly:
     E (1 - (1 - k/E)^N)."""
@@ -227,8 +213,7 @@ def token_group(n: int, k: int, e: int) -> int:
 def _plan(device: Device, tag: str, w4_13: bool, w4_2: bool, n: int, h: int, i: int, e: int, k: int
           ) -> tuple[LaunchPlan, LaunchPlan, LaunchPlan]:
     key = (device, tag, w4_13, w4_2, n, h, i, e, k, device.properties.cu_count)
-    got = _plans.get(key, lambda: _build_plans(device, tag, w4_13, w4_2, n, h, i, e, k))
-    return got  # type: ignore[return-value]
+    return _plans.get(key, lambda: _build_plans(device, tag, w4_13, w4_2, n, h, i, e, k))  # type: ignore[return-value]
 
 
 def _build_plans(device: Device, tag: str, w4_13: bool, w4_2: bool, n: int, h: int, i: int, e: int, k: int
@@ -250,13 +235,13 @@ def _build_plans(device: Device, tag: str, w4_13: bool, w4_2: bool, n: int, h: i
     grid = device.properties.cu_count * GROUPS_PER_CU
 
     def gemm(name: str, rows: int, per_wave: int, kdim: int, max_blocks: int) -> LaunchPlan:
-        step = per_wave * (THREADS // arch.wave_size)
+        step = per_wave * (lin.THREADS // arch.wave_size)
         blocks = max(1, min(-(-grid // distinct), -(-rows // step), max_blocks))
         block_rows = -(-rows // (blocks * step)) * step
         blocks = -(-rows // block_rows)
         fn, meta = module.kernel(name)
         size = lds(np_, kdim)
-        return make_plan(fn, meta, (max(1, min(grid, slots * blocks)), 1, 1), (THREADS, 1, 1), shared_mem=size,
+        return make_plan(fn, meta, (max(1, min(grid, slots * blocks)), 1, 1), (lin.THREADS, 1, 1), shared_mem=size,
                          info={"kernel": name, "blocks": blocks, "block_rows": block_rows, "group": np_,
                                "lds_bytes": size})
 
@@ -265,7 +250,7 @@ def _build_plans(device: Device, tag: str, w4_13: bool, w4_2: bool, n: int, h: i
     s = 2 if i // 32 <= arch.wave_size // 2 else 1
     g2 = gemm(f"fused_moe_gemm2_{tag}_{'w4' if w4_2 else 'w16'}_n{np_}_s{s}", h, GEMM2_ROWS[np_] * s, i, COUNTERS)
     fn, meta = module.kernel("fused_moe_route")
-    route = make_plan(fn, meta, (1, 1, 1), (THREADS, 1, 1), info={"kernel": "fused_moe_route", "group": np_})
+    route = make_plan(fn, meta, (1, 1, 1), (lin.THREADS, 1, 1), info={"kernel": "fused_moe_route", "group": np_})
     return route, g1, g2
 
 
@@ -289,14 +274,8 @@ def invalid_slots(device: Device | None = None, stream: int = 0) -> int:
     from .. import scratch
     from ..devices import current_device
 
-    dev = device or current_device()
-    pool = scratch.pool(dev, stream)
-    if pool.capacity(META_SLOT) == 0:
-        return 0
     got = np.zeros(COUNTERS + META_WORDS, np.int32)
-    dev.synchronize(stream)
-    dev.copy_to_host(got, pool.buffer(META_SLOT, got.nbytes), got.nbytes)
-    return int(got[COUNTERS + 1])
+    return int(got[COUNTERS + 1]) if scratch.pool(device or current_device(), stream).read(META_SLOT, got) else 0
 
 
 def _torch_stack(w: Any, scales: Any, zeros: Any, perm: Any, group_size: int) -> Any:

@@ -131,6 +131,17 @@ def test_pool_growth_retires_and_never_frees():
     assert not d.memory.view(second, 8192).any()             # a new slot is zeroed once
 
 
+def test_pool_read_copies_a_slot_back():
+    d = EmulatedDevice("gfx1100", 1)
+    pool = scratch.pool(d, 5)
+    got = np.full(4, -1, np.int32)
+    assert not pool.read("never", got) and (got == -1).all()     # no slot: nothing read, nothing made
+    assert pool.capacity("never") == 0
+    ptr = pool.buffer("words", 64)
+    d.copy_to_device(ptr, np.arange(16, dtype=np.int32), 64)
+    assert pool.read("words", got) and got.tolist() == [0, 1, 2, 3]
+
+
 def test_no_growth_and_no_release_during_capture():
     d = CapturingEmulator("gfx942", 2)
     pool = scratch.pool(d, 3)
