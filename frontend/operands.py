@@ -271,7 +271,7 @@ def require(op: str, ok: bool, what: str) -> None:
 def nothing(ops: Operands, out_shape: tuple[int, ...], dtype: Any, out_slot: str) -> Any:
     """The bound call of an empty result (no launch)."""
     if ops.on_host:
-        return HostCall(ops, [], [None] * (len(ops.views) - 1), out_shape=out_shape, out_dtype=dtype,
+        return HostCall(ops, [], [None] * len(ops.views), out_shape=out_shape, out_dtype=dtype,
                         out_slot=out_slot)
     return DeviceCall(ops, [], out_shape=out_shape, out_dtype=dtype)
 

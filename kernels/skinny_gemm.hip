@@ -154,7 +154,7 @@ struct SkinnyGemm {
   }
 };
 
-// __restrict__ here: inlined, it gives every access noalias scopes, which the scheduler uses.
+// The kernel's arguments as __restrict__ parameters (noalias scopes once inlined), as before the skeleton.
 template <typename T, int N, int YTILE>
 __device__ void skinny_gemm(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
                             const uint16_t* __restrict__ bias, uint16_t* __restrict__ y, int M, int K,

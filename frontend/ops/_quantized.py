@@ -57,9 +57,8 @@ def check_prepared(op: str, what: str, ops: Operands, name: str, lead: tuple[int
 class QuantizedLinear:
     """One quantized linear op's fixed facts (names and families), and the steps they parameterize."""
 
-    op: str                         # the public name, in messages
-    slot: str                       # prefix of the op's scratch slots
-    family: str                     # the fused lane-split kernels' code object (and kernel prefix)
+    op: str                         # the public name: in messages, and the name of its code objects,
+                                    # kernels and scratch slots (one name per family)
     names: tuple[str, ...]          # the operands: x, the weight's arrays, bias, out
     weights: tuple[str, ...]        # the weight's arrays, contiguous on a GPU
     weight_what: str                # "the prepared " -- how messages name them
@@ -78,7 +77,7 @@ class QuantizedLinear:
         out_shape = (*xv.shape[:-1], m)
         operands.check_out(ops, out_shape, xv.dtype)
         if m == 0 or n == 0:
-            return operands.nothing(ops, out_shape, xv.dtype, f"{self.slot}.y")
+            return operands.nothing(ops, out_shape, xv.dtype, f"{self.op}.y")
         if not ops.on_host:
             operands.require_contiguous(ops, self.weights, self.weight_what)
         if not fusible:
@@ -91,7 +90,7 @@ class QuantizedLinear:
         if ops.on_host:
             call, slots = launch(k, m if lin.bias_rows(bv) > 1 else 0)
             return HostCall(ops, [call], staged(), out_shape=out_shape, out_dtype=xv.dtype,
-                            out_slot=f"{self.slot}.y", scratch_slots=slots)
+                            out_slot=f"{self.op}.y", scratch_slots=slots)
         call, slots = launch(operands.staged_rows(self.op, xv, k), operands.bias_row_stride(self.op, bv, m))
         return DeviceCall(ops, [call], out_shape=out_shape, out_dtype=xv.dtype, aligned=("x", "w"),
                           align_message=self.align_message, scratch_slots=slots)
@@ -101,9 +100,9 @@ class QuantizedLinear:
         """How host inputs reach the device: x rows ``pitch`` apart (zero padded), the weight's
         arrays flat (``checks``: value checks by name, run on every call), the bias rows."""
         bv = ops["bias"]
-        bias = None if bv is None else Staged(f"{self.slot}.bias", lin.bias_rows(bv), m, m, optional=True)
-        weights = [operands.flat(ops, name, f"{self.slot}.{name}", (checks or {}).get(name)) for name in self.weights]
-        return [Staged(f"{self.slot}.x", n, k, pitch), *weights, bias]
+        bias = None if bv is None else Staged(f"{self.op}.bias", lin.bias_rows(bv), m, m, optional=True)
+        weights = [operands.flat(ops, name, f"{self.op}.{name}", (checks or {}).get(name)) for name in self.weights]
+        return [Staged(f"{self.op}.x", n, k, pitch), *weights, bias]
 
     def launch(self, device: Device, tag: str, n: int, m: int, k: int, x_stride: int, b_stride: int,
                lane: dict[str, int], splitk: dict[str, int]) -> tuple[Launch, tuple[tuple[str, int], ...]]:
@@ -116,18 +115,18 @@ class QuantizedLinear:
                                    bias_stride=b_stride, kc=plan.info["k_chunk"], **lane), ()
         values = dict(N=n, M=m, K=k, x_stride=x_stride, bias_stride=b_stride, shard_len=plan.info["shard_len"],
                       **splitk)
-        return lin.splitk_launch(device, plan, self.names, ptrs, values, f"{self.slot}.partials",
-                                 f"{self.slot}.counters")
+        return lin.splitk_launch(device, plan, self.names, ptrs, values, f"{self.op}.partials",
+                                 f"{self.op}.counters")
 
     def plan(self, device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
         """N <= 8: the lane-split plan; N = 9..64: skinny_gemm's split-K configuration."""
         key = (device, tag, n, m, k, device.properties.cu_count)
         if n > MAX_N:
-            splitk = f"{self.family}_splitk"
+            splitk = f"{self.op}_splitk"
             return self.plans.get(("splitk", *key), lambda: lin.splitk_plan(
                 device, splitk, lambda nt, _: f"{splitk}_{tag}_t{nt}", n, m, k))
         return self.plans.get(key, lambda: lin.lane_split_plan(
-            device, self.family, f"{self.family}_{tag}_n{n}", n, m, k, chunk=CHUNK, op=self.op,
+            device, self.op, f"{self.op}_{tag}_n{n}", n, m, k, chunk=CHUNK, op=self.op,
             sums=self.sums and tag == "bf16"))
 
     def plan_info(self, device: Device, x_dtype: Any, n: int, m: int, k: int) -> dict[str, Any]:
@@ -143,7 +142,7 @@ class QuantizedLinear:
         cu_count = device.properties.cu_count
 
         def build() -> LaunchPlan:
-            fn, meta = registry.load(device, self.family).kernel(name)
+            fn, meta = registry.load(device, self.op).kernel(name)
             grid = max(1, min(-(-units // lin.THREADS), cu_count * 2 * device.arch.simds_per_cu))
             return make_plan(fn, meta, (grid, 1, 1), (lin.THREADS, 1, 1), info={"kernel": name, "grid": grid})
 

@@ -63,7 +63,7 @@ NESTED = 1                          # kernel flag
 NAMES = ("x", "w", "absmax", "absmax2", "code2", "offset", "code", "bias", "out")
 ROUTE_SLOT = "matmul_4bit.weights"     # the route's dequantized 16-bit weights
 _F32 = np.dtype(np.float32)
-_OP = QuantizedLinear("matmul_4bit", "matmul_4bit", FAMILY, NAMES, NAMES[1:7], "",
+_OP = QuantizedLinear(FAMILY, NAMES, NAMES[1:7], "",
                       "x and the packed weights must start at 16-byte aligned addresses")
 _calls = operands.CallCache()
 

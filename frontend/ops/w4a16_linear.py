@@ -78,7 +78,7 @@ from ._quantized import CHUNK, FUSED_MAX_N, MAX_N, QuantizedLinear, check_prepar
 FAMILY = "w4a16_linear"
 ROUTE_SLOT = "w4a16_linear.weights"        # the route's dequantized 16-bit weights [M, K]
 NAMES = ("x", "w", "scales", "zeros", "perm", "bias", "out")
-_OP = QuantizedLinear("w4a16_linear", "w4a16_linear", FAMILY, NAMES, NAMES[1:5], "the prepared ",
+_OP = QuantizedLinear(FAMILY, NAMES, NAMES[1:5], "the prepared ",
                       "x and the prepared qweight must start at 16-byte aligned addresses", sums=True)
 _calls = operands.CallCache()
 
