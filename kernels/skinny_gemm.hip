@@ -132,23 +132,23 @@ struct SkinnyGemm {
   int64_t x_stride, w_stride, bias_stride;
   int kc;
 
-  __device__ bool prologue(hs::u32x4* xs, bool staged_once) const {
+  HS_BODY bool prologue(hs::u32x4* xs, bool staged_once) const {
     if (staged_once) stage_rows<N>(xs, x, x_stride, K, 0, K, kc >> 3);
     return staged_once;
   }
-  __device__ void stage(hs::u32x4* xs, int k0, int len) const { stage_rows<N>(xs, x, x_stride, K, k0, len, kc >> 3); }
+  HS_BODY void stage(hs::u32x4* xs, int k0, int len) const { stage_rows<N>(xs, x, x_stride, K, k0, len, kc >> 3); }
 
   typedef const uint16_t* Rows[YTILE];
 
-  __device__ void rows(Rows& rows, int m0) const {
+  HS_BODY void rows(Rows& rows, int m0) const {
 #pragma unroll
     for (int r = 0; r < YTILE; ++r) rows[r] = w + (int64_t)min(m0 + r, M - 1) * w_stride;
   }
-  __device__ void pass(Rows& rows, float (&acc)[N][YTILE], const hs::u32x4* xs, int k0, int len, int lane) const {
+  HS_BODY void pass(Rows& rows, float (&acc)[N][YTILE], const hs::u32x4* xs, int k0, int len, int lane) const {
     accumulate<T, N, YTILE>(acc, xs, rows, K, k0, len, kc >> 3, lane);
   }
 
-  __device__ void store(float sum, int n, int row) const {
+  HS_BODY void store(float sum, int n, int row) const {
     if (bias != nullptr) sum += hs::to_float<T>(bias[n * bias_stride + row]);
     y[(int64_t)n * M + row] = hs::from_float<T>(sum);
   }

@@ -79,119 +79,113 @@
 // scale indices are 32-bit (loads from the base pointer + a 32-bit offset): M * K / 8 < 2^32.
 #include "hipskinny/common.h"
 #include "hipskinny/int4.h"
-#include "hipskinny/reduce.h"
+#include "hipskinny/lane_split.h"
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWaves = kThreads / hs::kWave;
+constexpr int kThreads = hs::lane_split::kThreads;
 constexpr int kChunk = hs::int4::kChunk;
 
+// The lane-split body (hipskinny/lane_split.h): x (and, bf16, its chunk sums) in LDS, int4 words
+// decoded per 32-column chunk.
 template <typename T, int NP, int YTILE>
-__device__ void w4a16(const uint16_t* __restrict__ x, const uint32_t* __restrict__ w,
-                      const uint16_t* __restrict__ scales, const uint8_t* __restrict__ zeros,
-                      const int32_t* __restrict__ perm, const uint16_t* __restrict__ bias,
-                      uint16_t* __restrict__ y, int M, int K, int64_t x_stride, int64_t bias_stride, int kc,
-                      int log2_g) {
-  static_assert(NP * YTILE <= hs::kWave, "one output per lane at the write");
-  constexpr int P = hs::pow2_at_least(NP * YTILE);
-  extern __shared__ hs::u32x4 xs[];
-  float* xsum = reinterpret_cast<float*>(xs + NP * (kc >> 3));   // bf16 only
-
-  const int lane = threadIdx.x % hs::kWave;
-  const int wave = threadIdx.x / hs::kWave;
-  const int tiles = (M + YTILE - 1) / YTILE;
-  const bool staged_once = kc >= K;
-  const int row_groups = K >> log2_g;
-  const int row_q = kc >> 3;    // 16-byte LDS slots per staged token row
-  const int row_s = kc >> 5;    // chunk sums per staged token row
-  const uint32_t magic = hs::int4::magic_const<T>();
-  const auto x_row = [&](int n) { return x + n * x_stride; };
+struct W4a16 {
+  const uint16_t* x;
+  const uint32_t* w;
+  const uint16_t* scales;
+  const uint8_t* zeros;
+  const int32_t* perm;
+  const uint16_t* bias;
+  uint16_t* y;
+  int M, K;
+  int64_t x_stride, bias_stride;
+  int kc, log2_g;
+  float* xsum;          // bf16 only: each token's fp32 sum of every staged 32-column chunk
+  int row_groups;
   // G >= 128 and passes starting at multiples of 128: a lane quad's 4 chunks share one scale group,
   // whose scale (and zero point) its first lane alone loads.
-  const bool grouped = log2_g >= 7 && (kc & 127) == 0;
-  const bool leader = !grouped || (lane & 3) == 0;
+  bool grouped;
+  bool leader;
+  uint32_t magic;       // hs::int4::magic_const, made once (an asm statement the compiler cannot hoist)
 
-  if (staged_once) {
-    hs::int4::stage<T, NP, kThreads>(xs, xsum, x_row, perm, 0, K, kc, K - 1u);
-    __syncthreads();
+  HS_BODY void stage(hs::u32x4* xs, int k0, int len) const {
+    const auto x_row = [&](int n) { return x + n * x_stride; };
+    hs::int4::stage<T, NP, kThreads>(xs, xsum, x_row, perm, k0, len, kc, K - 1u);
+  }
+  HS_BODY bool prologue(hs::u32x4* xs, bool staged_once) const {
+    if (staged_once) stage(xs, 0, K);
+    return staged_once;
   }
 
-  for (int first = blockIdx.x * kWaves; first < tiles; first += gridDim.x * kWaves) {
-    const int tile = first + wave;
-    const bool active = tile < tiles;
-    const int m0 = tile * YTILE;
-    // 32-bit element offsets from the (uniform) base pointers: the loads take the
-    // scalar-base + 32-bit-offset form, no 64-bit address arithmetic per chunk.
-    uint32_t wrow[YTILE], grow[YTILE];
+  // 32-bit element offsets from the (uniform) base pointers: the loads take the scalar-base +
+  // 32-bit-offset form, no 64-bit address arithmetic per chunk.
+  struct Rows {
+    uint32_t w[YTILE], g[YTILE];
+  };
+  HS_BODY void rows(Rows& rows, int m0) const {
 #pragma unroll
     for (int r = 0; r < YTILE; ++r) {
       const uint32_t m = min(m0 + r, M - 1);
-      wrow[r] = m * (uint32_t)(K >> 3);
-      grow[r] = m * (uint32_t)row_groups;
-    }
-
-    float acc[NP][YTILE];
-#pragma unroll
-    for (int n = 0; n < NP; ++n)
-#pragma unroll
-      for (int r = 0; r < YTILE; ++r) acc[n][r] = 0.0f;
-
-    for (int k0 = 0; k0 < K; k0 += kc) {
-      const int len = min(kc, K - k0);
-      if (!staged_once) {
-        __syncthreads();   // every wave is done reading the previous pass
-        hs::int4::stage<T, NP, kThreads>(xs, xsum, x_row, perm, k0, len, kc, K - 1u);
-        __syncthreads();
-      }
-      if (!active) continue;
-      const int full = len / kChunk;
-      for (int c = lane; c < full; c += hs::kWave) {
-        const int k = k0 + kChunk * c;
-        const uint32_t g = (uint32_t)k >> log2_g;
-        hs::u32x4 wv[YTILE];
-        float sc[YTILE];
-        uint32_t z[YTILE], sraw[YTILE];
-#pragma unroll
-        for (int r = 0; r < YTILE; ++r) {
-          wv[r] = hs::load16_stream(w + (wrow[r] + ((uint32_t)k >> 3)));
-          sraw[r] = 0u;
-          z[r] = 8u;
-        }
-        if (leader) {   // see hs::int4::from_quad_leader
-#pragma unroll
-          for (int r = 0; r < YTILE; ++r) {
-            sraw[r] = scales[grow[r] + g];
-            if (zeros != nullptr) z[r] = zeros[grow[r] + g];
-          }
-        }
-        if (grouped) {
-#pragma unroll
-          for (int r = 0; r < YTILE; ++r) {
-            sraw[r] = hs::int4::from_quad_leader(sraw[r]);
-            z[r] = hs::int4::from_quad_leader(z[r]);
-          }
-        }
-#pragma unroll
-        for (int r = 0; r < YTILE; ++r) sc[r] = hs::to_float<T>((uint16_t)sraw[r]);
-        hs::int4::chunk<T, NP, YTILE>(acc, wv, sc, z, xs, row_q, xsum, row_s, c, magic);
-      }
-    }
-
-    if (active) {
-      float v[P];
-#pragma unroll
-      for (int j = 0; j < P; ++j) v[j] = j < NP * YTILE ? acc[j / YTILE][j % YTILE] : 0.0f;
-      const float sum = hs::reduce_scatter<hs::kWave / 2, P>(v, lane);
-      constexpr int kLanes = hs::kWave / P;
-      const int j = lane / kLanes, n = j / YTILE, row = m0 + j % YTILE;
-      if (lane % kLanes == 0 && j < NP * YTILE && row < M) {
-        float out = sum;
-        if (bias != nullptr) out += hs::to_float<T>(bias[n * bias_stride + row]);
-        y[(int64_t)n * M + row] = hs::from_float<T>(out);
-      }
+      rows.w[r] = m * (uint32_t)(K >> 3);
+      rows.g[r] = m * (uint32_t)row_groups;
     }
   }
+
+  HS_BODY void pass(Rows& rows, float (&acc)[NP][YTILE], const hs::u32x4* xs, int k0, int len, int lane) const {
+    const int full = len / kChunk;
+    for (int c = lane; c < full; c += hs::kWave) {
+      const int k = k0 + kChunk * c;
+      const uint32_t g = (uint32_t)k >> log2_g;
+      hs::u32x4 wv[YTILE];
+      float sc[YTILE];
+      uint32_t z[YTILE], sraw[YTILE];
+#pragma unroll
+      for (int r = 0; r < YTILE; ++r) {
+        wv[r] = hs::load16_stream(w + (rows.w[r] + ((uint32_t)k >> 3)));
+        sraw[r] = 0u;
+        z[r] = 8u;
+      }
+      if (leader) {   // see hs::int4::from_quad_leader
+#pragma unroll
+        for (int r = 0; r < YTILE; ++r) {
+          sraw[r] = scales[rows.g[r] + g];
+          if (zeros != nullptr) z[r] = zeros[rows.g[r] + g];
+        }
+      }
+      if (grouped) {
+#pragma unroll
+        for (int r = 0; r < YTILE; ++r) {
+          sraw[r] = hs::int4::from_quad_leader(sraw[r]);
+          z[r] = hs::int4::from_quad_leader(z[r]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < YTILE; ++r) sc[r] = hs::to_float<T>((uint16_t)sraw[r]);
+      hs::int4::chunk<T, NP, YTILE>(acc, wv, sc, z, xs, kc >> 3, xsum, kc >> 5, c, magic);
+    }
+  }
+
+  HS_BODY void store(float sum, int n, int row) const {
+    if (bias != nullptr) sum += hs::to_float<T>(bias[n * bias_stride + row]);
+    y[(int64_t)n * M + row] = hs::from_float<T>(sum);
+  }
+};
+
+// The kernel's arguments as __restrict__ parameters (noalias scopes once inlined), as before the skeleton.
+template <typename T, int NP, int YTILE>
+__device__ void w4a16_linear(const uint16_t* __restrict__ x, const uint32_t* __restrict__ w,
+                             const uint16_t* __restrict__ scales, const uint8_t* __restrict__ zeros,
+                             const int32_t* __restrict__ perm, const uint16_t* __restrict__ bias,
+                             uint16_t* __restrict__ y, int M, int K, int64_t x_stride, int64_t bias_stride, int kc,
+                             int log2_g) {
+  extern __shared__ hs::u32x4 xs[];
+  float* xsum = reinterpret_cast<float*>(xs + NP * (kc >> 3));
+  const bool grouped = log2_g >= 7 && (kc & 127) == 0;
+  const bool leader = !grouped || (threadIdx.x & 3) == 0;
+  hs::lane_split::run<NP, YTILE>(W4a16<T, NP, YTILE>{x, w, scales, zeros, perm, bias, y, M, K, x_stride, bias_stride,
+                                                     kc, log2_g, xsum, K >> log2_g, grouped, leader,
+                                                     hs::int4::magic_const<T>()},
+                                 M, K, kc);
 }
 
 // The dequantize kernel of the route (N > 8, and K or group sizes the fused kernels do not take):
@@ -256,7 +250,7 @@ __device__ void dequantize(const uint32_t* __restrict__ w, const uint16_t* __res
       const uint16_t* __restrict__ x, const uint32_t* __restrict__ w, const uint16_t* __restrict__ scales, \
       const uint8_t* __restrict__ zeros, const int32_t* __restrict__ perm, const uint16_t* __restrict__ bias, \
       uint16_t* __restrict__ y, int M, int K, int64_t x_stride, int64_t bias_stride, int kc, int log2_g) {   \
-    w4a16<T, NP, YT>(x, w, scales, zeros, perm, bias, y, M, K, x_stride, bias_stride, kc, log2_g);         \
+    w4a16_linear<T, NP, YT>(x, w, scales, zeros, perm, bias, y, M, K, x_stride, bias_stride, kc, log2_g);         \
   }
 #define HS_W4A16_Y3(T, TAG, NP) HS_W4A16(T, TAG, NP, 1) HS_W4A16(T, TAG, NP, 2) HS_W4A16(T, TAG, NP, 4)
 #define HS_W4A16_Y2(T, TAG, NP) HS_W4A16(T, TAG, NP, 1) HS_W4A16(T, TAG, NP, 2)

@@ -1,12 +1,14 @@
-// The lane-split skeleton of the small-N kernel families (used by skinny_gemm; fp8_linear,
-// matmul_4bit and w4a16_linear still carry their own copy of this loop, see below): a persistent workgroup of 256 threads whose waves stride over tiles of
+// The lane-split skeleton of the small-N kernel families (skinny_gemm and w4a16_linear; fp8_linear
+// and matmul_4bit still carry their own copy of this loop, see below): a persistent workgroup of
+// 256 threads whose waves stride over tiles of
 // YTILE consecutive output rows x all N tokens; each wave reduces over the whole K across its
 // lanes and one fixed xor butterfly (hs::reduce_scatter) leaves each output in its own lanes.
 // x passes through LDS: staged once per workgroup when kc >= K, else once per K pass, with the
 // barriers in loops whose trip counts are uniform over the workgroup (tile loop by workgroup,
 // pass loop by K), so every wave reaches every barrier; waves without a tile only stage.
 //
-// A family supplies its weight-decoding policy as a Body (the arguments it was launched with):
+// A family supplies its weight-decoding policy as a Body (the arguments it was launched with),
+// whose members are declared HS_BODY:
 //   bool prologue(xs, staged_once)      before the tile loop (tables; x when staged once); true
 //                                       when the skeleton must put a barrier after it
 //   void stage(xs, k0, len)             x[:, k0 : k0 + len] into LDS (streamed passes)
@@ -21,9 +23,10 @@
 // same lane partials for any grid, YTILE, kc or CU count.
 //
 // Moving a family onto it must leave its code objects' registers as they were (compare the
-// manifests). w4a16_linear on it, for instance, comes out 32 kernels better but 5 worse (y1 at
-// N = 5, 8 on gfx942/gfx950: up to 12 VGPRs and one wave per SIMD), where the vectorizer splits
-// the N-token accumulator update into pairs instead of one 8-wide FMA.
+// manifests) and its outputs bit for bit. matmul_4bit on it, for instance, still comes out 10
+// kernels worse by 1-2 VGPRs (gfx942/gfx950 f16 n5_y2 across 128: one wave per SIMD less) from
+// the vectorizer pairing the codebook values differently; fp8_linear's MFMA tiles on gfx9 keep
+// float4 accumulators, which this float array does not cover.
 #pragma once
 
 #include "hipskinny/common.h"
@@ -32,11 +35,17 @@
 namespace hs {
 namespace lane_split {
 
+// The skeleton and a body's members are inlined before the optimizer sees any of them
+// (always_inline): a member optimized on its own first turns acc[][] behind its reference into
+// scalar loop values, which the SLP vectorizer then regroups by pairs (w4a16_linear: 5 kernels up
+// to 12 VGPRs and one wave per SIMD worse without it, 30 better with it).
+#define HS_BODY __device__ __attribute__((always_inline)) inline
+
 constexpr int kThreads = 256;
 constexpr int kWaves = kThreads / kWave;
 
 template <int N, int YTILE, typename Body>
-__device__ inline void run(Body body, int M, int K, int kc) {
+HS_BODY void run(Body body, int M, int K, int kc) {
   extern __shared__ u32x4 xs[];
   static_assert(N * YTILE <= kWave, "one output per lane at the write");
   const int lane = threadIdx.x % kWave;
