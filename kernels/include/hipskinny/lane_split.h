@@ -23,10 +23,11 @@
 // same lane partials for any grid, YTILE, kc or CU count.
 //
 // Moving a family onto it must leave its code objects' registers as they were (compare the
-// manifests) and its outputs bit for bit. matmul_4bit on it, for instance, still comes out 10
-// kernels worse by 1-2 VGPRs (gfx942/gfx950 f16 n5_y2 across 128: one wave per SIMD less) from
-// the vectorizer pairing the codebook values differently; fp8_linear's MFMA tiles on gfx9 keep
-// float4 accumulators, which this float array does not cover.
+// manifests) and its outputs bit for bit. Both drafts of the other two miss that by a little
+// (branch lane-split-v4): matmul_4bit 10 kernels worse by 1-2 VGPRs (gfx942/gfx950 f16 n5_y2
+// across 128: one wave per SIMD less), fp8_linear (with its own Tile type) 22 worse by 1-4. Such
+// deltas are the backend's: with the IR otherwise equal, the LDS array's symbol name alone moves
+// w4a16_linear's 30 better kernels back to their old counts.
 #pragma once
 
 #include "hipskinny/common.h"
