@@ -17,8 +17,6 @@ from hipskinny.codeobject import CodeObject
 from hipskinny.emulator.listing import Inst, Listing, parse_listing, read_listing
 from hipskinny.emulator.ops import load_all, lookup
 
-THREADS = 256      # every shipped kernel runs 256-thread workgroups (max_flat_workgroup_size says so)
-
 
 def inst_class(mnemonic: str) -> str:
     """The emulator's class for a mnemonic ("unknown" if it has none)."""
@@ -87,6 +85,7 @@ class KernelStatic:
     sgpr_spills: int
     private_segment: int
     wave_size: int
+    waves: int                                             # per workgroup (launch bound / wave size)
     occupancy_terms: dict[str, int]
     manifest_occupancy: int | None
     instructions: int                                      # in the whole kernel
@@ -101,7 +100,7 @@ class KernelStatic:
 
     def occupancy_with(self, dynamic_lds: int) -> dict[str, int]:
         info = ARCHS[self.arch]
-        return info.occupancy_terms(self.vgpr, self.sgpr, self.lds_static + dynamic_lds, THREADS // self.wave_size)
+        return info.occupancy_terms(self.vgpr, self.sgpr, self.lds_static + dynamic_lds, self.waves)
 
     @property
     def loop_valu_per_byte(self) -> float:
@@ -173,9 +172,9 @@ def family_static(arch: str, family: str) -> list[KernelStatic]:
             vgpr=kern.vgpr_count, agpr=kern.agpr_count, sgpr=kern.sgpr_count,
             lds_static=kern.group_segment_fixed_size, vgpr_spills=kern.vgpr_spill_count,
             sgpr_spills=kern.sgpr_spill_count, private_segment=kern.private_segment_fixed_size,
-            wave_size=kern.wavefront_size,
+            wave_size=kern.wavefront_size, waves=kern.max_flat_workgroup_size // kern.wavefront_size,
             occupancy_terms=info.occupancy_terms(kern.vgpr_count, kern.sgpr_count, kern.group_segment_fixed_size,
-                                                 THREADS // kern.wavefront_size),
+                                                 kern.max_flat_workgroup_size // kern.wavefront_size),
             manifest_occupancy=mk.get("occupancy"), instructions=len(body.mnemonics),
             mnemonics=frozenset(body.mnemonics))
         span = _main_loop(body)

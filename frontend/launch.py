@@ -159,14 +159,22 @@ class LaunchPlan:
         return bytes(buf)
 
 
-def make_plan(function: Any, kernel_meta: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
+def threads(kernel_meta: Any) -> int:
+    """The workgroup size a kernel runs with: its launch bound (every hipskinny kernel is written for
+    exactly the block its ``__launch_bounds__`` names, which the code object's metadata records)."""
+    return int(kernel_meta.max_flat_workgroup_size)
+
+
+def make_plan(function: Any, kernel_meta: Any, grid: tuple[int, int, int], block: tuple[int, int, int] | None = None,
               shared_mem: int = 0, info: dict[str, Any] | None = None,
               packer: ArgPacker | None = None) -> LaunchPlan:
+    """``block`` None: ``(threads(kernel_meta), 1, 1)``."""
     packer = packer or ArgPacker(kernel_meta)
-    limit = int(kernel_meta.max_flat_workgroup_size)
-    threads = block[0] * block[1] * block[2]
-    if threads > limit:
-        raise KernelArgumentError(f"kernel {kernel_meta.name}: block of {threads} threads exceeds its "
+    limit = threads(kernel_meta)
+    block = block or (limit, 1, 1)
+    size = block[0] * block[1] * block[2]
+    if size > limit:
+        raise KernelArgumentError(f"kernel {kernel_meta.name}: block of {size} threads exceeds its "
                                   f"launch bound of {limit}")
     return LaunchPlan(function, packer, grid, block, shared_mem,
                       bytes(packer.hidden_block(grid, block, shared_mem)), info or {}, explicit_struct(packer))

@@ -66,11 +66,10 @@ import numpy as np
 from .. import operands, registry, tensors
 from ..devices.base import Device
 from ..errors import HipSkinnyError, InputValueError
-from ..launch import LaunchPlan, make_plan
+from ..launch import LaunchPlan, make_plan, threads
 from ..operands import Launch, Operands
 from ..tensors import TensorView
 
-THREADS = 256
 MAX_N = 8                           # small-N kernel
 SPLITK_MAX_N = 128                  # split-K kernel, N = MAX_N + 1 .. SPLITK_MAX_N
 SPLITK_ROWS = 128                   # output features per split-K work unit
@@ -96,16 +95,15 @@ def k_chunk(n: int, k: int, lds_bytes: int, wave_size: int, chunk: int = 8, op: 
 
 
 def groups_per_cu(info: Any, meta: Any, lds: int, most: int) -> int:
-    """Workgroups of THREADS per CU that the kernel's registers and LDS allow: at least 1, at most `most`."""
-    waves = THREADS // info.wave_size
+    """Workgroups per CU that the kernel's registers and LDS allow: at least 1, at most `most`."""
+    waves = threads(meta) // info.wave_size
     per_simd = info.occupancy(meta.vgpr_count, meta.group_segment_fixed_size + lds, waves)
     return max(1, min(most, per_simd * info.simds_per_cu // waves))
 
 
-def lane_split_grid(tiles: tuple[int, ...], m: int, cu_count: int, groups: int, wave_size: int) -> tuple[int, int]:
-    """(YTILE, grid) of the small-N lane-split kernels: persistent, waves striding over the tiles;
-    ``tiles``: the YTILEs built for N (`built_ytiles`)."""
-    waves = THREADS // wave_size
+def lane_split_grid(tiles: tuple[int, ...], m: int, cu_count: int, groups: int, waves: int) -> tuple[int, int]:
+    """(YTILE, grid) of the small-N lane-split kernels: persistent, the ``waves`` of each workgroup
+    striding over the tiles; ``tiles``: the YTILEs built for N (`built_ytiles`)."""
     yt = ytile(tiles, m, cu_count * groups * waves)
     count = -(-m // yt)
     return yt, max(1, min(cu_count * groups, -(-count // waves)))
@@ -138,9 +136,9 @@ def lane_split_plan(device: Device, family: str, prefix: str, n: int, m: int, k:
     kc = k_chunk(n, k, free * 16 // 17 if sums else free, info.wave_size, chunk, op, elem)
     lds = n * kc * elem + (n * kc // 8 if sums else 0) + reserved
     groups = groups_per_cu(info, meta_max, lds, MAX_GROUPS_PER_CU)
-    yt, grid = lane_split_grid(tiles, m, device.properties.cu_count, groups, info.wave_size)
+    yt, grid = lane_split_grid(tiles, m, device.properties.cu_count, groups, threads(meta_max) // info.wave_size)
     fn, meta = module.kernel(f"{prefix}_y{yt}")
-    return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=lds,
+    return make_plan(fn, meta, (grid, 1, 1), shared_mem=lds,
                      info={"kernel": f"{prefix}_y{yt}", "ytile": yt, "k_chunk": kc, "lds_bytes": lds,
                            "groups_per_cu": groups, "grid": grid, "staged_once": kc >= k})
 
@@ -192,7 +190,7 @@ def splitk_plan(device: Device, family: str, kernel_name: Callable[[int, bool], 
     grid = max(1, min(units, device.properties.cu_count * groups))
     unit_floats = SPLITK_ROWS * 16 * nt
     partial_bytes = 0 if shards == 1 else 4 * unit_floats * (blocks if use_atomic else units)
-    return make_plan(fn, meta, (grid, 1, 1), (THREADS, 1, 1), shared_mem=lds,
+    return make_plan(fn, meta, (grid, 1, 1), shared_mem=lds,
                      info={"kernel": name, "token_tiles": nt, "shard_len": length, "shards": shards,
                            "units": units, "groups_per_cu": groups, "grid": grid, "lds_bytes": lds,
                            "partial_bytes": partial_bytes, "counter_bytes": 4 * blocks if shards > 1 else 0})

@@ -18,7 +18,7 @@ import numpy as np
 from .. import dtypes, operands, registry
 from ..devices.base import Device
 from ..errors import InputValueError
-from ..launch import LaunchPlan, PlanCache, make_plan
+from ..launch import LaunchPlan, PlanCache, make_plan, threads
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
 from . import _linear as lin
 from ._common import DTYPE_TAG
@@ -143,7 +143,7 @@ class QuantizedLinear:
 
         def build() -> LaunchPlan:
             fn, meta = registry.load(device, self.op).kernel(name)
-            grid = max(1, min(-(-units // lin.THREADS), cu_count * 2 * device.arch.simds_per_cu))
-            return make_plan(fn, meta, (grid, 1, 1), (lin.THREADS, 1, 1), info={"kernel": name, "grid": grid})
+            grid = max(1, min(-(-units // threads(meta)), cu_count * 2 * device.arch.simds_per_cu))
+            return make_plan(fn, meta, (grid, 1, 1), info={"kernel": name, "grid": grid})
 
         return self.plans.get(("dequantize", device, name, m, units, cu_count), build)

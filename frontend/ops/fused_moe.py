@@ -40,10 +40,9 @@ from .. import autograd, dtypes, operands, registry
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..formats import w4a16
-from ..launch import LaunchPlan, PlanCache, make_plan
+from ..launch import LaunchPlan, PlanCache, make_plan, threads
 from ..operands import DeviceCall, HostCall, Operands
 from ..torch_ops import declare, fake_operands
-from . import _linear as lin
 from ._common import DTYPE_TAG
 from ._quantized import check_prepared
 
@@ -235,13 +234,13 @@ def _build_plans(device: Device, tag: str, w4_13: bool, w4_2: bool, n: int, h: i
     grid = device.properties.cu_count * GROUPS_PER_CU
 
     def gemm(name: str, rows: int, per_wave: int, kdim: int, max_blocks: int) -> LaunchPlan:
-        step = per_wave * (lin.THREADS // arch.wave_size)
+        fn, meta = module.kernel(name)
+        step = per_wave * (threads(meta) // arch.wave_size)
         blocks = max(1, min(-(-grid // distinct), -(-rows // step), max_blocks))
         block_rows = -(-rows // (blocks * step)) * step
         blocks = -(-rows // block_rows)
-        fn, meta = module.kernel(name)
         size = lds(np_, kdim)
-        return make_plan(fn, meta, (max(1, min(grid, slots * blocks)), 1, 1), (lin.THREADS, 1, 1), shared_mem=size,
+        return make_plan(fn, meta, (max(1, min(grid, slots * blocks)), 1, 1), shared_mem=size,
                          info={"kernel": name, "blocks": blocks, "block_rows": block_rows, "group": np_,
                                "lds_bytes": size})
 
@@ -250,7 +249,7 @@ def _build_plans(device: Device, tag: str, w4_13: bool, w4_2: bool, n: int, h: i
     s = 2 if i // 32 <= arch.wave_size // 2 else 1
     g2 = gemm(f"fused_moe_gemm2_{tag}_{'w4' if w4_2 else 'w16'}_n{np_}_s{s}", h, GEMM2_ROWS[np_] * s, i, COUNTERS)
     fn, meta = module.kernel("fused_moe_route")
-    route = make_plan(fn, meta, (1, 1, 1), (lin.THREADS, 1, 1), info={"kernel": "fused_moe_route", "group": np_})
+    route = make_plan(fn, meta, (1, 1, 1), info={"kernel": "fused_moe_route", "group": np_})
     return route, g1, g2
 
 

@@ -23,7 +23,6 @@ from ..torch_ops import declare, fake_operands
 from ._common import check_16bit_dtypes
 
 FAMILY = "gemv"
-THREADS = 256
 ROWS_PER_GROUP = (8, 4, 2, 1)       # kernel variants, largest first
 _MAX_DIM = 2**31 - 1
 NAMES = ("x", "w", "bias", "out")
@@ -115,7 +114,7 @@ def _plan(device: Device, tag: str, m: int, k: int, w_stride: int) -> LaunchPlan
         r = rows_per_group(m, cu_count)
         name = f"gemv_{tag}_r{r}"
         fn, meta = registry.load(device, FAMILY).kernel(name)
-        return make_plan(fn, meta, (-(-m // r), 1, 1), (THREADS, 1, 1),
+        return make_plan(fn, meta, (-(-m // r), 1, 1),
                          info={"kernel": name, "rows_per_group": r})
 
     return _plans.get(key, build)

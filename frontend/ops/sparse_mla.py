@@ -50,7 +50,6 @@ FAMILY = "sparse_mla"
 INPUTS = ("q", "swa_cache", "swa_indices", "swa_indptr", "extra_cache", "extra_indices", "extra_indptr", "sink")
 NAMES = (*INPUTS, "out")
 NAMES_LSE = (*INPUTS, "out", "lse")
-THREADS = 256
 HEADS = 16                 # heads per workgroup (the matrix tile's rows)
 ROWS = 32                  # KV rows per tile
 D_V = 512
@@ -253,7 +252,7 @@ TORCH_OPS = declare("sparse_mla_decode", "Tensor q, Tensor swa_cache, Tensor swa
 def _plan(device: Device, layout: str, t: int, hb: int, s: int) -> LaunchPlan:
     def build() -> LaunchPlan:
         fn, meta = registry.load(device, FAMILY).kernel(f"{FAMILY}_{layout}")
-        return make_plan(fn, meta, (t * hb * s, 1, 1), (THREADS, 1, 1),
+        return make_plan(fn, meta, (t * hb * s, 1, 1),
                          info={"kernel": f"{FAMILY}_{layout}", "splits": s, "head_groups": hb})
 
     return _plans.get((device, layout, t, hb, s), build)

@@ -29,13 +29,12 @@ import numpy as np
 from .. import dtypes, operands, registry
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
-from ..launch import LaunchPlan, PlanCache, make_plan
+from ..launch import LaunchPlan, PlanCache, make_plan, threads
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
 from ..torch_ops import declare, fake_operands
 from ._common import DTYPE_TAG
 
 FAMILY = "topk_softmax"
-THREADS = 256
 MAX_E = 512
 MAX_K = 16
 NAMES = ("router_logits", "topk_weights", "topk_ids")     # the last two: out=
@@ -135,8 +134,8 @@ def _plan(device: Device, tag: str, n: int, e: int) -> LaunchPlan:
     def build() -> LaunchPlan:
         name = f"{FAMILY}_{tag}_v{v}"
         fn, meta = registry.load(device, FAMILY).kernel(name)
-        rows = THREADS // wave
-        return make_plan(fn, meta, (-(-n // rows), 1, 1), (THREADS, 1, 1),
+        rows = threads(meta) // wave
+        return make_plan(fn, meta, (-(-n // rows), 1, 1),
                          info={"kernel": name, "values_per_lane": v, "rows_per_group": rows})
 
     return _plans.get(key, build)

@@ -172,7 +172,7 @@ def test_deterministic_across_calls_schedules_and_cu_counts(arch):
 
 def _launch_variant(dev, name, x_d, w_d, b_d, y_d, m, k, xs, ws, bs, kc, n, grid):
     fn, meta = registry.load(dev, op.FAMILY).kernel(name)
-    plan = make_plan(fn, meta, (grid, 1, 1), (lin.THREADS, 1, 1), shared_mem=n * kc * 2)
+    plan = make_plan(fn, meta, (grid, 1, 1), shared_mem=n * kc * 2)
     dev.memset(y_d, 0xFF, n * m * 2)     # an unwritten output would stay NaN (0xFFFF)
     dev.launch(plan.function, plan.grid, plan.block, plan.kernarg((x_d, w_d, b_d, y_d, m, k, xs, ws, bs, kc)),
                plan.shared_mem)
@@ -232,7 +232,7 @@ def test_code_objects_have_no_spills_no_scratch_and_fit_lds():
             assert k["vgpr_spill_count"] == 0 and k["sgpr_spill_count"] == 0, (arch, name)
             assert k["private_segment_fixed_size"] == 0, (arch, name)
             assert k["group_segment_fixed_size"] <= info.lds_per_workgroup, (arch, name)
-            assert k["wavefront_size"] == info.wave_size and k["max_flat_workgroup_size"] == lin.THREADS
+            assert k["wavefront_size"] == info.wave_size and k["max_flat_workgroup_size"] == 256  # kThreads
             # The header's budget: <= 96 VGPRs (full occupancy) on gfx11/12; >= 2 waves per
             # SIMD (two workgroups per CU, the op's cap) on gfx9.
             if info.wave_size == 32:
