@@ -22,7 +22,7 @@ from frontend.arch import ARCHS
 from frontend.codeobject import CodeObject, CodeObjectError, target_processor
 
 from . import cache
-from .manifest import kernel_entry
+from .manifest import ManifestError, kernel_entry, launch_flags
 from .toolchain import Toolchain, ToolchainError
 
 MARKER = "hipskinny-build:"
@@ -268,6 +268,10 @@ def compile_family(tc: Toolchain, repo: Path, arch: str, family: str, out_dir: P
     where = f"{arch}/{family}"
     source = source or f"kernels/{family}.hip"
     allow = _markers_of(repo, source, where, markers_allowed)
+    try:
+        bits = launch_flags((repo / source).read_text(errors="replace"), f"{where}: {source}")
+    except ManifestError as exc:
+        raise BuildError(str(exc)) from None
     arch_dir = out_dir / arch
     arch_dir.mkdir(parents=True, exist_ok=True)
     hsaco = arch_dir / f"{family}.hsaco"
@@ -280,7 +284,7 @@ def compile_family(tc: Toolchain, repo: Path, arch: str, family: str, out_dir: P
     entry_key = cache.key(tc, repo, source, flags, include_dirs, bitcode)
     sources = _from_cache(entry_key, repo, hsaco)
     if sources is not None:
-        return _finish(tc, arch, family, hsaco, flags, sources, allow, "", start, cached=True)
+        return _finish(tc, arch, family, hsaco, flags, sources, allow, "", start, cached=True, launch_flags=bits)
     depfile = arch_dir / f".{family}.d"
     # cwd = repo and relative paths: nothing in the output depends on where the repo is.
     done = subprocess.run(tc.command(arch, family, source, hsaco, depfile), cwd=repo,
@@ -295,7 +299,7 @@ def compile_family(tc: Toolchain, repo: Path, arch: str, family: str, out_dir: P
     sources = source_hashes(repo, deps)
     if source not in sources:
         raise BuildError(f"{where}: dependency output does not list {source}: {deps}")
-    built = _finish(tc, arch, family, hsaco, flags, sources, allow, done.stderr.strip(), start)
+    built = _finish(tc, arch, family, hsaco, flags, sources, allow, done.stderr.strip(), start, launch_flags=bits)
     if not built.warnings:        # a build that warned is redone, so the warning is seen again
         cache.store(entry_key, hsaco.read_bytes(), built.listing.read_bytes(), sources)
     return built
@@ -342,7 +346,8 @@ def assemble(tc: Toolchain, repo: Path, arch: str, name: str, source: str, out_d
 
 
 def _finish(tc: Toolchain, arch: str, name: str, hsaco: Path, flags: list[str], sources: dict[str, str],
-            allow: frozenset[str], warnings: str, start: float, cached: bool = False) -> Built:
+            allow: frozenset[str], warnings: str, start: float, cached: bool = False,
+            launch_flags: dict[str, int] | None = None) -> Built:
     """Check a built code object, write its listing (a cached one is already there), make its manifest entry."""
     where = f"{arch}/{name}"
     data = hsaco.read_bytes()
@@ -363,6 +368,7 @@ def _finish(tc: Toolchain, arch: str, name: str, hsaco: Path, flags: list[str], 
         "listing_sha256": sha256_bytes(listing.read_bytes()),
         "flags": flags,
         "sources": sources,
+        "launch_flags": launch_flags or {},
         "kernels": sorted((kernel_entry(k, arch, name) for k in co.kernels), key=lambda k: k["name"]),
     }
     return Built(arch, name, hsaco, listing, entry, warnings, time.monotonic() - start, cached)

@@ -9,6 +9,7 @@ Schema 1::
      "code_objects": {"<arch>/<family>": {
          "arch", "family", "path", "sha256", "listing", "listing_sha256",
          "flags": [...], "sources": {<repo-relative path>: <sha256>},
+         "launch_flags": {<name>: <bit>, ...},     # the source's `enum Flags : int` (kFooBar -> foo_bar)
          "kernels": [{"name", "config", "vgpr_count", "agpr_count", "sgpr_count",
                       "vgpr_spill_count", "sgpr_spill_count", "group_segment_fixed_size",
                       "private_segment_fixed_size", "wavefront_size", "max_flat_workgroup_size",
@@ -30,6 +31,8 @@ from frontend.codeobject import Kernel
 
 SCHEMA = 1
 _KEY_INT = re.compile(r"([A-Za-z]+)(\d+)")
+_FLAGS = re.compile(r"\benum\s+Flags\s*:\s*int\s*\{([^}]*)\}")
+_FLAG = re.compile(r"\s*k([A-Z][A-Za-z0-9]*)\s*=\s*(0x[0-9a-fA-F]+|\d+)\s*")
 _DTYPE = re.compile(r"[A-Za-z0-9]+")
 
 
@@ -55,6 +58,25 @@ def kernel_config(name: str, family: str) -> dict[str, Any]:
             return {}
         config[key] = value
     return config
+
+
+def launch_flags(text: str, where: str) -> dict[str, int]:
+    """The bits of a kernel source's ``flags`` argument, from its ``enum Flags : int { kName = bit, .. }``
+    (at most one; names in snake case: kXFp8 -> x_fp8), so that the planner reads them from the manifest
+    instead of restating them. {} when the source declares none."""
+    found = _FLAGS.findall(text)
+    if len(found) > 1:
+        raise ManifestError(f"{where}: more than one `enum Flags : int`")
+    flags: dict[str, int] = {}
+    for item in found[0].split(",") if found else ():
+        m = _FLAG.fullmatch(item)
+        if m is None:
+            raise ManifestError(f"{where}: enum Flags item {item.strip()!r} is not `kName = <bit>`")
+        name, bit = re.sub(r"(?<!^)(?=[A-Z])", "_", m.group(1)).lower(), int(m.group(2), 0)
+        if bit <= 0 or bit & (bit - 1) or bit in flags.values() or name in flags:
+            raise ManifestError(f"{where}: enum Flags needs distinct single bits and names; got {item.strip()!r}")
+        flags[name] = bit
+    return flags
 
 
 def kernel_args(kernel: Kernel) -> list[list[Any]]:

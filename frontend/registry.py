@@ -49,6 +49,12 @@ def entry(arch: str, family: str) -> dict[str, Any]:
     return e
 
 
+def launch_flags(arch: str, family: str) -> dict[str, int]:
+    """The bits of the ``flags`` argument of a family's kernels, by name, as their source declares them
+    (``enum Flags``; the build copies it into the manifest)."""
+    return entry(arch, family).get("launch_flags", {})
+
+
 def read_verified(arch: str, family: str) -> tuple[bytes, dict[str, Any]]:
     """The bytes of a shipped code object, checked against the manifest's sha256."""
     e = entry(arch, family)

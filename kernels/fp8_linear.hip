@@ -52,7 +52,7 @@ constexpr int kInFlight = 2;  // 16-byte weight loads (32 weights) per lane per 
 constexpr int kGroup = 128;   // columns per block-scale group
 constexpr int kChunk = 16;    // columns per lane chunk (16 FP8 bytes, 32 bytes of staged x)
 
-constexpr int kXFp8 = 2, kXFnuz = 4, kOutBf16 = 8;  // flags
+enum Flags : int { kXFp8 = 2, kXFnuz = 4, kOutBf16 = 8 };  // `flags` bits, copied into the manifest (launch_flags) for the planner
 
 
 // acc + w.lo * x.lo + w.hi * x.hi, w an fp16 pair from widen_pair, x a pair of T.

@@ -35,7 +35,7 @@ namespace {
 
 using namespace hs::splitk;
 
-constexpr int kXFp8 = 2, kXFnuz = 4, kOutBf16 = 8;  // flags, as kernels/fp8_linear.hip
+enum Flags : int { kXFp8 = 2, kXFnuz = 4, kOutBf16 = 8 };  // `flags` bits, copied into the manifest (launch_flags) for the planner (as fp8_linear's)
 constexpr int kGroup = 128;
 constexpr int kPairs = kUnroll / 2;                  // step pairs per 128-column group
 

@@ -41,7 +41,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWaves = kThreads / hs::kWave;
 constexpr int kChunk = 32;   // weights per lane chunk (16 bytes)
-constexpr int kNested = 1;   // flags
+enum Flags : int { kNested = 1 };  // `flags` bits, copied into the manifest (launch_flags) for the planner
 
 
 // x[:, k0 : k0 + len] for the NP token rows into LDS as they are (16-bit, 16 bytes at a time).

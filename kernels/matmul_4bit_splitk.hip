@@ -10,7 +10,7 @@
 //   w        bitsandbytes' packed bytes of W [M, K]: row m at byte m * K / 2, flat element 2j in the
 //            HIGH nibble of byte j, 2j + 1 in the low one; 16-byte aligned
 //   absmax   block scales, flat block b = (m * K + k) >> log2_bs: fp32 [M * K >> log2_bs], or uint8
-//            codes when nested (flags & 1): scale = fmaf(code2[absmax[b]], absmax2[b >> 8], *offset)
+//            codes when nested (flags & kNested): scale = fmaf(code2[absmax[b]], absmax2[b >> 8], *offset)
 //   absmax2  fp32 [ceil(blocks / 256)], code2 fp32 [256], offset fp32 [1] (nested; else unused)
 //   code     fp32 [16], the codebook (one kernel for NF4 and FP4)
 //   bias     null, or bias[n * bias_stride + m] in T (stride 0: one [M] row), added in fp32
@@ -47,7 +47,7 @@ namespace {
 
 using namespace hs::splitk;
 
-constexpr int kNested = 1;                  // flags
+enum Flags : int { kNested = 1 };  // `flags` bits, copied into the manifest (launch_flags) for the planner
 
 // Codebook byte offsets (nibble * 4) of byte B of w: hi holds the high nibbles, lo the low ones,
 // given as prepared by decode.

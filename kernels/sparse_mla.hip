@@ -38,7 +38,7 @@
 //        QK over 512 lanes, PV over the same 512
 //   v32  token at block + off * 656: 512 FP8, 4 fp32 scales (one per 128 lanes), 64 bf16 rope;
 //        QK over 576 lanes, PV over the first 512
-// FP8 flavour per list: flags bit 0 (list 0) / bit 1 (list 1) set = FNUZ, else OCP.
+// FP8 flavour per list: flags kFnuz0 (list 0) / kFnuz1 (list 1) set = FNUZ, else OCP.
 //
 // Arguments (block (256, 1, 1), grid T * HB * S, static LDS only):
 //   sparse_mla_<v4|v32>(q, c0, idx0, ptr0, c1, idx1, ptr1, sink, out, lse, part, counters,
@@ -48,8 +48,8 @@
 //   aligned with block strides a multiple of 16; list 1 absent: ptr1 = null (len1 = 0); n0 / n1:
 //   the index arrays' lengths, which clip each token's range [ptr[t], ptr[t + 1]) to [0, n) (lists
 //   on the device are never checked by the host: whatever they hold, no read leaves idx); sink
-//   fp32 [>= H] (read when flags bit 3); out bf16 [T, H, 512] with element strides (t, h), lanes
-//   contiguous; lse fp32 [T, H] (written when flags bit 2); part: S > 1 only, T * HB * S slots
+//   fp32 [>= H] (read when flags has kSink); out bf16 [T, H, 512] with element strides (t, h), lanes
+//   contiguous; lse fp32 [T, H] (written when flags has kLse); part: S > 1 only, T * HB * S slots
 //   of kSlotFloats; counters: T * HB words, zero between calls (S > 1 only).
 #include "hipskinny/common.h"
 #include "hipskinny/fp8.h"
@@ -61,6 +61,7 @@ namespace {
 namespace sk = hs::splitk;
 
 constexpr int kThreads = 256;
+enum Flags : int { kFnuz0 = 1, kFnuz1 = 2, kLse = 4, kSink = 8 };  // `flags` bits, copied into the manifest (launch_flags) for the planner
 constexpr int kWaves = kThreads / hs::kWave;
 constexpr int kHeads = 16;                        // heads per workgroup: the tile's A rows
 constexpr int kRows = 32;                         // KV rows per tile
@@ -573,10 +574,10 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
       uint32_t* __restrict__ counters, int64_t q_st, int64_t q_sh, int64_t bstride0, int bs0, int rows0,        \
       int n0, int64_t bstride1, int bs1, int rows1, int n1, float scale, int64_t o_st, int64_t o_sh, int T,      \
       int H, int S, int flags) {                                                                              \
-    sparse_mla<V32>(q, q_st, q_sh, List{c0, bstride0, bs0, rows0, idx0, (flags & 1) != 0}, ptr0, n0,          \
-                    List{c1, bstride1, bs1, rows1, idx1, (flags & 2) != 0}, ptr1, n1,                         \
-                    (flags & 8) ? sink : nullptr,                                                             \
-                    scale, out, o_st, o_sh, (flags & 4) ? lse : nullptr, T, H, S, part, counters);             \
+    sparse_mla<V32>(q, q_st, q_sh, List{c0, bstride0, bs0, rows0, idx0, (flags & kFnuz0) != 0}, ptr0, n0,          \
+                    List{c1, bstride1, bs1, rows1, idx1, (flags & kFnuz1) != 0}, ptr1, n1,                         \
+                    (flags & kSink) ? sink : nullptr,                                                             \
+                    scale, out, o_st, o_sh, (flags & kLse) ? lse : nullptr, T, H, S, part, counters);             \
   }
 HS_SPARSE_MLA(v4, false)
 HS_SPARSE_MLA(v32, true)

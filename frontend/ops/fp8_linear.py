@@ -44,7 +44,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .. import autograd, dtypes, fp8, operands, tensors
+from .. import autograd, dtypes, fp8, operands, registry, tensors
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..launch import LaunchPlan, PlanCache
@@ -64,7 +64,6 @@ SPLITK_FAMILY = "fp8_linear_splitk"
 SCALES_LDS = 512                    # split-K block mode: a pass's activation scales
 CHUNK = 16                          # K columns per lane chunk
 NAMES = ("x", "w", "w_scale", "x_scale", "bias", "out")
-X8, X_FNUZ, OUT_BF16 = 2, 4, 8      # kernel flags
 NATIVE_W8A8 = {"gfx942": ("fnuz",), "gfx950": ("ocp",), "gfx1201": ("ocp",), "gfx1100": ("ocp", "fnuz"),
                "gfx1151": ("ocp", "fnuz")}
 # Archs with FP8 instructions: W8A8 runs on them (kernels tagged "fp8"): gfx942/gfx950 MFMA
@@ -99,14 +98,16 @@ def fp8_linear(x: Any, w: Any, w_scale: Any, *, x_scale: Any = None, bias: Any =
 def _bind(ops: Operands, out_dtype: np.dtype | None, native: bool | None = None) -> Any:
     xv, wv, wsv, xsv, bv = ops["x"], ops["w"], ops["w_scale"], ops["x_scale"], ops["bias"]
     assert xv is not None and wv is not None and wsv is not None
-    n, m, k, flags, odt, block = _check(ops, out_dtype)
+    n, m, k, names, odt, block = _check(ops, out_dtype)
     out_shape = (*xv.shape[:-1], m)
     operands.check_out(ops, out_shape, odt)
     if n > SPLITK_MAX_N:
         return _unsupported(ops, f"x has N={n} rows (tokens)")
     device = ops.device
+    bits = registry.launch_flags(device.arch.name, FAMILY)      # the same in fp8_linear_splitk.hip
+    flags = sum(bits[f] for f in names)
     w_flavor = fp8.flavor_of(wv.dtype)
-    x8 = bool(flags & X8)
+    x8 = "x_fp8" in names
     if x8 and device.arch.name in NATIVE_W8A8 and w_flavor not in NATIVE_W8A8[device.arch.name]:
         raise InputValueError(f"fp8_linear: W8A8 on {device.arch.name} takes "
                               f"{' or '.join(NATIVE_W8A8[device.arch.name])} FP8 (its hardware's flavour); got "
@@ -154,8 +155,9 @@ def _scale_rows(slot: str, v: tensors.TensorView, block: bool, optional: bool = 
     return Staged(slot, rows, cols, cols, optional=optional)
 
 
-def _check(ops: Operands, out_dtype: np.dtype | None) -> tuple[int, int, int, int, np.dtype, bool]:
-    """Shapes, dtypes and scale granularities; returns N, M, K, kernel flags, output dtype, block mode."""
+def _check(ops: Operands, out_dtype: np.dtype | None) -> tuple[int, int, int, tuple[str, ...], np.dtype, bool]:
+    """Shapes, dtypes and scale granularities; returns N, M, K, the kernels' flags by name (their bits are
+    the code object's: the device is not needed yet), output dtype, block mode."""
     xv, wv, wsv, xsv, bv = ops["x"], ops["w"], ops["w_scale"], ops["x_scale"], ops["bias"]
     assert xv is not None and wv is not None and wsv is not None
     w_flavor = fp8.flavor_of(wv.dtype)
@@ -185,7 +187,7 @@ def _check(ops: Operands, out_dtype: np.dtype | None) -> tuple[int, int, int, in
         if out_dtype is not None and out_dtype != odt:
             raise InputValueError(f"fp8_linear: with {xv.dtype} x (W8A16) the output is {xv.dtype}; "
                                   f"got out_dtype={out_dtype}")
-        flags = OUT_BF16 if odt == _BF16 else 0
+        flags = ("out_bf16",) if odt == _BF16 else ()
     else:                                                 # W8A8
         if x_flavor != w_flavor:
             raise InputTypeError(f"fp8_linear: x is {xv.dtype} but w is {wv.dtype}; W8A8 needs one FP8 flavour "
@@ -199,7 +201,7 @@ def _check(ops: Operands, out_dtype: np.dtype | None) -> tuple[int, int, int, in
                                   f"[N, ceil(K/128)] = [{n}, {-(-k // 128)}], and per-tensor/per-channel "
                                   "weight scales with per-tensor/per-token activation scales")
         odt = out_dtype or _BF16
-        flags = X8 | (X_FNUZ if x_flavor == "fnuz" else 0) | (OUT_BF16 if odt == _BF16 else 0)
+        flags = ("x_fp8", *(("x_fnuz",) if x_flavor == "fnuz" else ()), *(("out_bf16",) if odt == _BF16 else ()))
     if bv is not None and bv.dtype != odt:
         raise InputTypeError(f"fp8_linear: bias has dtype {bv.dtype}; it must be the output dtype {odt}")
     lin.check_bias("fp8_linear", bv, n, m)

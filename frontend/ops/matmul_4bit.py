@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import autograd, dtypes, operands
+from .. import autograd, dtypes, operands, registry
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..formats import bnb
@@ -59,7 +59,6 @@ from ._quantized import FUSED_MAX_N, QuantizedLinear
 from ._quantized import MAX_N as MAX_N
 
 FAMILY = "matmul_4bit"
-NESTED = 1                          # kernel flag
 NAMES = ("x", "w", "absmax", "absmax2", "code2", "offset", "code", "bias", "out")
 ROUTE_SLOT = "matmul_4bit.weights"     # the route's dequantized 16-bit weights
 _F32 = np.dtype(np.float32)
@@ -102,8 +101,8 @@ def _bind(ops: Operands, st: bnb.QuantState, fused: bool | None) -> Any:
     xv = ops["x"]
     assert xv is not None
     n, m, k, log2_bs = _check(ops, st)
-    flags = NESTED if st.state2 is not None else 0
     device, tag = ops.device, DTYPE_TAG[xv.dtype]
+    flags = _flags(device, st)
     return _OP.bind(
         ops, n, m, k, fusible=fusible(n, k, 1 << log2_bs), fused=fused,
         fused_rule=f"K a multiple of the blocksize; got N={n}, K={k}, blocksize {1 << log2_bs}",
@@ -112,6 +111,11 @@ def _bind(ops: Operands, st: bnb.QuantState, fused: bool | None) -> Any:
                                                      {"log2_bs": log2_bs, "flags": flags},
                                                      {"log2_bs": log2_bs, "flags": flags}),
         staged=lambda: _OP.staged(ops, n, m, k, k))
+
+
+def _flags(device: Device, st: bnb.QuantState) -> int:
+    """The kernels' ``flags`` for this state (the bit as kernels/matmul_4bit.hip declares it)."""
+    return registry.launch_flags(device.arch.name, FAMILY)["nested"] if st.state2 is not None else 0
 
 
 def _check(ops: Operands, st: bnb.QuantState) -> tuple[int, int, int, int]:
@@ -227,8 +231,7 @@ def _bind_dequantize(ops: Operands, st: bnb.QuantState, dtype: np.dtype) -> Any:
     operands.check_out(ops, (m, k), dtype)
     if m == 0:
         return operands.nothing(ops, (m, k), dtype, "dequantize.w")
-    launch = _dequantize_launch(ops.device, DTYPE_TAG[dtype], m, k, k, log2_bs, NESTED if st.state2 else 0,
-                                NAMES, "out")
+    launch = _dequantize_launch(ops.device, DTYPE_TAG[dtype], m, k, k, log2_bs, _flags(ops.device, st), NAMES, "out")
     if ops.on_host:
         return HostCall(ops, [launch], _OP.staged(ops, 0, m, k, k), out_shape=(m, k), out_dtype=dtype,
                         out_slot="dequantize.w")

@@ -166,8 +166,9 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
     device = ops.device
     s = splits if splits is not None else split_count(t, h, sum(caps))
     hb = -(-h // HEADS)
-    flags = (int(flavors[0] == "fnuz") | int(flavors[1] == "fnuz") << 1 | int(return_lse) << 2
-             | int(sv is not None) << 3)
+    bits = registry.launch_flags(device.arch.name, FAMILY)
+    flags = ((bits["fnuz0"] if flavors[0] == "fnuz" else 0) | (bits["fnuz1"] if flavors[1] == "fnuz" else 0)
+             | (bits["lse"] if return_lse else 0) | (bits["sink"] if sv is not None else 0))
     pointers = (*(NAMES_LSE if return_lse else NAMES), PART_SLOT, COUNTER_SLOT)
     # fp32 partial slots only when the splits merge (S > 1); counters: one word per (token, head group)
     scratch = ((PART_SLOT, max(16, 4 * SLOT_FLOATS * t * hb * s * (s > 1))), (COUNTER_SLOT, max(16, 4 * t * hb)))

@@ -28,7 +28,7 @@ from build_scripts.compiler import (  # noqa: E402
     preprocess_asm,
     read_markers,
 )
-from build_scripts.manifest import kernel_config  # noqa: E402
+from build_scripts.manifest import ManifestError, kernel_config, launch_flags  # noqa: E402
 from build_scripts.toolchain import (  # noqa: E402
     HIP_ROOT,
     TRITON_WHEEL,
@@ -510,6 +510,32 @@ def test_bad_test_kernel_sources_are_refused(tmp_path):
 ])
 def test_kernel_config(name, family, config):
     assert kernel_config(name, family) == config
+
+
+def test_launch_flags_parse():
+    src = "namespace {\nenum Flags : int { kNested = 1, kXFp8 = 0x2, kOutBf16 = 8 };  // bits\n}\n"
+    assert launch_flags(src, "x") == {"nested": 1, "x_fp8": 2, "out_bf16": 8}
+    assert launch_flags("constexpr int kNested = 1;", "x") == {}
+    for bad, why in (("enum Flags : int { kA = 3 };", "single bits"),
+                     ("enum Flags : int { kA = 1, kB = 1 };", "distinct"),
+                     ("enum Flags : int { a = 1 };", "kName"),
+                     ("enum Flags : int { kA = 1 }; enum Flags : int { kB = 2 };", "more than one")):
+        with pytest.raises(ManifestError, match=why):
+            launch_flags(bad, "x")
+
+
+def test_launch_flags_cover_every_flags_argument():
+    """Every code object whose kernels take a ``flags`` argument carries its bits, the same for every
+    arch, and a split-K family's bits are its lane-split family's (the ops pass one value to both)."""
+    objects = json.loads((REPO / "hsaco" / "manifest.json").read_text())["code_objects"]
+    by_family: dict[str, dict[str, int]] = {}
+    for e in objects.values():
+        takes = any(a[0] == "flags" for k in e["kernels"] for a in k["args"])
+        assert bool(e["launch_flags"]) == takes, e["path"]
+        assert by_family.setdefault(e["family"], e["launch_flags"]) == e["launch_flags"], e["path"]
+    assert by_family["fp8_linear"] == by_family["fp8_linear_splitk"] == {"x_fp8": 2, "x_fnuz": 4, "out_bf16": 8}
+    assert by_family["matmul_4bit"] == by_family["matmul_4bit_splitk"] == {"nested": 1}
+    assert set(by_family["sparse_mla"]) == {"fnuz0", "fnuz1", "lse", "sink"}
 
 
 def test_read_markers():

@@ -1,0 +1,180 @@
+"""A last-level cache model for the report: which of a launch's requested bytes reach DRAM.
+
+The byte-counting roofline charges every requested byte at DRAM price, so an activation row that
+600 workgroups stage counts 600 times although the GPU serves all but the first from its caches.
+This model replays a launch's global accesses through least-recently-used caches of the arch's
+sizes and counts only what misses the last level (``dram_bytes``):
+
+- **Lines.** Accesses are charged by 128-byte line (the CDNA3 L2 line; taken for every level and
+  arch, an assumption: RDNA's L2 line is 128 bytes too, its Infinity Cache's 64).
+- **Levels** (``../shared/reference/archs.md`` section 3): an L2 per XCD on CDNA (MI300X / MI355X:
+  8 x 4 MiB; a workgroup uses the L2 of the XCD it is dispatched to, round robin over XCDs) or one
+  per chip on RDNA, then the chip's MALL / Infinity Cache (256, 256, 96, 32, 64 MiB). Inclusive:
+  a line is filled into both on a miss; the L2 is not flushed within a launch.
+- **Cold per call.** Every call starts with empty caches, so weights streamed once by design are
+  never credited as cached by a previous launch (or a previous benchmark repetition).
+- **Concurrency.** The emulator runs workgroups one after another; on a GPU ``resident`` of them
+  (CUs x workgroups per CU) run at once and their accesses interleave. `replay` deals the
+  workgroups into that many slots in launch order (a slot takes the next workgroup when its own
+  ends) and advances the slots one access each in turn.
+- **Writes** allocate lines and mark them dirty; a dirty line costs one DRAM write when it leaves
+  the last level or when the launch ends.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+LINE = 128
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    l2_bytes: int          # one L2's capacity
+    l2_count: int          # L2s (XCDs on CDNA; 1 on RDNA)
+    mall_bytes: int        # the chip's last level (MALL / Infinity Cache)
+
+
+# archs.md section 3 (S1, S12, P7): the flagship product of each shipped arch.
+HIERARCHIES = {
+    "gfx942": Hierarchy(4 * MiB, 8, 256 * MiB),     # MI300X
+    "gfx950": Hierarchy(4 * MiB, 8, 256 * MiB),     # MI355X
+    "gfx1100": Hierarchy(6 * MiB, 1, 96 * MiB),     # RX 7900 XTX
+    "gfx1151": Hierarchy(2 * MiB, 1, 32 * MiB),     # Radeon 8060S
+    "gfx1201": Hierarchy(8 * MiB, 1, 64 * MiB),     # RX 9070 XT
+}
+
+
+class _Lru:
+    """An LRU set of lines with dirty bits."""
+
+    def __init__(self, lines: int) -> None:
+        self.capacity = max(1, lines)
+        self.lines: OrderedDict[int, bool] = OrderedDict()
+
+    def touch(self, line: int, dirty: bool) -> bool:
+        """True on a hit (the line becomes most recent; ``dirty`` marks it)."""
+        was = self.lines.get(line)
+        if was is None:
+            return False
+        self.lines.move_to_end(line)
+        if dirty and not was:
+            self.lines[line] = True
+        return True
+
+    def fill(self, line: int, dirty: bool) -> tuple[int, bool] | None:
+        """Insert a missing line; returns the evicted (line, dirty) if one had to go."""
+        self.lines[line] = dirty
+        if len(self.lines) > self.capacity:
+            return self.lines.popitem(last=False)
+        return None
+
+
+@dataclass
+class CacheResult:
+    dram_read: int = 0             # bytes read from DRAM (line fills that missed every level)
+    dram_write: int = 0            # bytes written back (dirty lines leaving the last level, or at the end)
+    requested: int = 0             # bytes the accesses asked for
+    l2_hits: int = 0               # line accesses served by an L2
+    mall_hits: int = 0             # line accesses served by the MALL
+    line_accesses: int = 0
+
+    @property
+    def dram_bytes(self) -> int:
+        return self.dram_read + self.dram_write
+
+
+class Model:
+    """The caches of one launch (cold at construction)."""
+
+    def __init__(self, h: Hierarchy, scale: float = 1.0) -> None:
+        """``scale``: capacities times this (the report's scaled-down GPU scales its caches with its CUs)."""
+        self.h = h
+        self.l2 = [_Lru(int(h.l2_bytes * scale) // LINE) for _ in range(h.l2_count)]
+        self.mall = _Lru(int(h.mall_bytes * scale) // LINE)
+        self.result = CacheResult()
+
+    def access(self, workgroup: int, lines: np.ndarray, requested: int, store: bool) -> None:
+        """One wave instruction's access by ``workgroup``: the distinct ``lines`` it touches (line
+        indices, i.e. address // LINE) and the bytes it requested. A store fetches nothing (the
+        caches keep byte masks) and dirties the line in the last level."""
+        r = self.result
+        r.requested += requested
+        l2 = self.l2[workgroup % len(self.l2)]
+        for line in lines.tolist():
+            r.line_accesses += 1
+            if store:
+                if not l2.touch(line, False):
+                    l2.fill(line, False)
+                if not self.mall.touch(line, True):
+                    self._fill_mall(line, True)
+                continue
+            if l2.touch(line, False):
+                r.l2_hits += 1
+                continue
+            if self.mall.touch(line, False):
+                r.mall_hits += 1
+            else:
+                r.dram_read += LINE
+                self._fill_mall(line, False)
+            l2.fill(line, False)         # the L2 holds clean copies: its evictions cost nothing
+
+    def _fill_mall(self, line: int, dirty: bool) -> None:
+        out = self.mall.fill(line, dirty)
+        if out is not None and out[1]:
+            self.result.dram_write += LINE
+
+    def finish(self) -> CacheResult:
+        """Write back what is still dirty (the launch's outputs) and return the counts."""
+        self.result.dram_write += LINE * sum(1 for d in self.mall.lines.values() if d)
+        for c in self.l2:
+            c.lines.clear()
+        self.mall.lines.clear()
+        return self.result
+
+
+def lines_of(addresses: np.ndarray, size: int) -> np.ndarray:
+    """The distinct lines that accesses of ``size`` bytes at ``addresses`` touch, in address order."""
+    a = np.asarray(addresses, np.uint64)
+    first, last = a // np.uint64(LINE), (a + np.uint64(size - 1)) // np.uint64(LINE)
+    if np.array_equal(first, last):
+        return np.unique(first)
+    return np.unique(np.concatenate([first, last]))
+
+
+def replay(h: Hierarchy, streams: list[list[tuple[np.ndarray, int, bool]]], resident: int,
+           scale: float = 1.0) -> CacheResult:
+    """Run ``streams`` (one per workgroup in launch order: (line indices, requested bytes, store)
+    per wave instruction) through a cold hierarchy with ``resident`` workgroups at once (see the
+    module docstring)."""
+    model = Model(h, scale)
+    slots: list[tuple[int, int]] = []            # (workgroup, next access)
+    pending = iter(range(len(streams)))
+    for _ in range(max(1, resident)):
+        wg = next(pending, None)
+        if wg is None:
+            break
+        slots.append((wg, 0))
+    while slots:
+        kept = []
+        for wg, i in slots:
+            stream = streams[wg]
+            while i >= len(stream):                  # this slot's workgroup is done: the next one
+                nxt = next(pending, None)
+                if nxt is None:
+                    break
+                wg, i, stream = nxt, 0, streams[nxt]
+            if i >= len(stream):
+                continue
+            lines, requested, store = stream[i]
+            model.access(wg, lines, requested, store)
+            kept.append((wg, i + 1))
+        slots = kept
+    return model.finish()
+
+
+__all__ = ["HIERARCHIES", "LINE", "CacheResult", "Hierarchy", "Model", "lines_of", "replay"]

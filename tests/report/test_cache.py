@@ -1,0 +1,74 @@
+"""benchmarks/cache.py: the LRU last-level model that turns requested bytes into DRAM bytes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmarks.cache import HIERARCHIES, LINE, Hierarchy, MiB, lines_of, replay
+
+
+def _reads(start: int, nbytes: int, per_access: int = 1024) -> list:
+    """A workgroup's stream reading [start, start + nbytes) in wave accesses of ``per_access`` bytes."""
+    return [(lines_of(np.arange(a, a + per_access, 16), 16), per_access, False)
+            for a in range(start, start + nbytes, per_access)]
+
+
+def test_hierarchies_are_the_flagships_of_archs_md():
+    mib = {a: (h.l2_bytes // MiB, h.l2_count, h.mall_bytes // MiB) for a, h in HIERARCHIES.items()}
+    assert mib == {"gfx942": (4, 8, 256), "gfx950": (4, 8, 256), "gfx1100": (6, 1, 96),
+                   "gfx1151": (2, 1, 32), "gfx1201": (8, 1, 64)}
+
+
+def test_lines_of():
+    assert lines_of(np.array([0, 16, 112]), 16).tolist() == [0]
+    assert lines_of(np.array([120]), 16).tolist() == [0, 1]          # straddles a line boundary
+    assert lines_of(np.array([256, 0, 128]), 4).tolist() == [0, 1, 2]
+
+
+def test_streamed_weights_all_come_from_dram():
+    streams = [_reads(wg * 8192, 8192) for wg in range(64)]
+    r = replay(HIERARCHIES["gfx942"], streams, resident=16)
+    assert r.dram_read == r.requested == 64 * 8192 and r.dram_write == 0
+    assert r.l2_hits == r.mall_hits == 0
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1100"])
+def test_a_row_every_workgroup_stages_is_read_from_dram_once(arch):
+    row = 1 << 30                                             # x: 4 KiB every workgroup reads
+    streams = [_reads(row, 4096) + _reads(wg * 8192, 8192) for wg in range(64)]
+    h = HIERARCHIES[arch]
+    r = replay(h, streams, resident=16)
+    assert r.requested == 64 * (4096 + 8192)
+    assert r.dram_read == 4096 + 64 * 8192
+    # Each L2 misses the row once (then the MALL has it); every other read of it hits its L2.
+    assert r.mall_hits == (h.l2_count - 1) * 4096 // LINE
+    assert r.l2_hits == (64 - h.l2_count) * 4096 // LINE
+
+
+def test_a_working_set_beyond_the_last_level_thrashes():
+    h = Hierarchy(l2_bytes=4 * LINE, l2_count=1, mall_bytes=8 * LINE)
+    twice = [_reads(0, 16 * LINE, LINE) * 2]                   # 16 lines, read in order twice
+    assert replay(h, twice, resident=1).dram_read == 32 * LINE   # LRU on a cyclic scan: no hit
+    fits = [_reads(0, 8 * LINE, LINE) * 2]
+    assert replay(h, fits, resident=1).dram_read == 8 * LINE
+
+
+def test_concurrent_workgroups_share_what_sequential_ones_evict():
+    h = Hierarchy(l2_bytes=LINE, l2_count=1, mall_bytes=2 * LINE)
+    streams = [_reads(0, 4 * LINE, LINE) for _ in range(2)]    # both read lines 0..3
+    assert replay(h, streams, resident=1).dram_read == 8 * LINE
+    assert replay(h, streams, resident=2).dram_read == 4 * LINE
+
+
+def test_writes_cost_one_write_back_per_line_and_no_fetch():
+    streams = [[(lines_of(np.arange(wg * 1024, wg * 1024 + 1024, 4), 4), 1024, True)] for wg in range(8)]
+    r = replay(HIERARCHIES["gfx1151"], streams, resident=4)
+    assert r.dram_read == 0 and r.dram_write == 8 * 1024
+
+
+def test_scale_shrinks_every_level():
+    h = HIERARCHIES["gfx1151"]                                  # 32 MiB MALL
+    stream = [_reads(0, 4 * MiB, 64 * 1024) * 2]
+    assert replay(h, stream, resident=1).dram_read == 4 * MiB                   # fits
+    assert replay(h, stream, resident=1, scale=1 / 16).dram_read == 8 * MiB     # 2 MiB MALL: thrashes
