@@ -7,6 +7,11 @@ which a byte-counting roofline charges as DRAM traffic.
     with traffic.Recorder(device) as rec:
         op(...)
     rec.table()   # {launch index: {allocation base: Traffic}}
+    rec.dram(0, "gfx942", resident=608)   # launch 0 through the arch's caches (benchmarks.cache)
+
+For `dram` the recorder also keeps each workgroup's access stream: one entry per wave and
+global instruction, the 128-byte lines it touched (from the emulator's memory tracer, which
+says which lanes belong to which workgroup when several run side by side).
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from . import cache
 
 GRAIN = 4   # bytes per tracked word
 
@@ -46,6 +53,26 @@ class Recorder:
         self.mem = device.memory
         self.launch_index = 0
         self.data: dict[int, dict[int, Traffic]] = defaultdict(dict)
+        # launch -> workgroup id -> [(lines, requested bytes, store)], one entry per wave instruction
+        self.streams: dict[int, dict[tuple[int, int, int], list]] = defaultdict(lambda: defaultdict(list))
+
+    def _trace(self, w: Any, addrs: np.ndarray, size: int, active: np.ndarray, store: bool) -> None:
+        members = getattr(w, "members", None)      # a cohort: member k's lanes are k * n .. k * n + n - 1
+        parts = [(w.group.id, addrs, active)] if members is None else \
+            [(m.group.id, addrs[k * w.wave_n:(k + 1) * w.wave_n], active[k * w.wave_n:(k + 1) * w.wave_n])
+             for k, m in enumerate(members)]
+        streams = self.streams[self.launch_index]
+        for gid, a, on in parts:
+            a = a[on]
+            if len(a):
+                streams[gid].append((cache.lines_of(a, size), size * len(a), store))
+
+    def dram(self, launch: int, arch: str, resident: int, scale: float = 1.0) -> cache.CacheResult:
+        """Launch ``launch``'s accesses through ``arch``'s caches (`benchmarks.cache.replay`), its
+        workgroups in dispatch order (x fastest), ``resident`` of them at a time."""
+        streams = self.streams.get(launch, {})
+        order = sorted(streams, key=lambda g: (g[2], g[1], g[0]))
+        return cache.replay(cache.HIERARCHIES[arch], [streams[g] for g in order], resident, scale)
 
     def _note(self, addrs: np.ndarray, size: int, active: np.ndarray, all_active: bool, store: bool) -> None:
         a = (addrs if all_active else addrs[active]).astype(np.uint64)
@@ -99,11 +126,13 @@ class Recorder:
                 self.launch_index += 1
 
         mem.load, mem.store, dev.launch = rec_load, rec_store, rec_launch
+        mem.tracer = self._trace
         return self
 
     def __exit__(self, *exc: Any) -> None:
         for obj, name in ((self.mem, "load"), (self.mem, "store"), (self.device, "launch")):
             del obj.__dict__[name]   # back to the class's methods
+        self.mem.tracer = None
 
     def table(self) -> dict[int, dict[int, Traffic]]:
         return dict(self.data)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -82,6 +83,9 @@ class Memory:
         self.host_backed = host_backed
         self._external: dict[int, int] = {}     # base -> size of registered foreign memory
         self._lock = threading.RLock()
+        # tracer(wave or cohort, addresses, size, active lanes, store): called by the global and
+        # buffer instructions after each access when set (benchmarks.traffic's cache replay)
+        self.tracer: Any = None
 
     # allocation ---------------------------------------------------------------
     def alloc(self, nbytes: int, label: str = "buffer", align: int = 256) -> int:

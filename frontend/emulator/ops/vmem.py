@@ -103,7 +103,10 @@ def _global_load(size: int, how: str):
 
         def run(w: Wave) -> None:
             mask = w.mask
-            raw = w.group.mem.load(addr(w), size, mask, mask is w.full)
+            mem, addrs = w.group.mem, addr(w)
+            raw = mem.load(addrs, size, mask, mask is w.full)
+            if mem.tracer is not None:
+                mem.tracer(w, addrs, size, mask, False)
             place_loaded(w, dst, raw, how, mask)
             w.group.stats.bytes_loaded["global"] += size * w.exec.bit_count()
         return run
@@ -117,7 +120,10 @@ def _global_store(size: int, how: str):
 
         def run(w: Wave) -> None:
             mask = w.mask
-            w.group.mem.store(addr(w), store_bytes(w, src, size, how), mask, mask is w.full)
+            mem, addrs = w.group.mem, addr(w)
+            mem.store(addrs, store_bytes(w, src, size, how), mask, mask is w.full)
+            if mem.tracer is not None:
+                mem.tracer(w, addrs, size, mask, True)
             w.group.stats.bytes_stored["global"] += size * w.exec.bit_count()
         return run
     return factory
@@ -190,6 +196,8 @@ def _atomic(fn: Callable[[np.ndarray, np.ndarray], np.ndarray] | None):
             addrs = addr(w)
             mem = w.group.mem
             raw = mem.load(addrs, 4, mask)                 # bounds check of every active lane
+            if mem.tracer is not None:
+                mem.tracer(w, addrs, 4, mask, True)        # read-modify-write: a dirty line
             active = addrs[mask]
             if not np.count_nonzero(active % 4) and len(np.unique(active)) == len(active):
                 # distinct dwords: lane order changes nothing, so all lanes at once
@@ -236,6 +244,8 @@ def _buffer(store: bool):
             off = (w.v[voff.index].astype(np.int64) if offen else np.zeros(w.n, np.int64)) + imm + soff(w)
             inside = mask & (off >= 0) & (off + 4 <= num_records)    # out-of-range accesses are dropped
             addrs = (off + base).astype(np.uint64)
+            if w.group.mem.tracer is not None:
+                w.group.mem.tracer(w, addrs, 4, inside, store)
             if store:
                 w.group.mem.store(addrs, store_bytes(w, data, 4, "full"), inside)
                 w.group.stats.bytes_stored["global"] += 4 * int(inside.sum())
