@@ -49,6 +49,14 @@ HIERARCHIES = {
 }
 
 
+def for_cus(h: Hierarchy, cus: int, full_cus: int) -> Hierarchy:
+    """The caches of a smaller product of the arch with ``cus`` of the flagship's ``full_cus`` CUs
+    (the report's scaled-down GPU): the same cache per CU, as many L2s as the CUs fill XCDs."""
+    per_l2 = full_cus / h.l2_count
+    count = max(1, min(h.l2_count, round(cus / per_l2)))
+    return Hierarchy(int(h.l2_bytes * min(1.0, cus / count / per_l2)), count, int(h.mall_bytes * cus / full_cus))
+
+
 class _Lru:
     """An LRU set of lines with dirty bits."""
 
@@ -177,4 +185,4 @@ def replay(h: Hierarchy, streams: list[list[tuple[np.ndarray, int, bool]]], resi
     return model.finish()
 
 
-__all__ = ["HIERARCHIES", "LINE", "CacheResult", "Hierarchy", "Model", "lines_of", "replay"]
+__all__ = ["HIERARCHIES", "LINE", "CacheResult", "Hierarchy", "Model", "for_cus", "lines_of", "replay"]

@@ -37,7 +37,7 @@ from hipskinny.devices.base import Device, DeviceProperties
 from hipskinny.emulator import EmulatedDevice, LaunchStats
 from hipskinny.errors import HipSkinnyError, InputValueError
 
-from . import families
+from . import cache, families, traffic
 
 MIN_ROWS = 64
 SAMPLE_TOL = 0.02                 # largest accepted deviation of a sample from a scaled real launch
@@ -183,6 +183,7 @@ class Sample:
     stats: LaunchStats
     info: dict[str, Any]
     last: Counter | None = None     # a call of several launches: the last one's mnemonics (its listing's)
+    dram: float = 0.0               # bytes the call's launches read from and write to DRAM (benchmarks/cache.py)
 
     @property
     def per_row(self) -> dict[str, float]:
@@ -240,7 +241,7 @@ def _fit(s1: Sample, s2: Sample, rows: int, info: dict[str, Any]) -> Sample:
         setattr(out, name, Counter({key: line(c1[key], c2[key]) for key in c1.keys() | c2.keys()}))
     out.workgroups, out.waves = s2.stats.workgroups, s2.stats.waves
     out.seconds = s1.stats.seconds + s2.stats.seconds
-    return Sample(s2.cus, rows, out, info, s2.last)
+    return Sample(s2.cus, rows, out, info, s2.last, line(s1.dram, s2.dram))
 
 
 def _emulate(op: str, arch: str, cus: int, dtype: Any, n: int, rows: int, k: int, seed: int) -> Sample:
@@ -250,14 +251,24 @@ def _emulate(op: str, arch: str, cus: int, dtype: Any, n: int, rows: int, k: int
     w = rng.standard_normal((rows, k)).astype(dtype)
     args, kwargs = call_args(op, x, w, arch)
     dev.launches.clear()                  # a bounded history: this call's launches only
-    with hipskinny.on_device(dev):
+    with hipskinny.on_device(dev), traffic.Recorder(dev, table=False) as rec:
         op_function(op)(*args, **kwargs)
         info = plan_info(op, dev, dtype, n, rows, k)
     launches = list(dev.launches)
     assert launches
+    dram = float(sum(_dram(rec, i, arch, cus, st.workgroups, info) for i, st in enumerate(launches)))
     if len(launches) == 1:
-        return Sample(cus, rows, launches[0], info)
-    return Sample(cus, rows, combined(launches), info, Counter(launches[-1].mnemonics))
+        return Sample(cus, rows, launches[0], info, dram=dram)
+    return Sample(cus, rows, combined(launches), info, Counter(launches[-1].mnemonics), dram)
+
+
+def _dram(rec: traffic.Recorder, launch: int, arch: str, cus: int, workgroups: int, info: dict[str, Any]) -> int:
+    """DRAM bytes of one launch on the sample's GPU: the arch's caches for its CU count, the
+    workgroups that fit at once resident together (the plan's workgroups per CU, else two: an
+    assumption for launches whose plan does not say, such as a route's dequantize step)."""
+    hierarchy = cache.for_cus(cache.HIERARCHIES[arch], cus, ARCHS[arch].default_cu_count)
+    resident = min(workgroups, cus * int(info.get("groups_per_cu", 2)))
+    return rec.dram(launch, arch, resident, hierarchy=hierarchy).dram_bytes
 
 
 def combined(launches: list[LaunchStats]) -> LaunchStats:

@@ -45,8 +45,8 @@ on gfx11/gfx12 (medians 0.50-0.52); W8A16 on gfx942/gfx950 has medians 0.52 (N =
 0.58-0.59 (N = 4), worst 0.67-0.68. Traffic ratio <= 1.05: met at N = 1 on gfx11/gfx12 (but
 gfx1100 o_proj/down_proj, 1.08), by W8A8 on gfx1201 up to one layer at 1.065, and on the widest
 layer (gate_up_proj) nearly everywhere; missed where few rows share a workgroup's staged
-activations: each of the 2 workgroups per CU reads all of x once (an L2 hit on hardware, counted
-here at DRAM price), so the excess is about 2 x CUs x N x K x (2 bytes, 1 for W8A8) / (M x K):
+activations: each of the 2 workgroups per CU reads all of x once (an L2 hit on hardware, which the
+requested-bytes ratio counts), so the excess is about 2 x CUs x N x K x (2 bytes, 1 for W8A8) / (M x K):
 o_proj at N = 4 reaches 2.09 (gfx942) and 1.78 (gfx950) for W8A16, 1.56 / 1.42 for W8A8, 1.30
 on gfx1100 and 1.11 on gfx1201. VALU per weight byte below the balance in the widened
 paths: met on gfx942 (0.109 < 0.120) and gfx11/gfx12 (<= 0.18 against 0.50-0.91); missed on
@@ -112,7 +112,7 @@ CDNA: gfx942 0.34 (N = 1) and 0.42 (N = 4), gfx950 0.35 and 0.66 (VALU-bound at 
 and 64 (the split-K kernel, no target set) 0.37-0.52. Traffic ratio <= 1.05 at N <= 4 (codes,
 absmax bytes and the codebooks count in the minimum): **missed**, medians 1.12-1.15 on gfx11/gfx12
 and 1.36-1.50 on gfx942/gfx950: every workgroup stages x (N x K x 2 bytes, two workgroups per CU
-at N = 1) and the model charges those re-reads, L2 hits on hardware, at DRAM price; against
+at N = 1) and the requested-bytes ratio counts those re-reads, L2 hits on hardware; against
 half-byte weights that share is four times fp16's. VALU per weight byte below the balance point:
 met on gfx11/gfx12 at N <= 4 (0.21 / 0.41 against 0.50-0.91); gfx942 N = 1 at the balance (median
 0.108, max 0.128 against 0.120); **missed** on gfx950 at N = 1 (0.105 against 0.077) and on CDNA at
@@ -168,7 +168,7 @@ N = 64 on every arch and shape (large layers: medians 5.4-6.0x and 2.8-3.5x), bo
 nearly everywhere: it writes and reads back 16-bit weights. So the fused kernels serve N = 1..64
 on every arch, the route only above (and where no fused kernel applies). The fused split-K
 kernel's traffic ratio: 1.11-2.99 at N = 16, 1.12-3.37 at N = 64 (x re-staged per shard and the
-shard partials, charged at DRAM price).
+shard partials, counted as requested).
 
 **Targets (large layers) and where they stand.** Predicted time against fp16 `skinny_gemm`
 ("Against the baseline op"): median 0.26 at N = 1 and 0.28 at N = 4 on gfx11/gfx12, 0.29 and
@@ -177,7 +177,7 @@ for the lm_heads, gate_up and most qkv projections on gfx11/gfx12 (medians 1.02-
 1.09-1.14 at N = 4; 19 of 36 large-layer rows at or under 1.05), missed on gfx942/gfx950 (medians
 1.14-1.21 at N = 1, 1.35-1.73 at N = 4) and for the small-M layers everywhere (o_proj, the router:
 up to 1.40 at N = 1): every workgroup stages x (N x K x 2 bytes), and the model charges those
-re-reads, which are L2 hits on hardware, at DRAM price; against 4-bit weights that is four times
+re-reads, which are L2 hits on hardware, in the requested-bytes ratio; against 4-bit weights that is four times
 the share it is for fp16, and CDNA's 256 CUs stage it 4-6 times as often as RDNA's 40-96. (Each
 scale group is loaded once per lane quad for G >= 128; loaded per lane, the scales alone added
 about 0.09 to every ratio.) VALU per weight byte against the balance point: met on gfx11/gfx12 at

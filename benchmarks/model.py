@@ -3,17 +3,18 @@
 Decode kernels are memory-bound, so the floor is the minimum bytes (every weight,
 activation and output byte once) over peak DRAM bandwidth. The roofs are
 
-* memory: global bytes the kernel moved / peak DRAM bandwidth;
+* memory: the bytes the launch reads from and writes to DRAM (benchmarks/cache.py: its requests
+  through LRU models of the arch's L2s and MALL, cold per call) / peak DRAM bandwidth;
 * VALU issue: VALU + transcendental wave-instructions / the GPU's single-issue rate;
 * matrix: MFMA/WMMA FLOPs / the dense fp16/bf16 matrix rate (8-bit types at twice it);
 * LDS: LDS bytes read and written / LDS bandwidth.
 
 The predicted time is the largest roof (perfect overlap of the others). Assumptions,
-stated again in the report: every byte comes from DRAM at its peak rate (no L2/MALL
-hits, which makes x re-reads cost full price, and no shortfall from imperfect
-streaming); work is spread evenly over all CUs (no tail of a last, partial wave of
-workgroups); latency is hidden (enough waves in flight); launch overhead (~µs) is not
-included; scalar, branch and wait instructions are free. Rates are from `ArchInfo`,
+stated again in the report: every byte that misses the modelled caches comes from DRAM at
+its peak rate (no shortfall from imperfect streaming; the L1/L0 caches are not modelled);
+work is spread evenly over all CUs (no tail of a last, partial wave of workgroups); latency
+is hidden (enough waves in flight); launch overhead (~µs) is not included; scalar, branch
+and wait instructions are free. Rates are from `ArchInfo`,
 the package's single per-arch table. Nothing here is timed on a GPU.
 """
 

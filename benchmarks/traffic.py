@@ -48,8 +48,10 @@ class Recorder:
     """Wraps an EmulatedDevice's memory accesses and launches while active (not thread-safe; the
     emulator runs one launch at a time)."""
 
-    def __init__(self, device: Any) -> None:
+    def __init__(self, device: Any, *, table: bool = True) -> None:
+        """``table=False``: only the workgroup streams (for `dram`), not the per-allocation table."""
         self.device = device
+        self.keep_table = table
         self.mem = device.memory
         self.launch_index = 0
         self.data: dict[int, dict[int, Traffic]] = defaultdict(dict)
@@ -67,12 +69,14 @@ class Recorder:
             if len(a):
                 streams[gid].append((cache.lines_of(a, size), size * len(a), store))
 
-    def dram(self, launch: int, arch: str, resident: int, scale: float = 1.0) -> cache.CacheResult:
-        """Launch ``launch``'s accesses through ``arch``'s caches (`benchmarks.cache.replay`), its
-        workgroups in dispatch order (x fastest), ``resident`` of them at a time."""
+    def dram(self, launch: int, arch: str, resident: int, scale: float = 1.0, *,
+             hierarchy: cache.Hierarchy | None = None) -> cache.CacheResult:
+        """Launch ``launch``'s accesses through ``arch``'s caches (or ``hierarchy``;
+        `benchmarks.cache.replay`), its workgroups in dispatch order (x fastest), ``resident`` of
+        them at a time."""
         streams = self.streams.get(launch, {})
         order = sorted(streams, key=lambda g: (g[2], g[1], g[0]))
-        return cache.replay(cache.HIERARCHIES[arch], [streams[g] for g in order], resident, scale)
+        return cache.replay(hierarchy or cache.HIERARCHIES[arch], [streams[g] for g in order], resident, scale)
 
     def _note(self, addrs: np.ndarray, size: int, active: np.ndarray, all_active: bool, store: bool) -> None:
         a = (addrs if all_active else addrs[active]).astype(np.uint64)
@@ -125,13 +129,15 @@ class Recorder:
             finally:
                 self.launch_index += 1
 
-        mem.load, mem.store, dev.launch = rec_load, rec_store, rec_launch
+        if self.keep_table:
+            mem.load, mem.store = rec_load, rec_store
+        dev.launch = rec_launch
         mem.tracer = self._trace
         return self
 
     def __exit__(self, *exc: Any) -> None:
         for obj, name in ((self.mem, "load"), (self.mem, "store"), (self.device, "launch")):
-            del obj.__dict__[name]   # back to the class's methods
+            obj.__dict__.pop(name, None)   # back to the class's methods
         self.mem.tracer = None
 
     def table(self) -> dict[int, dict[int, Traffic]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.cache import HIERARCHIES, LINE, Hierarchy, MiB, lines_of, replay
+from benchmarks.cache import HIERARCHIES, LINE, Hierarchy, MiB, for_cus, lines_of, replay
 
 
 def _reads(start: int, nbytes: int, per_access: int = 1024) -> list:
@@ -18,6 +18,15 @@ def test_hierarchies_are_the_flagships_of_archs_md():
     mib = {a: (h.l2_bytes // MiB, h.l2_count, h.mall_bytes // MiB) for a, h in HIERARCHIES.items()}
     assert mib == {"gfx942": (4, 8, 256), "gfx950": (4, 8, 256), "gfx1100": (6, 1, 96),
                    "gfx1151": (2, 1, 32), "gfx1201": (8, 1, 64)}
+
+
+def test_a_smaller_product_keeps_the_cache_per_cu():
+    mi300x = HIERARCHIES["gfx942"]                              # 304 CUs, 8 XCDs of 38
+    assert for_cus(mi300x, 304, 304) == mi300x
+    assert for_cus(mi300x, 152, 304) == Hierarchy(4 * MiB, 4, 128 * MiB)
+    small = for_cus(mi300x, 19, 304)                            # half an XCD
+    assert (small.l2_count, small.l2_bytes, small.mall_bytes) == (1, 2 * MiB, 16 * MiB)
+    assert for_cus(HIERARCHIES["gfx1151"], 10, 40) == Hierarchy(MiB // 2, 1, 8 * MiB)
 
 
 def test_lines_of():
