@@ -8,7 +8,9 @@ V4 at TP8 (B = 4 decode tokens, 16 real heads, a 128-row sliding window plus 512
 rows per token, the model's sink and scale) and V3.2 (B = 4, 128 heads, top-2048, one list),
 OCP FP8, every token's slots its own, scattered at random (fixed seed). Minimum bytes: each distinct gathered row
 once (its data and scale bytes), q, out and the index lists. Times come from benchmarks/model.py's
-roofline over the counts (a model; nothing is timed on a GPU). Requested bytes above the minimum
+roofline over the counts (a model; nothing is timed on a GPU); its memory roof is the DRAM bytes of
+the requests through the arch's caches (benchmarks/cache.py, two workgroups per CU resident; rows
+measured before that model show no DRAM ratio and charged every requested byte). Requested bytes above the minimum
 are split by buffer (benchmarks/traffic.py): cache rows re-read by other head groups or
 workgroups, and the rest.
 """
@@ -84,8 +86,11 @@ def measure(arch: str, name: str, layout: str, t: int, h: int, n0: int, n1: int,
     (stats,) = list(dev.launches)
     least = min_bytes(layout, t, h, distinct, n0, n1)
     moved = stats.bytes_loaded["global"] + stats.bytes_stored["global"]
+    # DRAM bytes through the arch's caches (benchmarks/cache.py), two workgroups per CU resident (an
+    # assumption: the kernel's LDS and registers allow that many on every arch)
+    dram = rec.dram(0, arch, resident=min(stats.workgroups, 2 * info.default_cu_count)).dram_bytes
     valu = stats.instructions["valu"] + stats.instructions["trans"]
-    pred = predict(info, info.default_cu_count, bytes_moved=moved, bytes_min=least, valu=valu,
+    pred = predict(info, info.default_cu_count, bytes_moved=dram, bytes_min=least, valu=valu,
                    mnemonics=stats.mnemonics, lds_bytes=stats.bytes_loaded["lds"] + stats.bytes_stored["lds"])
     # the caches' traffic, by the pool slots their host bytes were staged into
     slots = {ptr: name for name, ptr in scratch.pool(dev, 0).addresses().items()}
@@ -103,6 +108,7 @@ def measure(arch: str, name: str, layout: str, t: int, h: int, n0: int, n1: int,
     plan = op.plan_info(dev, t, h, sum(len(a) for a in (args[2], kw.get("extra_indices", ()))), layout)
     return {"arch": arch, "shape": name, "layout": layout, "T": t, "H": h, "swa": n0, "extra": n1,
             "distinct_rows": distinct, "min_bytes": least, "bytes": moved, "ratio": moved / least,
+            "dram_bytes": dram, "dram_ratio": dram / least,
             "cache_requested": cache_bytes[0], "cache_distinct": cache_bytes[1], "buffers": buffers,
             "gather_ratio": cache_bytes[0] / (distinct * mla.LAYOUTS[layout].token_bytes),
             "valu": valu, "seconds": pred.seconds, "bound": pred.bound, "roofs": pred.roofs,
@@ -116,13 +122,15 @@ def markdown(section: dict[str, Any]) -> list[str]:
            f"Produced by {', '.join(f'`{c}`' for c in commands)} (last run on {section['date']} at commit "
            f"`{section['commit']}`, {section['seconds'] / 60:.1f} min on a 2-core CPU in all). "
            + __doc__.split("\n\n", 2)[2].replace("\n", " ").strip(), "",
-           "| shape | arch | T x H | rows / token | splits x head groups | traffic ratio | cache bytes requested "
-           "/ distinct rows | above min: partials / q / lists (% of min) | predicted µs | floor µs | bound | "
-           "PR (gfx950, measured) |", "|" + "---|" * 12]
+           "| shape | arch | T x H | rows / token | splits x head groups | traffic ratio | DRAM ratio | cache bytes "
+           "requested / distinct rows | above min: partials / q / lists (% of min) | predicted µs | floor µs | bound | "
+           "PR (gfx950, measured) |", "|" + "---|" * 13]
     for r in section["rows"]:
         pr = PR_GFX950_US.get(r["shape"]) if r["arch"] == "gfx950" else None
+        dram = f"{r['dram_ratio']:.3f}" if "dram_ratio" in r else "—"     # rows from before the cache model
         out.append(f"| {r['shape']} | {r['arch']} | {r['T']} x {r['H']} | {r['swa']} + {r['extra']} | "
-                   f"{r['plan']['splits']} x {r['plan']['head_groups']} | {r['ratio']:.3f} | {r['gather_ratio']:.3f} | "
+                   f"{r['plan']['splits']} x {r['plan']['head_groups']} | {r['ratio']:.3f} | "
+                   f"{dram} | {r['gather_ratio']:.3f} | "
                    f"{_above(r)} | {r['seconds'] * 1e6:.1f} | {r['floor_s'] * 1e6:.2f} | {r['bound']} | "
                    f"{f'{pr} µs' if pr else ''} |")
     return out + ["", section.get("notes", "").strip(), ""]
