@@ -30,6 +30,7 @@ import numpy as np
 
 LINE = 128
 MiB = 1 << 20
+PER_CU = 2      # workgroups resident per CU when a launch's plan does not say (an assumption)
 
 
 @dataclass(frozen=True)
@@ -99,11 +100,9 @@ class CacheResult:
 class Model:
     """The caches of one launch (cold at construction)."""
 
-    def __init__(self, h: Hierarchy, scale: float = 1.0) -> None:
-        """``scale``: capacities times this (the report's scaled-down GPU scales its caches with its CUs)."""
-        self.h = h
-        self.l2 = [_Lru(int(h.l2_bytes * scale) // LINE) for _ in range(h.l2_count)]
-        self.mall = _Lru(int(h.mall_bytes * scale) // LINE)
+    def __init__(self, h: Hierarchy) -> None:
+        self.l2 = [_Lru(h.l2_bytes // LINE) for _ in range(h.l2_count)]
+        self.mall = _Lru(h.mall_bytes // LINE)
         self.result = CacheResult()
 
     def access(self, workgroup: int, lines: np.ndarray, requested: int, store: bool) -> None:
@@ -139,9 +138,6 @@ class Model:
     def finish(self) -> CacheResult:
         """Write back what is still dirty (the launch's outputs) and return the counts."""
         self.result.dram_write += LINE * sum(1 for d in self.mall.lines.values() if d)
-        for c in self.l2:
-            c.lines.clear()
-        self.mall.lines.clear()
         return self.result
 
 
@@ -154,12 +150,11 @@ def lines_of(addresses: np.ndarray, size: int) -> np.ndarray:
     return np.unique(np.concatenate([first, last]))
 
 
-def replay(h: Hierarchy, streams: list[list[tuple[np.ndarray, int, bool]]], resident: int,
-           scale: float = 1.0) -> CacheResult:
+def replay(h: Hierarchy, streams: list[list[tuple[np.ndarray, int, bool]]], resident: int) -> CacheResult:
     """Run ``streams`` (one per workgroup in launch order: (line indices, requested bytes, store)
     per wave instruction) through a cold hierarchy with ``resident`` workgroups at once (see the
     module docstring)."""
-    model = Model(h, scale)
+    model = Model(h)
     slots: list[tuple[int, int]] = []            # (workgroup, next access)
     pending = iter(range(len(streams)))
     for _ in range(max(1, resident)):
@@ -185,4 +180,4 @@ def replay(h: Hierarchy, streams: list[list[tuple[np.ndarray, int, bool]]], resi
     return model.finish()
 
 
-__all__ = ["HIERARCHIES", "LINE", "CacheResult", "Hierarchy", "Model", "for_cus", "lines_of", "replay"]
+__all__ = ["HIERARCHIES", "LINE", "PER_CU", "CacheResult", "Hierarchy", "Model", "for_cus", "lines_of", "replay"]

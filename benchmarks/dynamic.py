@@ -264,11 +264,11 @@ def _emulate(op: str, arch: str, cus: int, dtype: Any, n: int, rows: int, k: int
 
 def _dram(rec: traffic.Recorder, launch: int, arch: str, cus: int, workgroups: int, info: dict[str, Any]) -> int:
     """DRAM bytes of one launch on the sample's GPU: the arch's caches for its CU count, the
-    workgroups that fit at once resident together (the plan's workgroups per CU, else two: an
-    assumption for launches whose plan does not say, such as a route's dequantize step)."""
+    workgroups that fit at once resident together (the plan's workgroups per CU, else
+    `cache.PER_CU`, for launches whose plan does not say, such as a route's dequantize step)."""
     hierarchy = cache.for_cus(cache.HIERARCHIES[arch], cus, ARCHS[arch].default_cu_count)
-    resident = min(workgroups, cus * int(info.get("groups_per_cu", 2)))
-    return rec.dram(launch, arch, resident, hierarchy=hierarchy).dram_bytes
+    resident = min(workgroups, cus * int(info.get("groups_per_cu", cache.PER_CU)))
+    return rec.dram(launch, hierarchy, resident).dram_bytes
 
 
 def combined(launches: list[LaunchStats]) -> LaunchStats:

@@ -31,7 +31,7 @@ from hipskinny import mla, registry, scratch
 from hipskinny.arch import ARCHS
 from hipskinny.ops import sparse_mla as op
 
-from . import dynamic, traffic
+from . import cache, dynamic, traffic
 from .model import predict
 
 HERE = Path(__file__).resolve().parent
@@ -86,9 +86,8 @@ def measure(arch: str, name: str, layout: str, t: int, h: int, n0: int, n1: int,
     (stats,) = list(dev.launches)
     least = min_bytes(layout, t, h, distinct, n0, n1)
     moved = stats.bytes_loaded["global"] + stats.bytes_stored["global"]
-    # DRAM bytes through the arch's caches (benchmarks/cache.py), two workgroups per CU resident (an
-    # assumption: the kernel's LDS and registers allow that many on every arch)
-    dram = rec.dram(0, arch, resident=min(stats.workgroups, 2 * info.default_cu_count)).dram_bytes
+    # DRAM bytes through the arch's caches (benchmarks/cache.py), cache.PER_CU workgroups per CU resident
+    dram = rec.dram(0, cache.HIERARCHIES[arch], min(stats.workgroups, cache.PER_CU * info.default_cu_count)).dram_bytes
     valu = stats.instructions["valu"] + stats.instructions["trans"]
     pred = predict(info, info.default_cu_count, bytes_moved=dram, bytes_min=least, valu=valu,
                    mnemonics=stats.mnemonics, lds_bytes=stats.bytes_loaded["lds"] + stats.bytes_stored["lds"])

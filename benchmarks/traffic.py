@@ -7,7 +7,7 @@ which a byte-counting roofline charges as DRAM traffic.
     with traffic.Recorder(device) as rec:
         op(...)
     rec.table()   # {launch index: {allocation base: Traffic}}
-    rec.dram(0, "gfx942", resident=608)   # launch 0 through the arch's caches (benchmarks.cache)
+    rec.dram(0, cache.HIERARCHIES["gfx942"], 608)   # launch 0 through MI300X's caches, 608 workgroups at once
 
 For `dram` the recorder also keeps each workgroup's access stream: one entry per wave and
 global instruction, the 128-byte lines it touched (from the emulator's memory tracer, which
@@ -69,14 +69,12 @@ class Recorder:
             if len(a):
                 streams[gid].append((cache.lines_of(a, size), size * len(a), store))
 
-    def dram(self, launch: int, arch: str, resident: int, scale: float = 1.0, *,
-             hierarchy: cache.Hierarchy | None = None) -> cache.CacheResult:
-        """Launch ``launch``'s accesses through ``arch``'s caches (or ``hierarchy``;
-        `benchmarks.cache.replay`), its workgroups in dispatch order (x fastest), ``resident`` of
-        them at a time."""
+    def dram(self, launch: int, hierarchy: cache.Hierarchy, resident: int) -> cache.CacheResult:
+        """Launch ``launch``'s accesses through ``hierarchy`` (`benchmarks.cache.replay`), its
+        workgroups in dispatch order (x fastest), ``resident`` of them at a time."""
         streams = self.streams.get(launch, {})
         order = sorted(streams, key=lambda g: (g[2], g[1], g[0]))
-        return cache.replay(hierarchy or cache.HIERARCHIES[arch], [streams[g] for g in order], resident, scale)
+        return cache.replay(hierarchy, [streams[g] for g in order], resident)
 
     def _note(self, addrs: np.ndarray, size: int, active: np.ndarray, all_active: bool, store: bool) -> None:
         a = (addrs if all_active else addrs[active]).astype(np.uint64)

@@ -76,8 +76,8 @@ def test_writes_cost_one_write_back_per_line_and_no_fetch():
     assert r.dram_read == 0 and r.dram_write == 8 * 1024
 
 
-def test_scale_shrinks_every_level():
+def test_a_smaller_product_holds_less():
     h = HIERARCHIES["gfx1151"]                                  # 32 MiB MALL
     stream = [_reads(0, 4 * MiB, 64 * 1024) * 2]
-    assert replay(h, stream, resident=1).dram_read == 4 * MiB                   # fits
-    assert replay(h, stream, resident=1, scale=1 / 16).dram_read == 8 * MiB     # 2 MiB MALL: thrashes
+    assert replay(h, stream, resident=1).dram_read == 4 * MiB                          # fits
+    assert replay(for_cus(h, 2, 40), stream, resident=1).dram_read == 8 * MiB       # 1.6 MiB MALL: thrashes

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import hipskinny
-from benchmarks import traffic
+from benchmarks import cache, traffic
+from benchmarks.cache import LINE
 from hipskinny.emulator import EmulatedDevice
 
 
@@ -61,11 +62,11 @@ def test_dram_reads_each_byte_once_where_requests_repeat_it(lockstep):
     assert sum(r for s in streams.values() for _, r, _ in s) == sum(t.loaded + t.stored for t in per)
     x_requests = max(t.loaded for t in per if t.size == x.nbytes)
     assert x_requests >= stats.workgroups * x.nbytes           # staged by every workgroup
-    r = rec.dram(launch, "gfx942", resident=8 * 2)
+    r = rec.dram(launch, cache.HIERARCHIES["gfx942"], 8 * 2)
     assert r.dram_read == w.nbytes + x.nbytes                  # whole 128-byte lines: both are multiples
     assert r.dram_write == n * m * 2
     assert r.requested > r.dram_bytes
     # Caches of ~27 KB, one workgroup at a time: each one's 64 KB of weights pushes x out before
     # the next one stages it again.
-    small = rec.dram(launch, "gfx942", resident=1, scale=1e-4)
+    small = rec.dram(launch, cache.Hierarchy(LINE * 3, 8, LINE * 209), 1)
     assert r.dram_read < small.dram_read <= w.nbytes + stats.workgroups * x.nbytes
