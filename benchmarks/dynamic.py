@@ -37,7 +37,7 @@ from hipskinny.devices.base import Device, DeviceProperties
 from hipskinny.emulator import EmulatedDevice, LaunchStats
 from hipskinny.errors import HipSkinnyError, InputValueError
 
-from . import cache, families, traffic
+from . import cache, families, latency, traffic
 
 MIN_ROWS = 64
 SAMPLE_TOL = 0.02                 # largest accepted deviation of a sample from a scaled real launch
@@ -184,6 +184,7 @@ class Sample:
     info: dict[str, Any]
     last: Counter | None = None     # a call of several launches: the last one's mnemonics (its listing's)
     dram: float = 0.0               # bytes the call's launches read from and write to DRAM (benchmarks/cache.py)
+    waits: list[latency.Waits] = field(default_factory=list)    # per launch
 
     @property
     def per_row(self) -> dict[str, float]:
@@ -241,7 +242,11 @@ def _fit(s1: Sample, s2: Sample, rows: int, info: dict[str, Any]) -> Sample:
         setattr(out, name, Counter({key: line(c1[key], c2[key]) for key in c1.keys() | c2.keys()}))
     out.workgroups, out.waves = s2.stats.workgroups, s2.stats.waves
     out.seconds = s1.stats.seconds + s2.stats.seconds
-    return Sample(s2.cus, rows, out, info, s2.last, line(s1.dram, s2.dram))
+    waits = [latency.Waits(b.kernel, latency.Trips(line(a.trips.longest, b.trips.longest),
+                                                   line(a.trips.total, b.trips.total), b.trips.waves),
+                           line(a.round_trip_ns, b.round_trip_ns))
+             for a, b in zip(s1.waits, s2.waits, strict=True)]
+    return Sample(s2.cus, rows, out, info, s2.last, line(s1.dram, s2.dram), waits)
 
 
 def _emulate(op: str, arch: str, cus: int, dtype: Any, n: int, rows: int, k: int, seed: int) -> Sample:
@@ -256,19 +261,23 @@ def _emulate(op: str, arch: str, cus: int, dtype: Any, n: int, rows: int, k: int
         info = plan_info(op, dev, dtype, n, rows, k)
     launches = list(dev.launches)
     assert launches
-    dram = float(sum(_dram(rec, i, arch, cus, st.workgroups, info) for i, st in enumerate(launches)))
+    caches = [_caches(rec, i, arch, cus, st.workgroups, info) for i, st in enumerate(launches)]
+    dram = float(sum(c.dram_bytes for c in caches))
+    waits = [latency.Waits.of(st.kernel, arch, rec.round_trips(i), c)
+             for i, (st, c) in enumerate(zip(launches, caches, strict=True))]
     if len(launches) == 1:
-        return Sample(cus, rows, launches[0], info, dram=dram)
-    return Sample(cus, rows, combined(launches), info, Counter(launches[-1].mnemonics), dram)
+        return Sample(cus, rows, launches[0], info, dram=dram, waits=waits)
+    return Sample(cus, rows, combined(launches), info, Counter(launches[-1].mnemonics), dram, waits)
 
 
-def _dram(rec: traffic.Recorder, launch: int, arch: str, cus: int, workgroups: int, info: dict[str, Any]) -> int:
-    """DRAM bytes of one launch on the sample's GPU: the arch's caches for its CU count, the
-    workgroups that fit at once resident together (the plan's workgroups per CU, else
-    `cache.PER_CU`, for launches whose plan does not say, such as a route's dequantize step)."""
+def _caches(rec: traffic.Recorder, launch: int, arch: str, cus: int, workgroups: int,
+            info: dict[str, Any]) -> cache.CacheResult:
+    """One launch through the sample GPU's caches: the arch's for its CU count, the workgroups
+    that fit at once resident together (the plan's workgroups per CU, else `cache.PER_CU`, for
+    launches whose plan does not say, such as a route's dequantize step)."""
     hierarchy = cache.for_cus(cache.HIERARCHIES[arch], cus, ARCHS[arch].default_cu_count)
     resident = min(workgroups, cus * int(info.get("groups_per_cu", cache.PER_CU)))
-    return rec.dram(launch, hierarchy, resident).dram_bytes
+    return rec.dram(launch, hierarchy, resident)
 
 
 def combined(launches: list[LaunchStats]) -> LaunchStats:

@@ -10,7 +10,9 @@ OCP FP8, every token's slots its own, scattered at random (fixed seed). Minimum 
 once (its data and scale bytes), q, out and the index lists. Times come from benchmarks/model.py's
 roofline over the counts (a model; nothing is timed on a GPU); its memory roof is the DRAM bytes of
 the requests through the arch's caches (benchmarks/cache.py, two workgroups per CU resident; rows
-measured before that model show no DRAM ratio and charged every requested byte). Requested bytes above the minimum
+measured before that model show no DRAM ratio and charged every requested byte), under a latency
+floor (benchmarks/latency.py: launch overhead plus each wave's dependent round trips; — in rows
+measured before it). Requested bytes above the minimum
 are split by buffer (benchmarks/traffic.py): cache rows re-read by other head groups or
 workgroups, and the rest.
 """
@@ -31,7 +33,7 @@ from hipskinny import mla, registry, scratch
 from hipskinny.arch import ARCHS
 from hipskinny.ops import sparse_mla as op
 
-from . import cache, dynamic, traffic
+from . import cache, dynamic, latency, traffic
 from .model import predict
 
 HERE = Path(__file__).resolve().parent
@@ -87,10 +89,14 @@ def measure(arch: str, name: str, layout: str, t: int, h: int, n0: int, n1: int,
     least = min_bytes(layout, t, h, distinct, n0, n1)
     moved = stats.bytes_loaded["global"] + stats.bytes_stored["global"]
     # DRAM bytes through the arch's caches (benchmarks/cache.py), cache.PER_CU workgroups per CU resident
-    dram = rec.dram(0, cache.HIERARCHIES[arch], min(stats.workgroups, cache.PER_CU * info.default_cu_count)).dram_bytes
+    caches = rec.dram(0, cache.HIERARCHIES[arch], min(stats.workgroups, cache.PER_CU * info.default_cu_count))
+    dram = caches.dram_bytes
+    waits = latency.Waits.of(stats.kernel, arch, rec.round_trips(0), caches)
+    lat = latency.call_floor(arch, [waits])
     valu = stats.instructions["valu"] + stats.instructions["trans"]
     pred = predict(info, info.default_cu_count, bytes_moved=dram, bytes_min=least, valu=valu,
-                   mnemonics=stats.mnemonics, lds_bytes=stats.bytes_loaded["lds"] + stats.bytes_stored["lds"])
+                   mnemonics=stats.mnemonics, lds_bytes=stats.bytes_loaded["lds"] + stats.bytes_stored["lds"],
+                   latency_seconds=lat)
     # the caches' traffic, by the pool slots their host bytes were staged into
     slots = {ptr: name for name, ptr in scratch.pool(dev, 0).addresses().items()}
     cache_bytes = [0, 0]    # requested, distinct
@@ -107,7 +113,9 @@ def measure(arch: str, name: str, layout: str, t: int, h: int, n0: int, n1: int,
     plan = op.plan_info(dev, t, h, sum(len(a) for a in (args[2], kw.get("extra_indices", ()))), layout)
     return {"arch": arch, "shape": name, "layout": layout, "T": t, "H": h, "swa": n0, "extra": n1,
             "distinct_rows": distinct, "min_bytes": least, "bytes": moved, "ratio": moved / least,
-            "dram_bytes": dram, "dram_ratio": dram / least,
+            "dram_bytes": dram, "dram_ratio": dram / least, "latency_s": lat,
+            "round_trips": {"longest": waits.trips.longest, "per_wave": waits.trips.total / max(1.0, waits.trips.waves),
+                            "round_trip_ns": waits.round_trip_ns},
             "cache_requested": cache_bytes[0], "cache_distinct": cache_bytes[1], "buffers": buffers,
             "gather_ratio": cache_bytes[0] / (distinct * mla.LAYOUTS[layout].token_bytes),
             "valu": valu, "seconds": pred.seconds, "bound": pred.bound, "roofs": pred.roofs,
@@ -122,17 +130,27 @@ def markdown(section: dict[str, Any]) -> list[str]:
            f"`{section['commit']}`, {section['seconds'] / 60:.1f} min on a 2-core CPU in all). "
            + __doc__.split("\n\n", 2)[2].replace("\n", " ").strip(), "",
            "| shape | arch | T x H | rows / token | splits x head groups | traffic ratio | DRAM ratio | cache bytes "
-           "requested / distinct rows | above min: partials / q / lists (% of min) | predicted µs | floor µs | bound | "
-           "PR (gfx950, measured) |", "|" + "---|" * 13]
+           "requested / distinct rows | above min: partials / q / lists (% of min) | trips | latency µs | "
+           "predicted µs | floor µs | bound | PR (gfx950, measured) |", "|" + "---|" * 15]
     for r in section["rows"]:
         pr = PR_GFX950_US.get(r["shape"]) if r["arch"] == "gfx950" else None
         dram = f"{r['dram_ratio']:.3f}" if "dram_ratio" in r else "—"     # rows from before the cache model
         out.append(f"| {r['shape']} | {r['arch']} | {r['T']} x {r['H']} | {r['swa']} + {r['extra']} | "
                    f"{r['plan']['splits']} x {r['plan']['head_groups']} | {r['ratio']:.3f} | "
                    f"{dram} | {r['gather_ratio']:.3f} | "
-                   f"{_above(r)} | {r['seconds'] * 1e6:.1f} | {r['floor_s'] * 1e6:.2f} | {r['bound']} | "
+                   f"{_above(r)} | {_trips(r)} | {_latency(r)} | {r['seconds'] * 1e6:.1f} | "
+                   f"{r['floor_s'] * 1e6:.2f} | {r['bound']} | "
                    f"{f'{pr} µs' if pr else ''} |")
     return out + ["", section.get("notes", "").strip(), ""]
+
+
+def _trips(r: dict[str, Any]) -> str:
+    """The longest chain of dependent round trips of a wave (— for rows from before the latency floor)."""
+    return f"{r['round_trips']['longest']:.0f}" if "round_trips" in r else "—"
+
+
+def _latency(r: dict[str, Any]) -> str:
+    return f"{r['latency_s'] * 1e6:.1f}" if "latency_s" in r else "—"
 
 
 def _above(r: dict[str, Any]) -> str:

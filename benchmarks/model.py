@@ -9,13 +9,17 @@ activation and output byte once) over peak DRAM bandwidth. The roofs are
 * matrix: MFMA/WMMA FLOPs / the dense fp16/bf16 matrix rate (8-bit types at twice it);
 * LDS: LDS bytes read and written / LDS bandwidth.
 
-The predicted time is the largest roof (perfect overlap of the others). Assumptions,
+and a floor under all of them:
+
+* latency: launch overhead plus the waves' dependent memory round trips times the memory
+  latency, as far as the resident waves cannot overlap them (benchmarks/latency.py).
+
+The predicted time is the largest of these (perfect overlap of the others). Assumptions,
 stated again in the report: every byte that misses the modelled caches comes from DRAM at
 its peak rate (no shortfall from imperfect streaming; the L1/L0 caches are not modelled);
-work is spread evenly over all CUs (no tail of a last, partial wave of workgroups); latency
-is hidden (enough waves in flight); launch overhead (~µs) is not included; scalar, branch
-and wait instructions are free. Rates are from `ArchInfo`,
-the package's single per-arch table. Nothing here is timed on a GPU.
+work is spread evenly over all CUs; scalar, branch and wait instructions are free. Rates are
+from `ArchInfo`, the package's single per-arch table; latencies from benchmarks/latency.py.
+Nothing here is timed on a GPU.
 """
 
 from __future__ import annotations
@@ -59,11 +63,12 @@ class Prediction:
     seconds_valu: float
     seconds_matrix: float
     seconds_lds: float
+    seconds_latency: float = 0.0
 
     @property
     def roofs(self) -> dict[str, float]:
         return {"memory": self.seconds_memory, "valu": self.seconds_valu, "matrix": self.seconds_matrix,
-                "lds": self.seconds_lds}
+                "lds": self.seconds_lds, "latency": self.seconds_latency}
 
     @property
     def bound(self) -> str:
@@ -81,7 +86,8 @@ class Prediction:
 
 
 def predict(arch: ArchInfo, cu_count: int, *, bytes_moved: float, bytes_min: float, valu: float,
-            mnemonics: Mapping[str, float], lds_bytes: float) -> Prediction:
+            mnemonics: Mapping[str, float], lds_bytes: float, latency_seconds: float = 0.0) -> Prediction:
     bw = arch.peak_bandwidth_gbs * 1e9
     return Prediction(bytes_moved / bw, bytes_min / bw, valu / arch.valu_issue_rate(cu_count),
-                      matrix_seconds(arch, mnemonics, cu_count), lds_bytes / arch.lds_bandwidth(cu_count))
+                      matrix_seconds(arch, mnemonics, cu_count), lds_bytes / arch.lds_bandwidth(cu_count),
+                      latency_seconds)

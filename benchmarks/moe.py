@@ -8,7 +8,10 @@ whole call on the flagship's CU count (every launch of it: routing, GEMM1, GEMM2
 GPTQ-style symmetric group-128 experts, fp16, and a fixed seeded uniform routing (each token
 picks k different experts). Minimum bytes: each distinct routed expert's packed weights and
 scales once, x, out, topk_weights and topk_ids. Times come from benchmarks/model.py's roofline
-over the summed counts (a model; nothing is timed on a GPU). DeepSeek-V3's stack (256 experts
+over the summed counts (a model; nothing is timed on a GPU), its memory roof on each launch's
+DRAM bytes through the arch's caches (benchmarks/cache.py, cold per call, two workgroups per CU
+resident), under the latency floor of the three launches (benchmarks/latency.py); rows shown
+with — were measured before those models and charge every requested byte. DeepSeek-V3's stack (256 experts
 of 7168 x 2048) is too large to hold on the emulator, so its rows use a stack of only the
 routed experts (ids renumbered; at N = 1 the plan depends on E only through N * k, so it is
 the real launch).
@@ -29,7 +32,7 @@ from hipskinny import registry, scratch, w4a16
 from hipskinny.arch import ARCHS
 from hipskinny.ops import fused_moe as op
 
-from . import dynamic, traffic
+from . import cache, dynamic, latency, traffic
 from .model import predict
 
 HERE = Path(__file__).resolve().parent
@@ -79,21 +82,33 @@ def measure(arch: str, name: str, e: int, k: int, h: int, i: int, n: int, compac
         hipskinny.moe.fused_moe(x, w13, w2, tw, ids)
     seconds = time.perf_counter() - t0
     launches = list(dev.launches)
-    assert [s.kernel.split("_")[1] for s in launches] == ["route", "gemm1", "gemm2"], [s.kernel for s in launches]
+    assert [s.kernel.removeprefix("fused_moe_").split("_")[0] for s in launches] == ["route", "gemm1", "gemm2"], \
+        [s.kernel for s in launches]
     least, wbytes = min_bytes(len(distinct), n, k, h, i)
+    # each launch through the arch's caches (cold per call), cache.PER_CU workgroups per CU resident
+    caches = [rec.dram(j, cache.HIERARCHIES[arch], min(st.workgroups, cache.PER_CU * info.default_cu_count))
+              for j, st in enumerate(launches)]
+    waits = [latency.Waits.of(st.kernel, arch, rec.round_trips(j), c)
+             for j, (st, c) in enumerate(zip(launches, caches, strict=True))]
     parts = {}
-    for label, stats in (("gemm1", launches[1]), ("gemm2", launches[2]), ("call", dynamic.combined(launches))):
+    for label, j in (("gemm1", [1]), ("gemm2", [2]), ("call", [0, 1, 2])):
+        stats = launches[j[0]] if len(j) == 1 else dynamic.combined(launches)
         moved = stats.bytes_loaded["global"] + stats.bytes_stored["global"]
+        dram = sum(caches[x].dram_bytes for x in j)
+        lat = latency.call_floor(arch, [waits[x] for x in j])
         valu = stats.instructions["valu"] + stats.instructions["trans"]
-        pred = predict(info, info.default_cu_count, bytes_moved=moved, bytes_min=least, valu=valu,
-                       mnemonics=stats.mnemonics, lds_bytes=stats.bytes_loaded["lds"] + stats.bytes_stored["lds"])
-        parts[label] = {"kernel": stats.kernel, "bytes": moved, "valu": valu, "seconds": pred.seconds,
-                        "bound": pred.bound, "roofs": pred.roofs}
+        pred = predict(info, info.default_cu_count, bytes_moved=dram, bytes_min=least, valu=valu,
+                       mnemonics=stats.mnemonics, lds_bytes=stats.bytes_loaded["lds"] + stats.bytes_stored["lds"],
+                       latency_seconds=lat)
+        parts[label] = {"kernel": stats.kernel, "bytes": moved, "dram_bytes": dram, "latency_s": lat,
+                        "round_trips": sum(waits[x].trips.longest for x in j), "valu": valu,
+                        "seconds": pred.seconds, "bound": pred.bound, "roofs": pred.roofs}
         if label != "call":
             parts[label]["buffers"] = _by_buffer(rec.table().get(1 if label == "gemm1" else 2, {}), dev, n * k, h, i)
     call = parts["call"]
     return {"arch": arch, "model": name, "E": e, "k": k, "H": h, "I": i, "N": n, "distinct": len(distinct),
             "compact": compact, "min_bytes": least, "weight_bytes": wbytes, "ratio": call["bytes"] / least,
+            "dram_ratio": call["dram_bytes"] / least,
             "valu_per_weight_byte": call["valu"] / wbytes, "balance": info.balance_point(),
             "floor_s": least / (info.peak_bandwidth_gbs * 1e9), "parts": parts,
             "plan": op.plan_info(dev, np.float16, n, h, i, stack_e, k), "emulated_s": seconds}
@@ -129,15 +144,21 @@ def markdown(section: dict[str, Any]) -> list[str]:
            f"Produced by {', '.join(f'`{c}`' for c in commands)} (last run on {section['date']} at commit "
            f"`{section['commit']}`, {section['seconds'] / 60:.1f} min on a 2-core CPU in all). "
            + __doc__.split("\n\n", 2)[2].replace("\n", " ").strip(), "",
-           "| model | arch | N | distinct experts | kernels (NP) | traffic ratio | VALU/weight B (balance) | "
-           "GEMM1 µs | GEMM2 µs | call µs | floor µs | bound |", "|" + "---|" * 12]
+           "| model | arch | N | distinct experts | kernels (NP) | traffic ratio | DRAM ratio | "
+           "VALU/weight B (balance) | trips | latency µs | GEMM1 µs | GEMM2 µs | call µs | floor µs | bound |",
+           "|" + "---|" * 15]
     for r in section["rows"]:
         p = r["parts"]
+        if "dram_ratio" in r:
+            dram, trips, lat = f"{r['dram_ratio']:.3f}", f"{p['call']['round_trips']:.0f}", \
+                f"{p['call']['latency_s'] * 1e6:.1f}"
+        else:                   # rows from before the cache model and the latency floor
+            dram = trips = lat = "—"
         out.append(f"| {r['model']} | {r['arch']} | {r['N']} | {r['distinct']} | "
-                   f"{p['gemm1']['kernel'].split('_')[-1]} | {r['ratio']:.3f} | "
-                   f"{r['valu_per_weight_byte']:.3f} ({r['balance']:.3f}) | {p['gemm1']['seconds'] * 1e6:.1f} | "
-                   f"{p['gemm2']['seconds'] * 1e6:.1f} | {p['call']['seconds'] * 1e6:.1f} | "
-                   f"{r['floor_s'] * 1e6:.1f} | {p['call']['bound']} |")
+                   f"{p['gemm1']['kernel'].split('_')[-1]} | {r['ratio']:.3f} | {dram} | "
+                   f"{r['valu_per_weight_byte']:.3f} ({r['balance']:.3f}) | {trips} | {lat} | "
+                   f"{p['gemm1']['seconds'] * 1e6:.1f} | {p['gemm2']['seconds'] * 1e6:.1f} | "
+                   f"{p['call']['seconds'] * 1e6:.1f} | {r['floor_s'] * 1e6:.1f} | {p['call']['bound']} |")
     out += _excess_table(section["rows"])
     return out + ["", section.get("notes", "").strip(), ""]
 

@@ -31,7 +31,7 @@ import numpy as np
 from hipskinny import registry
 from hipskinny.arch import ARCHS, HW_SOURCES
 
-from . import ROOT, dynamic, emulator_rate, families, overhead
+from . import ROOT, dynamic, emulator_rate, families, latency, overhead, published
 from .model import predict
 from .shapes import CHECK_SHAPES, SHAPES, Shape, n_values
 from .static import KernelStatic, family_static, inst_class, kernel_sort_key
@@ -61,7 +61,7 @@ ASSUMPTIONS = """\
 * **Times are predictions of a model, not measurements**: no AMD GPU was used. Counts
   (bytes, instructions) are exact for what the emulator ran; the rates they are divided
   by are the flagship products' peak figures in the table above.
-* Predicted time = the largest of four roofs: DRAM bytes / peak DRAM bandwidth;
+* Roofs: DRAM bytes / peak DRAM bandwidth;
   VALU (+ transcendental) wave-instructions / single-issue rate (64 lanes per CU per
   clock; no credit for VOPD dual issue or packed math); MFMA/WMMA FLOPs / dense fp16
   matrix rate; LDS bytes / LDS bandwidth. The other roofs are assumed to overlap fully.
@@ -74,9 +74,15 @@ ASSUMPTIONS = """\
   The requested-bytes traffic ratio stays as a column: the re-reads the caches absorb.
   Peak bandwidth is not reachable in practice (gfx1151 measures ~83% of its 256 GB/s); the
   floor ratio, not the absolute time, is the kernel's figure.
-* Work is spread evenly over all CUs (no tail from a last partial wave of workgroups),
-  latency is hidden, and launch overhead (a few µs per kernel) is not included: shapes
-  whose floor is below ~5 µs are launch-bound in practice whatever the table says.
+* Latency floor (`latency_us`, benchmarks/latency.py): per launch, the published
+  per-dispatch time of a trivial kernel in a HIP graph replay (1.75-2.82 µs on the RDNA
+  parts; 2.0 µs assumed on CDNA) plus the memory round trips no other wave can overlap:
+  each wave's chain of dependent global round trips (counted by the emulator from its
+  loads, stores and vmcnt/vscnt waits), times a round trip's latency (L2, MALL and DRAM
+  load latencies weighted by where the cache model served the launch's lines; sources
+  and assumptions per arch in `latency.SOURCES`), at least the longest chain and at least
+  all chains over SIMDs x occupancy. Predicted time = the largest roof or this floor
+  (bound `latency`). Work is otherwise spread evenly over all CUs.
 * Scalar, branch, wait and LDS-issue instructions cost nothing beyond their roofs.
 """
 
@@ -138,12 +144,14 @@ def evaluate(meas: dynamic.Measurement, static: dict[str, KernelStatic], family:
     real_min, weight_bytes = dynamic.min_bytes(meas.op, meas.n, meas.m, meas.k, itemsize)
     sc = meas.scaled()
     valu = sc["instructions"].get("valu", 0) + sc["instructions"].get("trans", 0)
-    pred = predict(info, cus, bytes_moved=dram_ratio * real_min, bytes_min=real_min, valu=valu,
-                   mnemonics=sc["mnemonics"], lds_bytes=sc["lds_bytes"])
     kernel = meas.info.get("kernel", "")
     ks = static.get(kernel)
     dyn_lds = int(meas.info.get("lds_bytes", 0))
     occ_terms = ks.occupancy_with(dyn_lds) if ks else {}
+    occupancy = {kernel: min(occ_terms.values())} if occ_terms else {}
+    lat = latency.call_floor(meas.arch, s.waits, meas.scale, occupancy)
+    pred = predict(info, cus, bytes_moved=dram_ratio * real_min, bytes_min=real_min, valu=valu,
+                   mnemonics=sc["mnemonics"], lds_bytes=sc["lds_bytes"], latency_seconds=lat)
     row.update({
         "family": family, "kernel": kernel, "sample": {"cus": s.cus, "rows": s.rows, "scale": meas.scale,
                                      "wave_instructions": st.total_instructions, "seconds": st.seconds,
@@ -154,6 +162,9 @@ def evaluate(meas: dynamic.Measurement, static: dict[str, KernelStatic], family:
         "lds_instructions": sc["instructions"].get("lds", 0), "lds_bytes": sc["lds_bytes"],
         "valu_per_weight_byte": valu / weight_bytes, "balance_point": info.balance_point(cus),
         "occupancy": min(occ_terms.values()) if occ_terms else None, "occupancy_terms": occ_terms,
+        "round_trips": {w.kernel: {"longest": w.trips.longest, "per_wave": w.trips.total / max(1.0, w.trips.waves),
+                                   "round_trip_ns": w.round_trip_ns} for w in s.waits},
+        "latency_us": lat * 1e6,
         "predicted_us": pred.seconds * 1e6, "floor_us": pred.seconds_floor * 1e6, "bound": pred.bound,
         "floor_ratio": pred.floor_ratio, "roofs_us": {k: v * 1e6 for k, v in pred.roofs.items()},
         "linearity": meas.linearity(),
@@ -342,6 +353,10 @@ def invariants(rows: list[dict[str, Any]], statics: dict[tuple[str, str], dict[s
         # its per-tensor x_scale (4 bytes of the minimum) with s_load and comes to 0.9999
         if r["dram_ratio"] < 0.999:
             out.append(f"{where}: DRAM ratio {r['dram_ratio']:.4f} < 0.999")
+        # every launch waits for at least its own loads: one round trip beyond the launch overhead
+        if not r["round_trips"] or min(t["longest"] for t in r["round_trips"].values()) < 1 or \
+                r["latency_us"] <= latency.LAUNCH_US[r["arch"]]:
+            out.append(f"{where}: latency floor {r['latency_us']:.2f} µs from round trips {r['round_trips']}")
         if r["linearity"] is not None and r["linearity"] > LINEARITY_TOL:
             out.append(f"{where}: per-row counts differ by {r['linearity']:.1%} between c and 2c CUs")
         if r["sample"]["plan_error"] > dynamic.SAMPLE_TOL:
@@ -451,6 +466,7 @@ def markdown(rep: dict[str, Any]) -> str:
         from . import mla
 
         out += mla.markdown(rep["mla"])
+    out += published.markdown(rep)
     if rep.get("outside_model"):
         out += ["## Families outside this report", ""]
         out += [f"- `{f}`: {why}" for f, why in sorted(rep["outside_model"].items())] + [""]
@@ -490,11 +506,17 @@ def _findings(rep: dict[str, Any]) -> list[str]:
     ok = [r for r in rep["rows"] if r["status"] == "ok"]
     if ok:
         out += ["", "Notable (generated):", ""]
-        not_mem = [r for r in ok if r["bound"] != "memory"]
-        out.append(f"- {len(not_mem)} of {len(ok)} rows are bound by something other than DRAM traffic"
+        lat = [r for r in ok if r["bound"] == "latency"]
+        out.append(f"- {len(lat)} of {len(ok)} rows are latency-bound (launch overhead and dependent round "
+                   "trips above every roof; benchmarks/latency.py).")
+        busy = [r for r in ok if r["bound"] not in ("memory", "latency")]
+        out.append(f"- {len(busy)} of {len(ok)} rows are bound by VALU, LDS or matrix issue"
                    + (": " + "; ".join(f"{r['op']} {r['arch']} {r['model']} {r['layer']} N={r['n']} "
-                                       f"({r['bound']}, {r['floor_ratio']:.2f}x floor)" for r in not_mem[:12])
-                      + (" ..." if len(not_mem) > 12 else "") if not_mem else "") + ".")
+                                       f"({r['bound']}, {r['floor_ratio']:.2f}x floor)" for r in busy[:12])
+                      + (" ..." if len(busy) > 12 else "") if busy else "") + ".")
+        compute = [r for r in ok if max(r["roofs_us"][b] for b in ("valu", "lds", "matrix")) > 1.15 * r["floor_us"]]
+        out.append(f"- {len(compute)} of {len(ok)} rows have a VALU, LDS or matrix roof above 1.15x the bandwidth "
+                   "floor (whatever bounds them).")
         worst = sorted(ok, key=lambda r: -r["traffic_ratio"])[:5]
         out.append("- Highest traffic ratios: " + "; ".join(
             f"{r['op']} {r['arch']} {r['model']} {r['layer']} N={r['n']} {r['traffic_ratio']:.3f}" for r in worst)
@@ -546,9 +568,12 @@ def _op_tables(rep: dict[str, Any], op: str) -> list[str]:
            "traffic = bytes requested / minimum; DRAM = bytes from and to DRAM through the cache model / "
            "minimum; VALU/B = VALU wave-instructions per weight byte (balance in the "
            "hardware table); LDS/W = LDS bytes per weight byte; occ = waves per SIMD with the launch's LDS; "
-           "floor = minimum bytes / bandwidth; pred = roofline (µs, **predicted, not measured**).", "",
+           "trips = the longest chain of dependent memory round trips of a wave (per launch, summed over a "
+           "call's launches); floor = minimum bytes / bandwidth; latency = launch overhead + round trips x memory "
+           "latency not hidden by other waves; pred = the largest roof or the latency floor (µs, **predicted, "
+           "not measured**).", "",
            "| arch | shape (M×K) | N | kernel | config | CUs/rows | occ | traffic | DRAM | VALU/B | LDS/W | matrix | "
-           "floor µs | pred µs | bound | /floor |", "|" + "---|" * 16]
+           "trips | floor µs | latency µs | pred µs | bound | /floor |", "|" + "---|" * 18]
     unsupported: dict[tuple[int, str], list[str]] = defaultdict(list)
     for r in rows:
         if r["status"] != "ok":
@@ -559,11 +584,21 @@ def _op_tables(rep: dict[str, Any], op: str) -> list[str]:
                    f"{_config(r['plan'])} | {_sample(r['sample'])} | {r['occupancy']} | "
                    f"{r['traffic_ratio']:.3f} | {r['dram_ratio']:.3f} | "
                    f"{r['valu_per_weight_byte']:.4f} | {r['lds_bytes'] / wb:.2f} | {r['matrix']:,.0f} | "
-                   f"{_us(r['floor_us'])} | {_us(r['predicted_us'])} | {r['bound']} | {r['floor_ratio']:.2f} |")
+                   f"{_trips(r)} | {_us(r['floor_us'])} | {_latency(r)} | {_us(r['predicted_us'])} | {r['bound']} | "
+                   f"{r['floor_ratio']:.2f} |")
     for (n, msg), where in sorted(unsupported.items()):
         archs = sorted({w.split()[0] for w in where})
         out.append(f"\nN={n}: {len(where)} shape×arch rows ({', '.join(archs)}) — {msg}")
     return out + [""]
+
+
+def _trips(r: dict[str, Any]) -> str:
+    trips = r.get("round_trips")
+    return "—" if trips is None else f"{sum(t['longest'] for t in trips.values()):.0f}"
+
+
+def _latency(r: dict[str, Any]) -> str:
+    return "—" if r.get("latency_us") is None else _us(r["latency_us"])
 
 
 def _static_tables(rep: dict[str, Any]) -> list[str]:

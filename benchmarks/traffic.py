@@ -8,6 +8,7 @@ which a byte-counting roofline charges as DRAM traffic.
         op(...)
     rec.table()   # {launch index: {allocation base: Traffic}}
     rec.dram(0, cache.HIERARCHIES["gfx942"], 608)   # launch 0 through MI300X's caches, 608 workgroups at once
+    rec.round_trips(0)  # launch 0's dependent round trips per wave (benchmarks/latency.py)
 
 For `dram` the recorder also keeps each workgroup's access stream: one entry per wave and
 global instruction, the 128-byte lines it touched (from the emulator's memory tracer, which
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from . import cache
+from . import cache, latency
 
 GRAIN = 4   # bytes per tracked word
 
@@ -57,8 +58,11 @@ class Recorder:
         self.data: dict[int, dict[int, Traffic]] = defaultdict(dict)
         # launch -> workgroup id -> [(lines, requested bytes, store)], one entry per wave instruction
         self.streams: dict[int, dict[tuple[int, int, int], list]] = defaultdict(lambda: defaultdict(list))
+        self.trips = latency.RoundTrips(str(device.properties.gcn_arch_name).startswith("gfx9"))
 
-    def _trace(self, w: Any, addrs: np.ndarray, size: int, active: np.ndarray, store: bool) -> None:
+    def _trace(self, w: Any, addrs: np.ndarray, size: int, active: np.ndarray, store: bool,
+               returns: bool = False) -> None:
+        self.trips.issue(self.launch_index, w, active, store, returns)
         members = getattr(w, "members", None)      # a cohort: member k's lanes are k * n .. k * n + n - 1
         parts = [(w.group.id, addrs, active)] if members is None else \
             [(m.group.id, addrs[k * w.wave_n:(k + 1) * w.wave_n], active[k * w.wave_n:(k + 1) * w.wave_n])
@@ -68,6 +72,13 @@ class Recorder:
             a = a[on]
             if len(a):
                 streams[gid].append((cache.lines_of(a, size), size * len(a), store))
+
+    def _wait(self, w: Any, counts: tuple[tuple[str, int], ...]) -> None:
+        self.trips.wait(self.launch_index, w, counts)
+
+    def round_trips(self, launch: int) -> latency.Trips:
+        """Launch ``launch``'s dependent round trips per wave (`benchmarks.latency`), summarized."""
+        return latency.Trips.of(self.trips.of(launch))
 
     def dram(self, launch: int, hierarchy: cache.Hierarchy, resident: int) -> cache.CacheResult:
         """Launch ``launch``'s accesses through ``hierarchy`` (`benchmarks.cache.replay`), its
@@ -131,12 +142,14 @@ class Recorder:
             mem.load, mem.store = rec_load, rec_store
         dev.launch = rec_launch
         mem.tracer = self._trace
+        mem.waiter = self._wait
         return self
 
     def __exit__(self, *exc: Any) -> None:
         for obj, name in ((self.mem, "load"), (self.mem, "store"), (self.device, "launch")):
             obj.__dict__.pop(name, None)   # back to the class's methods
         self.mem.tracer = None
+        self.mem.waiter = None
 
     def table(self) -> dict[int, dict[int, Traffic]]:
         return dict(self.data)

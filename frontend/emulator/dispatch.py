@@ -397,6 +397,7 @@ def _run_cohort(program: Program, handlers: list[Handler], lock: LockstepCode, c
     budget = max_steps - max(w.steps for w in members)
     if limit is not None and limit < budget:
         budget = limit
+    waiter = first.group.mem.waiter
     synced = True                # members' own pc fields are up to date
     stale_exec = True
     w = first
@@ -422,6 +423,8 @@ def _run_cohort(program: Program, handlers: list[Handler], lock: LockstepCode, c
                         synced = False
                         continue
                 elif kind == NOOP:
+                    if len(plan) > 1 and waiter is not None:
+                        waiter(cohort, plan[1])
                     counts[i] += k
                     n += 1
                     i += 1

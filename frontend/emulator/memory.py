@@ -83,9 +83,13 @@ class Memory:
         self.host_backed = host_backed
         self._external: dict[int, int] = {}     # base -> size of registered foreign memory
         self._lock = threading.RLock()
-        # tracer(wave or cohort, addresses, size, active lanes, store): called by the global and
-        # buffer instructions after each access when set (benchmarks.traffic's cache replay)
+        # tracer(wave or cohort, addresses, size, active lanes, store[, returns]): called by the
+        # global, buffer and atomic (with `returns`) instructions after each access when set
+        # (benchmarks.traffic's cache replay and round trips)
         self.tracer: Any = None
+        # waiter(wave or cohort, ((counter, n), ...)): called by the vector-memory waits when set
+        # (emulator/ops/salu.py vm_wait_counts; benchmarks.traffic's round trips)
+        self.waiter: Any = None
 
     # allocation ---------------------------------------------------------------
     def alloc(self, nbytes: int, label: str = "buffer", align: int = 256) -> int:

@@ -14,7 +14,7 @@ from ..errors import EmulatorError
 from .listing import Inst, Listing, parse_listing
 from .mode import FloatMode, float_mode
 from .ops import CLASSES, DecodeContext, Handler, load_all, lookup
-from .ops.salu import nop_factory
+from .ops.salu import nop_factory, vm_wait_counts, wait_factory
 from .ops.valu_common import split_pair
 from .state import EXEC_HI, EXEC_LO, NULL, VCC_HI, VCC_LO, Wave, parse_operand
 
@@ -123,7 +123,8 @@ class Program:
         - ``(SCALAR, sgprs, writes)``: a scalar instruction (ALU, branch, barrier, end) that reads
           `sgprs`, SCC and EXEC only: once on the first wave if the waves agree on those, its
           results (`writes`, SCC, EXEC, PC, status) then copied to the others;
-        - ``(NOOP,)``: nothing to do (waits, hints);
+        - ``(NOOP,)``: nothing to do (waits, hints); ``(NOOP, counts)`` for a vector-memory wait,
+          reported to ``Memory.waiter`` when one is set;
         - None: each wave executes it alone.
         """
         found = self._cohort_plans[i]
@@ -153,6 +154,9 @@ class Program:
             return None
         if found[0] is nop_factory:
             return (NOOP,)
+        if found[0] is wait_factory:
+            counts = vm_wait_counts(inst)
+            return (NOOP, counts) if counts else (NOOP,)
         if (cls, inst.mnemonic) not in _SCALAR_OK and cls != "salu":
             return None
         if cls == "branch" or cls == "barrier":

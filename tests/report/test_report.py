@@ -30,6 +30,9 @@ def test_report_check_mode(tmp_path):
     assert rep["failures"] == []
     ok = [r for r in rep["rows"] if r["status"] == "ok"]
     assert ok and all(r["traffic_ratio"] >= 1 and r["dram_ratio"] >= 0.999 for r in ok)
+    # every row has a latency floor, and the predicted time is at least it
+    assert all(r["latency_us"] > 1 and r["predicted_us"] >= r["latency_us"] for r in ok)
+    assert any(r["bound"] == "latency" for r in ok)
     # the caches absorb re-reads: somewhere the requests exceed what DRAM sees
     assert any(r["dram_ratio"] < r["traffic_ratio"] - 0.05 for r in ok)
     assert all(r["status"] in ("ok", "unsupported") for r in rep["rows"])

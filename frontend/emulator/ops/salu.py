@@ -613,11 +613,50 @@ def nop_factory(inst: Inst, ctx: DecodeContext) -> Handler:
     return lambda w: None
 
 
-# Waits (every memory access completes before the next instruction here), scheduling
-# hints and cache maintenance have no architectural effect in a sequential emulator.
-register("s_nop", "s_waitcnt", "s_waitcnt_vscnt", "s_waitcnt_vmcnt", "s_waitcnt_lgkmcnt", "s_waitcnt_expcnt",
-         "s_waitcnt_depctr", "s_wait_alu", "s_wait_loadcnt", "s_wait_storecnt", "s_wait_dscnt", "s_wait_kmcnt",
-         "s_wait_samplecnt", "s_wait_bvhcnt", "s_wait_expcnt", "s_wait_loadcnt_dscnt", "s_wait_storecnt_dscnt",
+_VM_COUNTER = re.compile(r"\bvmcnt\((\d+)\)")
+
+
+def vm_wait_counts(inst: Inst) -> tuple[tuple[str, int], ...]:
+    """The vector-memory counters a wait instruction waits on, as (counter, most left outstanding):
+    ``vmcnt`` (gfx9: loads and stores; gfx10/11: loads), ``vscnt`` (gfx10/11 stores), ``loadcnt``
+    and ``storecnt`` (gfx12; the combined forms hold it in bits 13:8). Empty if none."""
+    m = inst.mnemonic
+    if m == "s_waitcnt":
+        found = _VM_COUNTER.search(inst.text)
+        return (("vmcnt", int(found.group(1))),) if found else ()
+    if m in ("s_waitcnt_vmcnt", "s_waitcnt_vscnt", "s_wait_loadcnt", "s_wait_storecnt",
+             "s_wait_loadcnt_dscnt", "s_wait_storecnt_dscnt"):
+        value = int(inst.operands[-1], 0)
+        if m.endswith("_dscnt"):
+            value = (value >> 8) & 0x3F
+        counter = {"s_waitcnt_vmcnt": "vmcnt", "s_waitcnt_vscnt": "vscnt"}.get(m, m[len("s_wait_"):].split("_")[0])
+        return ((counter, value),)
+    return ()
+
+
+def wait_factory(inst: Inst, ctx: DecodeContext) -> Handler:
+    """A wait: no architectural effect (every access completes before the next instruction here),
+    but a vector-memory wait reports its counters to ``Memory.waiter`` when one is set (the
+    benchmarks' latency model follows each wave's dependent round trips with it)."""
+    counts = vm_wait_counts(inst)
+    if not counts:
+        return lambda w: None
+
+    def run(w: Wave) -> None:
+        waiter = w.group.mem.waiter
+        if waiter is not None:
+            waiter(w, counts)
+    return run
+
+
+register("s_waitcnt", "s_waitcnt_vscnt", "s_waitcnt_vmcnt", "s_wait_loadcnt", "s_wait_storecnt",
+         "s_wait_loadcnt_dscnt", "s_wait_storecnt_dscnt", cls="other")(wait_factory)
+
+# Other waits, scheduling hints and cache maintenance have no architectural effect in a
+# sequential emulator.
+register("s_nop", "s_waitcnt_lgkmcnt", "s_waitcnt_expcnt",
+         "s_waitcnt_depctr", "s_wait_alu", "s_wait_dscnt", "s_wait_kmcnt",
+         "s_wait_samplecnt", "s_wait_bvhcnt", "s_wait_expcnt",
          "s_wait_idle", "s_barrier_wait", "s_delay_alu", "s_clause", "s_set_inst_prefetch_distance",
          "s_setprio", "s_sleep", "s_inst_prefetch", "s_icache_inv", "s_dcache_inv", "s_dcache_wb",
          "buffer_gl0_inv", "buffer_gl1_inv", "buffer_inv", "buffer_wbl2", "buffer_wbinvl1", "buffer_wbinvl1_vol",

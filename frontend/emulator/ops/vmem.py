@@ -197,7 +197,7 @@ def _atomic(fn: Callable[[np.ndarray, np.ndarray], np.ndarray] | None):
             mem = w.group.mem
             raw = mem.load(addrs, 4, mask)                 # bounds check of every active lane
             if mem.tracer is not None:
-                mem.tracer(w, addrs, 4, mask, True)        # read-modify-write: a dirty line
+                mem.tracer(w, addrs, 4, mask, True, ret)   # read-modify-write: a dirty line
             active = addrs[mask]
             if not np.count_nonzero(active % 4) and len(np.unique(active)) == len(active):
                 # distinct dwords: lane order changes nothing, so all lanes at once
