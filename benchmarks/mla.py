@@ -76,8 +76,12 @@ def min_bytes(layout: str, t: int, h: int, distinct: int, n0: int, n1: int) -> f
     return distinct * lay.token_bytes + t * h * (lay.d_qk + 512) * 2 + t * (n0 + n1) * 4 + 2 * (t + 1) * 4
 
 
-def measure(arch: str, name: str, layout: str, t: int, h: int, n0: int, n1: int, sink: bool) -> dict[str, Any]:
+def measure(arch: str, name: str, layout: str, t: int, h: int, n0: int, n1: int, sink: bool,
+            splits: int | None = None) -> dict[str, Any]:
+    """One row; ``splits`` overrides the op's split count (the sweep behind its choice)."""
     args, kw, distinct = _call(name, layout, t, h, n0, n1, sink)
+    if splits is not None:
+        kw["splits"] = splits
     info = ARCHS[arch]
     dev = dynamic.device(arch, info.default_cu_count)
     dev.launches.clear()

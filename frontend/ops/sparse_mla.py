@@ -120,12 +120,16 @@ def _cache_bytes(cache: Any, name: str, layout: str) -> tuple[Any, int]:
 
 def split_count(t: int, h: int, capacity: int) -> int:
     """Splits per (token, head group), from host-known shapes only (not the device: the same call
-    gives the same bits on every GPU): about WORKGROUPS workgroups in all, at least two 32-row
-    tiles per split at the average list length ``capacity / t`` (capacity: the index arrays' total
-    length), at most 16."""
+    gives the same bits on every GPU): about the square root of the 32-row tiles at the average
+    list length ``capacity / t`` (capacity: the index arrays' total length), at most WORKGROUPS
+    workgroups in all and at most 16. Decode launches are latency-bound: a split's chain of
+    dependent gathers shrinks as 1/S while the merge adds round trips per split, so the
+    predicted time (benchmarks/latency.py) is lowest near S = sqrt(tiles) on all five archs
+    (DSv4 CSA-2048: 4, 11.4 µs on gfx950 against 13.8 at the 10 splits of the earlier
+    "two tiles per split" rule; V3.2 top-2048: 8, 8.6 against 11.5 µs at 16)."""
     base = t * -(-h // HEADS)
     tiles = -(-capacity // (t * ROWS)) if t else 0
-    return max(1, min(MAX_SPLITS, -(-WORKGROUPS // max(base, 1)), tiles // 2))
+    return max(1, min(MAX_SPLITS, -(-WORKGROUPS // max(base, 1)), round(math.sqrt(tiles))))
 
 
 def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs0: int, bs1: int,
