@@ -119,14 +119,11 @@ def _cache_bytes(cache: Any, name: str, layout: str) -> tuple[Any, int]:
 
 
 def split_count(t: int, h: int, capacity: int) -> int:
-    """Splits per (token, head group), from host-known shapes only (not the device: the same call
-    gives the same bits on every GPU): about the square root of the 32-row tiles at the average
-    list length ``capacity / t`` (capacity: the index arrays' total length), at most WORKGROUPS
-    workgroups in all and at most 16. Decode launches are latency-bound: a split's chain of
-    dependent gathers shrinks as 1/S while the merge adds round trips per split, so the
-    predicted time (benchmarks/latency.py) is lowest near S = sqrt(tiles) on all five archs
-    (DSv4 CSA-2048: 4, 11.4 µs on gfx950 against 13.8 at the 10 splits of the earlier
-    "two tiles per split" rule; V3.2 top-2048: 8, 8.6 against 11.5 µs at 16)."""
+    """Splits per (token, head group), from host shapes only (the same bits on every GPU): about
+    sqrt(32-row tiles) at the average list length ``capacity / t``, at most WORKGROUPS in all and
+    16. A split's chain of dependent gathers shrinks as 1/S, the merge adds round trips per split:
+    the latency model (benchmarks/latency.py) is fastest near sqrt(tiles) on all five archs (DSv4
+    CSA-2048: 4 splits, 11.4 µs on gfx950 against 13.8 at 10; V3.2 top-2048: 8, 8.6 against 11.5)."""
     base = t * -(-h // HEADS)
     tiles = -(-capacity // (t * ROWS)) if t else 0
     return max(1, min(MAX_SPLITS, -(-WORKGROUPS // max(base, 1)), round(math.sqrt(tiles))))
