@@ -261,23 +261,13 @@ def _emulate(op: str, arch: str, cus: int, dtype: Any, n: int, rows: int, k: int
         info = plan_info(op, dev, dtype, n, rows, k)
     launches = list(dev.launches)
     assert launches
-    caches = [_caches(rec, i, arch, cus, st.workgroups, info) for i, st in enumerate(launches)]
+    # the plan's workgroups per CU resident, else cache.PER_CU (a route's dequantize step)
+    per_cu = int(info.get("groups_per_cu", cache.PER_CU))
+    caches, waits = zip(*(rec.costs(i, st, arch, cus, per_cu) for i, st in enumerate(launches)), strict=True)
     dram = float(sum(c.dram_bytes for c in caches))
-    waits = [latency.Waits.of(st.kernel, arch, rec.round_trips(i), c)
-             for i, (st, c) in enumerate(zip(launches, caches, strict=True))]
     if len(launches) == 1:
-        return Sample(cus, rows, launches[0], info, dram=dram, waits=waits)
-    return Sample(cus, rows, combined(launches), info, Counter(launches[-1].mnemonics), dram, waits)
-
-
-def _caches(rec: traffic.Recorder, launch: int, arch: str, cus: int, workgroups: int,
-            info: dict[str, Any]) -> cache.CacheResult:
-    """One launch through the sample GPU's caches: the arch's for its CU count, the workgroups
-    that fit at once resident together (the plan's workgroups per CU, else `cache.PER_CU`, for
-    launches whose plan does not say, such as a route's dequantize step)."""
-    hierarchy = cache.for_cus(cache.HIERARCHIES[arch], cus, ARCHS[arch].default_cu_count)
-    resident = min(workgroups, cus * int(info.get("groups_per_cu", cache.PER_CU)))
-    return rec.dram(launch, hierarchy, resident)
+        return Sample(cus, rows, launches[0], info, dram=dram, waits=list(waits))
+    return Sample(cus, rows, combined(launches), info, Counter(launches[-1].mnemonics), dram, list(waits))
 
 
 def combined(launches: list[LaunchStats]) -> LaunchStats:

@@ -37,6 +37,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from hipskinny import registry
+from hipskinny.arch import ARCHS
+
 from .cache import LINE
 
 # Load latency (ns, pointer chasing) of a vector load served by the L2, the MALL / Infinity
@@ -180,9 +183,6 @@ def round_trip_ns(arch: str, l2_hits: float, mall_hits: float, dram_lines: float
 def manifest_occupancy(arch: str, kernel: str) -> int:
     """A shipped kernel's waves per SIMD from the manifest (registers and static LDS; without the
     launch's dynamic LDS, so at least the true figure: the lower floor); the arch's cap if unknown."""
-    from hipskinny import registry
-    from hipskinny.arch import ARCHS
-
     for entry in registry.manifest()["code_objects"].values():
         if entry["arch"] == arch:
             for k in entry["kernels"]:
@@ -195,8 +195,6 @@ def call_floor(arch: str, waits: list[Waits], scale: float = 1.0, occupancy: dic
     """The latency floor of a call at its real shape from its launches' `Waits` (a scaled-down
     sample's chains scaled by ``scale``), the chains overlapped over SIMDs x the kernel's
     occupancy (``occupancy`` where given, else `manifest_occupancy`)."""
-    from hipskinny.arch import ARCHS
-
     info = ARCHS[arch]
     simds = info.default_cu_count * info.simds_per_cu
     occ = occupancy or {}

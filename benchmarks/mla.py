@@ -33,7 +33,7 @@ from hipskinny import mla, registry, scratch
 from hipskinny.arch import ARCHS
 from hipskinny.ops import sparse_mla as op
 
-from . import cache, dynamic, latency, traffic
+from . import dynamic, latency, traffic
 from .model import predict
 
 HERE = Path(__file__).resolve().parent
@@ -92,10 +92,10 @@ def measure(arch: str, name: str, layout: str, t: int, h: int, n0: int, n1: int,
     (stats,) = list(dev.launches)
     least = min_bytes(layout, t, h, distinct, n0, n1)
     moved = stats.bytes_loaded["global"] + stats.bytes_stored["global"]
-    # DRAM bytes through the arch's caches (benchmarks/cache.py), cache.PER_CU workgroups per CU resident
-    caches = rec.dram(0, cache.HIERARCHIES[arch], min(stats.workgroups, cache.PER_CU * info.default_cu_count))
+    # DRAM bytes through the arch's caches (benchmarks/cache.py), cache.PER_CU workgroups per CU resident,
+    # and the latency floor
+    caches, waits = rec.costs(0, stats, arch, info.default_cu_count)
     dram = caches.dram_bytes
-    waits = latency.Waits.of(stats.kernel, arch, rec.round_trips(0), caches)
     lat = latency.call_floor(arch, [waits])
     valu = stats.instructions["valu"] + stats.instructions["trans"]
     pred = predict(info, info.default_cu_count, bytes_moved=dram, bytes_min=least, valu=valu,

@@ -32,7 +32,7 @@ from hipskinny import registry, scratch, w4a16
 from hipskinny.arch import ARCHS
 from hipskinny.ops import fused_moe as op
 
-from . import cache, dynamic, latency, traffic
+from . import dynamic, latency, traffic
 from .model import predict
 
 HERE = Path(__file__).resolve().parent
@@ -86,10 +86,8 @@ def measure(arch: str, name: str, e: int, k: int, h: int, i: int, n: int, compac
         [s.kernel for s in launches]
     least, wbytes = min_bytes(len(distinct), n, k, h, i)
     # each launch through the arch's caches (cold per call), cache.PER_CU workgroups per CU resident
-    caches = [rec.dram(j, cache.HIERARCHIES[arch], min(st.workgroups, cache.PER_CU * info.default_cu_count))
-              for j, st in enumerate(launches)]
-    waits = [latency.Waits.of(st.kernel, arch, rec.round_trips(j), c)
-             for j, (st, c) in enumerate(zip(launches, caches, strict=True))]
+    caches, waits = zip(*(rec.costs(j, st, arch, info.default_cu_count) for j, st in enumerate(launches)),
+                        strict=True)
     parts = {}
     for label, j in (("gemm1", [1]), ("gemm2", [2]), ("call", [0, 1, 2])):
         stats = launches[j[0]] if len(j) == 1 else dynamic.combined(launches)

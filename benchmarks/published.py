@@ -27,7 +27,7 @@ import numpy as np
 import hipskinny
 from hipskinny.arch import ARCHS
 
-from . import cache, dynamic, latency, traffic
+from . import dynamic, latency, traffic
 from .model import predict
 
 HERE = Path(__file__).resolve().parent
@@ -73,8 +73,8 @@ def measure_router(arch: str, n: int, e: int, k: int) -> dict[str, Any]:
     with hipskinny.on_device(dev), traffic.Recorder(dev, table=False) as rec:
         hipskinny.moe.topk_softmax(logits, k, renormalize=True)
     (stats,) = list(dev.launches)
-    caches = rec.dram(0, cache.HIERARCHIES[arch], min(stats.workgroups, cache.PER_CU * info.default_cu_count))
-    lat = latency.call_floor(arch, [latency.Waits.of(stats.kernel, arch, rec.round_trips(0), caches)])
+    caches, waits = rec.costs(0, stats, arch, info.default_cu_count)
+    lat = latency.call_floor(arch, [waits])
     least = 4 * n * e + 8 * n * k
     pred = predict(info, info.default_cu_count, bytes_moved=caches.dram_bytes, bytes_min=least,
                    valu=stats.instructions["valu"] + stats.instructions["trans"], mnemonics=stats.mnemonics,

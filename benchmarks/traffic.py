@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from hipskinny.arch import ARCHS
+
 from . import cache, latency
 
 GRAIN = 4   # bytes per tracked word
@@ -79,6 +81,15 @@ class Recorder:
     def round_trips(self, launch: int) -> latency.Trips:
         """Launch ``launch``'s dependent round trips per wave (`benchmarks.latency`), summarized."""
         return latency.Trips.of(self.trips.of(launch))
+
+    def costs(self, launch: int, stats: Any, arch: str, cus: int, per_cu: int = cache.PER_CU
+              ) -> tuple[cache.CacheResult, latency.Waits]:
+        """Launch ``launch`` (its `LaunchStats` ``stats``) on a GPU of the arch with ``cus`` CUs:
+        its requests through that GPU's caches (`cache.for_cus`) with ``per_cu`` workgroups per CU
+        resident, and what it waited on (`latency.Waits`)."""
+        hierarchy = cache.for_cus(cache.HIERARCHIES[arch], cus, ARCHS[arch].default_cu_count)
+        caches = self.dram(launch, hierarchy, min(stats.workgroups, cus * per_cu))
+        return caches, latency.Waits.of(stats.kernel, arch, self.round_trips(launch), caches)
 
     def dram(self, launch: int, hierarchy: cache.Hierarchy, resident: int) -> cache.CacheResult:
         """Launch ``launch``'s accesses through ``hierarchy`` (`benchmarks.cache.replay`), its
