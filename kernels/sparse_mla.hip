@@ -8,7 +8,9 @@
 // (t * HB + hb) * S + s. Token t's positions 0 .. L-1 (L = len0 + len1: list 0, then list 1) are
 // cut into S contiguous chunks of whole 32-row tiles; a split walks its chunk tile by tile with
 // an online softmax. q's 16 head rows pass through LDS once (one global read per workgroup) into
-// per-wave registers. Per tile, with the gather double-buffered (LDS tile + registers):
+// per-wave registers; their loads, both first tiles' index entries and the sinks share one round
+// trip, tile 0's scales share its rows'. Per tile, with the gather double-buffered (LDS tile +
+// registers):
 //   unpack   the tile's 16-byte chunks, loaded into registers during the previous tile's matrix
 //            work, into LDS as bf16: FP8 decoded exactly (hipskinny/fp8.h: the hardware converter
 //            where it decodes the row's flavour, else integer widening) times the row's
@@ -25,7 +27,9 @@
 //   PV       acc = acc alpha + P . V: wave w owns 512 / kWaves output lanes (V from LDS)
 // After the chunk: S = 1 finishes in place; otherwise the split's (m, l, acc) go to its scratch
 // slot in fp32, and the last split to arrive for (t, hb) (self-cleaning counters) merges all S
-// slots in split order: M = max m_s, w_s = exp(m_s - M), l = sum w_s l_s, acc = sum w_s acc_s.
+// slots in split order: M = max m_s, w_s = exp(m_s - M), l = sum w_s l_s, acc = sum w_s acc_s
+// (every slot's m and l loaded at once, two slots' acc in flight: the merge's round trips are
+// 3 + S / 2, ops/sparse_mla.py's chain_trips, which the split count minimizes).
 // Finish: the sink, o = acc / Z, lse = M + log(l) (natural log, sink excluded, +inf with no valid
 // row), rows h >= H skipped. Results do not depend on the grid order, CU count or schedule.
 //
@@ -65,6 +69,7 @@ enum Flags : int { kFnuz0 = 1, kFnuz1 = 2, kLse = 4, kSink = 8 };  // `flags` bi
 constexpr int kWaves = kThreads / hs::kWave;
 constexpr int kHeads = 16;                        // heads per workgroup: the tile's A rows
 constexpr int kRows = 32;                         // KV rows per tile
+constexpr int kMaxSplits = 16;                    // splits per (token, head group): ops/sparse_mla.py's MAX_SPLITS
 constexpr int kDv = 512;                          // output lanes
 constexpr int kSlices = kWaves;                   // QK step slices: wave w takes steps w, w + kWaves, ..
 constexpr int kDvPerWave = kDv / kWaves;          // PV output lanes per wave
@@ -311,6 +316,7 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
   __shared__ float alpha_s[kHeads], m_s[kHeads], l_s[kHeads];
   __shared__ int64_t ref_s[2][kRows];                           // RowRef::ref of this tile / the next
   __shared__ float scale_s[2][kRows][8];                        // and their scales
+  __shared__ float sink_s[kHeads];                              // the sink of each head (0: none)
   __shared__ uint32_t ticket;
 
   const int HB = (H + kHeads - 1) / kHeads;
@@ -336,21 +342,35 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
   };
 
   // Prologue: q rows h0 .. h0 + 15 into ks once (zeros for heads >= H), tile 0's rows and scales.
-  for (int i = threadIdx.x; i < kHeads * (L::kQk / 8); i += kThreads) {
-    const int r = i / (L::kQk / 8), c = i - r * (L::kQk / 8);
-    const uint16_t* qr = q + t * q_st + (int64_t)(h0 + r) * q_sh;
-    *reinterpret_cast<hs::u32x4*>(ks + r * L::kStride + 8 * c) =
-        h0 + r < H ? hs::load16(qr + 8 * c) : hs::u32x4{0u, 0u, 0u, 0u};
+  // (all of a thread's q pieces and both index entries issued before any wait: one round trip)
+  constexpr int kQPieces = kHeads * (L::kQk / 8), kQPer = (kQPieces + kThreads - 1) / kThreads;
+  hs::u32x4 qv[kQPer];
+#pragma unroll
+  for (int j = 0; j < kQPer; ++j) {
+    const int i = threadIdx.x + j * kThreads, r = i / (L::kQk / 8), c = i - r * (L::kQk / 8);
+    qv[j] = i < kQPieces && h0 + r < H ? hs::load16(q + t * q_st + (int64_t)(h0 + r) * q_sh + 8 * c)
+                                       : hs::u32x4{0u, 0u, 0u, 0u};
   }
   int next_idx = -1;   // threads < kRows: their row's index entry in the next tile not yet resolved
-  if (threadIdx.x < kRows && p_begin < p_end) {
-    const int pos = p_begin + threadIdx.x;
-    const RowRef r = row_ref<V32>(l0, l1, d0, d1, len0, pos, index_at(pos));
-    ref_s[0][threadIdx.x] = r.ref;
-    store_scales<V32>(scale_s[0][threadIdx.x], load_scales<V32>(r), r.ref >= 0);
-    next_idx = index_at(pos + kRows);
+  const bool first_tile = threadIdx.x < kRows && p_begin < p_end;
+  const int first_idx = first_tile ? index_at(p_begin + threadIdx.x) : -1;
+  if (first_tile) next_idx = index_at(p_begin + threadIdx.x + kRows);
+  const float sg = threadIdx.x < kHeads && sink != nullptr && h0 + (int)threadIdx.x < H ? sink[h0 + threadIdx.x] : 0.0f;
+  if (threadIdx.x < kHeads) sink_s[threadIdx.x] = sg;
+#pragma unroll
+  for (int j = 0; j < kQPer; ++j) {
+    const int i = threadIdx.x + j * kThreads, r = i / (L::kQk / 8), c = i - r * (L::kQk / 8);
+    if (i < kQPieces) *reinterpret_cast<hs::u32x4*>(ks + r * L::kStride + 8 * c) = qv[j];
   }
-  __syncthreads();
+  // tile 0's scales stay in flight with its rows' loads: stored after those are issued
+  hs::u32x4 scales0{0u, 0u, 0u, 0u};
+  if (first_tile) {
+    const int pos = p_begin + threadIdx.x;
+    const RowRef r = row_ref<V32>(l0, l1, d0, d1, len0, pos, first_idx);
+    ref_s[0][threadIdx.x] = r.ref;
+    scales0 = load_scales<V32>(r);
+  }
+  hs::lds_barrier();   // LDS only: the scale loads stay in flight on gfx11/gfx12 too
 
   // q fragments of this wave's QK steps, in registers for the whole chunk.
   sk::frag qf[L::kSteps];
@@ -359,6 +379,7 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
     if (wave + kSlices * i < L::kQkSteps) qf[i] = k_piece<L::kStride>(ks, lane & 15, (wave + kSlices * i) * sk::kStep, lane);
   hs::u32x4 staged[C::kRounds];   // the next tile's chunks, loading while this one is computed
   if (p_begin < p_end) stage_tile<V32>(staged, ref_s[0], base);
+  if (first_tile) store_scales<V32>(scale_s[0][threadIdx.x], scales0, ref_s[0][threadIdx.x] >= 0);
   hs::lds_barrier();   // q is out of ks (tile 0's loads stay in flight)
 
   sk::accv acc[kVTiles];
@@ -409,14 +430,14 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
 
     // online softmax: head sh, rows sj and sj + 16
     {
-      float sc[2], pv[2];
+      float raw[2], sc[2], pv[2];
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int row = sj + 16 * i;
-        float v = 0.0f;
+        raw[i] = 0.0f;
 #pragma unroll
-        for (int k = 0; k < kSlices; ++k) v += sp[k][sh][row];
-        sc[i] = ref_s[b][row] >= 0 ? v * scale : -__builtin_inff();
+        for (int k = 0; k < kSlices; ++k) raw[i] += sp[k][sh][row];
+        sc[i] = ref_s[b][row] >= 0 ? raw[i] * scale : -__builtin_inff();
       }
       float mx = fmaxf(sc[0], sc[1]);
       mx = fmaxf(mx, hs::xor_lane<1>(mx));
@@ -427,7 +448,8 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
       const bool any = mn != -__builtin_inff();
       const float a = any ? exp2f((m - mn) * kLog2e) : 1.0f;
 #pragma unroll
-      for (int i = 0; i < 2; ++i) pv[i] = ref_s[b][sj + 16 * i] >= 0 ? exp2f((sc[i] - mn) * kLog2e) : 0.0f;
+      // raw * scale - mn as one fma, spelled out: left to contraction, unrelated edits flipped it
+      for (int i = 0; i < 2; ++i) pv[i] = ref_s[b][sj + 16 * i] >= 0 ? exp2f(__builtin_fmaf(raw[i], scale, -mn) * kLog2e) : 0.0f;
       float sum = pv[0] + pv[1];
       sum += hs::xor_lane<1>(sum);
       sum += hs::xor_lane<2>(sum);
@@ -487,41 +509,60 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
     __threadfence();   // acquire: every split's slot
     if (threadIdx.x == 0) counters[th] = 0u;   // ready for the next call
     const float* first = part + (int64_t)th * S * kSlotFloats;
+    // every split's m and l into LDS in one round trip (sp is free after the chunk; S <= kMaxSplits,
+    // the host's limit), then w_k = exp(m_k - M) in place of m_k
+    float* ml = &sp[0][0][0];   // [split][m, l][head]
+    constexpr int kMl = 2 * kHeads;
+    static_assert(kMaxSplits * kMl <= kThreads * 2 && kMaxSplits * kMl <= (int)(sizeof(sp) / sizeof(float)), "m, l slots");
+    {
+      const int i0 = threadIdx.x, i1 = threadIdx.x + kThreads, n = S * kMl;
+      const float* base = first + kVTiles * kAccs * kThreads;
+      const float v0 = i0 < n ? base[(int64_t)(i0 / kMl) * kSlotFloats + i0 % kMl] : 0.0f;
+      const float v1 = i1 < n ? base[(int64_t)(i1 / kMl) * kSlotFloats + i1 % kMl] : 0.0f;
+      if (i0 < n) ml[i0] = v0;
+      if (i1 < n) ml[i1] = v1;
+    }
+    __syncthreads();
     if (threadIdx.x < kHeads) {
       float mm = -__builtin_inff();
-      for (int k = 0; k < S; ++k) mm = fmaxf(mm, first[(int64_t)k * kSlotFloats + kVTiles * kAccs * kThreads + threadIdx.x]);
+      for (int k = 0; k < S; ++k) mm = fmaxf(mm, ml[k * kMl + threadIdx.x]);
       float ll = 0.0f;
       for (int k = 0; k < S; ++k) {
-        const float* sl = first + (int64_t)k * kSlotFloats + kVTiles * kAccs * kThreads;
-        const float w = sl[threadIdx.x] == -__builtin_inff() ? 0.0f : exp2f((sl[threadIdx.x] - mm) * kLog2e);
-        ll += w * sl[kHeads + threadIdx.x];
+        const float mk = ml[k * kMl + threadIdx.x];
+        const float w = mk == -__builtin_inff() ? 0.0f : exp2f((mk - mm) * kLog2e);
+        ll += w * ml[k * kMl + kHeads + threadIdx.x];
+        ml[k * kMl + threadIdx.x] = w;
       }
       m_s[threadIdx.x] = mm;
       l_s[threadIdx.x] = ll;
     }
     __syncthreads();
-    float mr[kAccs];
-#pragma unroll
-    for (int r = 0; r < kAccs; ++r) mr[r] = m_s[sk::result_row(lane, r)];
     sk::accv own[kVTiles];   // this split's acc: its slot is not read back
 #pragma unroll
     for (int vt = 0; vt < kVTiles; ++vt) {
       own[vt] = acc[vt];
       acc[vt] = sk::accv{};
     }
-    for (int k = 0; k < S; ++k) {
-      const float* sl = first + (int64_t)k * kSlotFloats;
-      float w[kAccs];
+    // two splits' acc loads in flight, summed in split order
+    for (int k = 0; k < S; k += 2) {
+      sk::accv v[2][kVTiles];
 #pragma unroll
-      for (int r = 0; r < kAccs; ++r) {
-        const float ms = sl[kVTiles * kAccs * kThreads + sk::result_row(lane, r)];
-        w[r] = ms == -__builtin_inff() ? 0.0f : exp2f((ms - mr[r]) * kLog2e);
+      for (int u = 0; u < 2; ++u) {
+        const sk::accv* sl = reinterpret_cast<const sk::accv*>(first + (int64_t)(k + u) * kSlotFloats);
+#pragma unroll
+        for (int vt = 0; vt < kVTiles; ++vt)
+          v[u][vt] = k + u == s ? own[vt] : k + u < S ? sl[vt * kThreads + threadIdx.x] : sk::accv{};
       }
 #pragma unroll
-      for (int vt = 0; vt < kVTiles; ++vt) {
-        const sk::accv v = k == s ? own[vt] : reinterpret_cast<const sk::accv*>(sl)[vt * kThreads + threadIdx.x];
+      for (int u = 0; u < 2; ++u) {
+        if (k + u == S) break;
+        float w[kAccs];
 #pragma unroll
-        for (int r = 0; r < kAccs; ++r) acc[vt][r] += w[r] * v[r];
+        for (int r = 0; r < kAccs; ++r) w[r] = ml[(k + u) * kMl + sk::result_row(lane, r)];
+#pragma unroll
+        for (int vt = 0; vt < kVTiles; ++vt)
+#pragma unroll
+          for (int r = 0; r < kAccs; ++r) acc[vt][r] += w[r] * v[u][vt][r];
       }
     }
   }
@@ -534,7 +575,7 @@ __device__ void sparse_mla(const uint16_t* __restrict__ q, int64_t q_st, int64_t
     const float mm = m_s[row], ll = l_s[row];
     float z = ll, keep = 1.0f;
     if (sink != nullptr && h < H) {
-      const float sg = sink[h];
+      const float sg = sink_s[row];
       if (sg == __builtin_inff()) {
         keep = 0.0f;
       } else if (mm == -__builtin_inff() || sg > mm) {   // the sink sets the max

@@ -21,11 +21,10 @@ the GPU cannot be checked without a host sync, so the kernel clips each token's 
 len(indices)]`` (a pair that is decreasing after clipping is an empty list): whatever they hold, no
 read leaves the index arrays, and slots outside the cache contribute nothing.
 
-One launch (kernels/sparse_mla.hip): workgroups of (token, 16 heads, split); the split count comes
-from host-known shapes only (T, H and the index arrays' lengths: `split_count`; never the lists'
-device-side lengths, nor the device), so eager calls and graph replays launch the same work and
-every GPU computes the same bits; splits merge in split order in the last workgroup to finish
-(self-cleaning counters). Scratch from the pool, sized by T, H and the split count.
+One launch (kernels/sparse_mla.hip) of workgroups (token, 16 heads, split); the split count comes
+from host shapes only (`split_count`), so graph replays launch the same work and every GPU computes
+the same bits; splits merge in split order in the last workgroup to finish (self-cleaning
+counters). Scratch from the pool, sized by T, H and the split count.
 """
 
 from __future__ import annotations
@@ -119,14 +118,18 @@ def _cache_bytes(cache: Any, name: str, layout: str) -> tuple[Any, int]:
 
 
 def split_count(t: int, h: int, capacity: int) -> int:
-    """Splits per (token, head group), from host shapes only (the same bits on every GPU): about
-    sqrt(32-row tiles) at the average list length ``capacity / t``, at most WORKGROUPS in all and
-    16. A split's chain of dependent gathers shrinks as 1/S, the merge adds round trips per split:
-    the latency model (benchmarks/latency.py) is fastest near sqrt(tiles) on all five archs (DSv4
-    CSA-2048: 4 splits, 11.4 µs on gfx950 against 13.8 at 10; V3.2 top-2048: 8, 8.6 against 11.5)."""
-    base = t * -(-h // HEADS)
-    tiles = -(-capacity // (t * ROWS)) if t else 0
-    return max(1, min(MAX_SPLITS, -(-WORKGROUPS // max(base, 1)), round(math.sqrt(tiles))))
+    """Splits per (token, head group) from host shapes only (same bits on every GPU): the shortest
+    `chain_trips` at the average list length ``capacity / t``, at most WORKGROUPS in all and 16."""
+    base, tiles = t * -(-h // HEADS), -(-capacity // (t * ROWS)) if t else 0
+    most = max(1, min(MAX_SPLITS, -(-WORKGROUPS // max(base, 1))))
+    return min(range(1, most + 1), key=lambda s: (chain_trips(tiles, s), s))   # ties: less traffic
+
+
+def chain_trips(tiles: int, s: int) -> int:
+    """A split's dependent round trips as benchmarks/latency.py measures them: index entries and q,
+    one per tile, the stores; s > 1 adds the merge's: slot stores, ticket, every m and l, a pair of
+    splits' acc per trip. DSv4 CSA-2048 (20 tiles): 4 splits, 12 (22 unsplit)."""
+    return -(-tiles // s) + (2 if s == 1 else 5 + -(-s // 2))
 
 
 def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs0: int, bs1: int,
@@ -159,12 +162,10 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
     if sv is not None and (sv.dtype != _F32 or len(sv.shape) != 1 or sv.shape[0] < h):
         raise InputValueError(f"sparse_decode: sink must be float32 [>= H] = [>= {h}] (one logit per head); got "
                               f"{sv.dtype} {sv.shape}")
-    out_shape = (t, h, D_V)
+    out_shape, more, device = (t, h, D_V), [((t, h), _F32)] if return_lse else [], ops.device
     operands.check_out(ops, out_shape, _BF16, 0, "out")
     if return_lse:
         operands.check_out(ops, (t, h), _F32, 1, "out[1] (lse)")
-    more = [((t, h), _F32)] if return_lse else []
-    device = ops.device
     s = splits if splits is not None else split_count(t, h, sum(caps))
     hb = -(-h // HEADS)
     bits = registry.launch_flags(device.arch.name, FAMILY)
@@ -262,9 +263,7 @@ def _plan(device: Device, layout: str, t: int, hb: int, s: int) -> LaunchPlan:
 
 def plan_info(device: Device, t: int, h: int, capacity: int, layout: str = "v4") -> dict[str, Any]:
     """The launch a call of this shape gets on ``device`` (tests, benchmarks)."""
-    hb = -(-h // HEADS)
-    s = split_count(t, h, capacity)
-    plan = _plan(device, layout, t, hb, s)
+    plan = _plan(device, layout, t, -(-h // HEADS), split_count(t, h, capacity))
     return {**plan.info, "grid": plan.grid[0]}
 
 

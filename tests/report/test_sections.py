@@ -30,3 +30,15 @@ def test_mla_row_has_dram_bytes_and_a_latency_floor():
     assert r["round_trips"]["longest"] >= 2 and r["seconds"] >= r["latency_s"]
     assert "| tiny | gfx950 |" in "\n".join(mla.markdown({"command": "x", "date": "d", "commit": "c",
                                                            "seconds": 1.0, "rows": [r]}))
+
+
+@pytest.mark.parametrize("arch", ["gfx950", "gfx1201"])
+@pytest.mark.parametrize("splits", [1, 2, 5])
+def test_mla_chain_is_what_the_split_count_assumes(arch, splits):
+    """ops.sparse_mla.chain_trips (the split count's model) against the chains the emulator
+    measures: 8 tiles of one token, one head group; the split that merges may hold the odd split
+    of the last pair itself (one acc load fewer)."""
+    from hipskinny.ops import sparse_mla as op
+    r = mla.measure(arch, "tiny", "v4", 1, 16, 8 * op.ROWS, 0, False, splits=splits)
+    want = op.chain_trips(8, splits)
+    assert want - (splits % 2) <= r["round_trips"]["longest"] <= want
