@@ -40,33 +40,50 @@ constexpr int kGroup = 128;
 constexpr int kPairs = kUnroll / 2;                  // step pairs per 128-column group
 
 // x[:, k0 : k0 + len] for 16 * NT token rows into LDS as 16-bit (NAT: as the FP8 bytes, 8 to
-// a slot); zero past N and past len.
+// a slot); zero past N and past len. A thread's chunks (one column c, every kStep-th token row)
+// are loaded kBatch at a time before any is stored: a round trip per batch, not per chunk.
 template <int NT, int KC, bool NAT>
 __device__ void stage(hs::u32x4* xs, const void* __restrict__ x, int64_t x_stride, int N, int k0, int len,
                       int flags) {
-  constexpr int kRowChunks = KC / 8;
-  const bool x8 = (flags & kXFp8) != 0, fnuz = (flags & kXFnuz) != 0;
-  for (int i = threadIdx.x; i < 16 * NT * kRowChunks; i += kThreads) {
-    const int n = i / kRowChunks, c = i % kRowChunks, k = k0 + 8 * c;
-    if constexpr (NAT) {
-      u32x2 b = {0u, 0u};
-      if (n < N && 8 * c < len) b = *reinterpret_cast<const u32x2*>(static_cast<const uint8_t*>(x) + n * x_stride + k);
-      reinterpret_cast<u32x2*>(xs)[slot<KC>(n, c)] = b;
-      continue;
-    }
-    hs::u32x4 v = {0u, 0u, 0u, 0u};
-    if (n < N && 8 * c < len) {
-      if (x8) {
-        const u32x2 b = *reinterpret_cast<const u32x2*>(static_cast<const uint8_t*>(x) + n * x_stride + k);
-        uint32_t d0, d1, d2, d3;
-        hs::widen_word(b.x, fnuz, d0, d1);
-        hs::widen_word(b.y, fnuz, d2, d3);
-        v = hs::u32x4{d0, d1, d2, d3};
-      } else {
-        v = hs::load16(static_cast<const uint16_t*>(x) + n * x_stride + k);
+  constexpr int kRowChunks = KC / 8, kStep = kThreads / kRowChunks, kPer = 16 * NT / kStep;
+  constexpr int kBatch = NT >= 8 ? 1 : 4;
+  static_assert(kStep * kRowChunks == kThreads && kPer % kBatch == 0, "whole rows and batches per pass");
+  const bool x8 = NAT || (flags & kXFp8) != 0, fnuz = (flags & kXFnuz) != 0;
+  const int c = threadIdx.x % kRowChunks, n0 = threadIdx.x / kRowChunks;
+  const bool in_k = 8 * c < len;
+  const uint8_t* src8 = static_cast<const uint8_t*>(x) + n0 * x_stride + k0 + 8 * c;
+  const uint16_t* src16 = static_cast<const uint16_t*>(x) + n0 * x_stride + k0 + 8 * c;
+#pragma unroll 1   // rolled: one batch's registers
+  for (int b = 0; b < kPer; b += kBatch) {
+    if (x8) {
+      u32x2 raw[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int n = n0 + (b + j) * kStep;
+        raw[j] = in_k && n < N ? *reinterpret_cast<const u32x2*>(src8 + (b + j) * kStep * x_stride) : u32x2{0u, 0u};
       }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int at = slot<KC>(n0 + (b + j) * kStep, c);
+        if constexpr (NAT) {
+          reinterpret_cast<u32x2*>(xs)[at] = raw[j];
+        } else {
+          uint32_t d0, d1, d2, d3;
+          hs::widen_word(raw[j].x, fnuz, d0, d1);
+          hs::widen_word(raw[j].y, fnuz, d2, d3);
+          xs[at] = hs::u32x4{d0, d1, d2, d3};
+        }
+      }
+    } else if constexpr (!NAT) {
+      hs::u32x4 raw[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int n = n0 + (b + j) * kStep;
+        raw[j] = in_k && n < N ? hs::load16(src16 + (b + j) * kStep * x_stride) : hs::u32x4{0u, 0u, 0u, 0u};
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) xs[slot<KC>(n0 + (b + j) * kStep, c)] = raw[j];
     }
-    xs[slot<KC>(n, c)] = v;
   }
 }
 
@@ -210,43 +227,6 @@ __device__ inline void block_part(accv (&acc)[kTiles][NT], uint32_t (&poison)[kT
   }
 }
 
-// y[:, m_block : m_block + 128] from the finished sums, scaled (outside block mode), bias added,
-// through LDS for coalesced rows as skinny_gemm_splitk's write_out.
-template <bool BLOCK, int NT>
-__device__ void write_out(const accv (&acc)[kTiles][NT], float* lds, const float* __restrict__ w_scale,
-                          const float* __restrict__ x_scale, const uint16_t* __restrict__ bias,
-                          uint16_t* __restrict__ y, int N, int M, int64_t bias_stride, int ws_stride, int xs_stride,
-                          float unbias, bool out_bf16, int m_block, int lane, int wave) {
-  constexpr int kRound = NT < 4 ? NT : 4;
-#pragma unroll
-  for (int c = 0; c < NT; c += kRound) {
-    __syncthreads();
-#pragma unroll
-    for (int t = 0; t < kTiles; ++t)
-#pragma unroll
-      for (int nt = c; nt < c + kRound; ++nt)
-#pragma unroll
-        for (int r = 0; r < kAccs; ++r)
-          lds[(16 * (nt - c) + result_row(lane, r)) * kRows + wave * 16 * kTiles + 16 * t + (lane & 15)] = acc[t][nt][r];
-    __syncthreads();
-    const int rows = min(N - 16 * c, 16 * kRound);
-#pragma unroll 1
-    for (int i = threadIdx.x; i < rows * kRows; i += kThreads) {
-      const int n = 16 * c + i / kRows, m = m_block + i % kRows;
-      if (m >= M) continue;
-      float v = lds[i] * unbias;
-      if (!BLOCK) {
-        v *= w_scale[(int64_t)m * ws_stride];
-        if (x_scale != nullptr) v *= x_scale[(int64_t)n * xs_stride];
-      }
-      if (bias != nullptr) {
-        const uint16_t b = bias[n * bias_stride + m];
-        v += out_bf16 ? hs::to_float<hs::bf16>(b) : hs::to_float<hs::f16>(b);
-      }
-      y[(int64_t)n * M + m] = out_bf16 ? hs::from_float<hs::bf16>(v) : hs::from_float<hs::f16>(v);
-    }
-  }
-}
 
 template <typename T, bool FNUZ, bool NAT, bool BLOCK, int NT>
 __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ w_scale,
@@ -327,8 +307,11 @@ __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w
     }
 
     if (shards > 1 && !finish_shards<NT, false>(acc, xs, partials, counters, u, block, shards)) continue;
-    write_out<BLOCK, NT>(acc, reinterpret_cast<float*>(xs), w_scale, x_scale, bias, y, N, M, bias_stride, ws_stride,
-                         xs_stride, unbias, (flags & kOutBf16) != 0, block * kRows, lane, wave);
+    // outside block mode the scales apply per output (block mode scaled each group's sums)
+    write_out<NT>(acc, reinterpret_cast<float*>(xs),
+                  Epilogue{BLOCK ? nullptr : w_scale, ws_stride, BLOCK ? nullptr : x_scale, xs_stride, unbias, bias,
+                           bias_stride, y, (flags & kOutBf16) != 0},
+                  N, M, block * kRows, lane, wave);
   }
 }
 

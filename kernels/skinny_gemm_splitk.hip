@@ -50,14 +50,25 @@ namespace {
 using namespace hs::splitk;
 
 // x[:, k0 : k0 + len] for 16 * NT token rows into LDS; zero past N and past len.
+// A thread's chunks (one column c, every kStep-th token row) are loaded kBatch at a time before
+// any is stored: a round trip per batch, not per chunk.
 template <int NT, int KC>
 __device__ void stage(hs::u32x4* xs, const uint16_t* __restrict__ x, int64_t x_stride, int N, int k0, int len) {
-  constexpr int kRowChunks = KC / 8;
-  for (int i = threadIdx.x; i < 16 * NT * kRowChunks; i += kThreads) {
-    const int n = i / kRowChunks, c = i % kRowChunks, k = k0 + 8 * c;
-    hs::u32x4 v = {0u, 0u, 0u, 0u};
-    if (n < N && 8 * c < len) v = hs::load16(x + n * x_stride + k);
-    xs[slot<KC>(n, c)] = v;
+  constexpr int kRowChunks = KC / 8, kStep = kThreads / kRowChunks, kPer = 16 * NT / kStep, kBatch = NT >= 8 ? 1 : 4;
+  static_assert(kStep * kRowChunks == kThreads && kPer % kBatch == 0, "whole rows and batches per pass");
+  const int c = threadIdx.x % kRowChunks, n0 = threadIdx.x / kRowChunks;
+  const bool in_k = 8 * c < len;
+  const uint16_t* src = x + n0 * x_stride + k0 + 8 * c;
+#pragma unroll 1   // rolled: one batch's registers
+  for (int b = 0; b < kPer; b += kBatch) {
+    hs::u32x4 v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int n = n0 + (b + j) * kStep;
+      v[j] = in_k && n < N ? hs::load16(src + (b + j) * kStep * x_stride) : hs::u32x4{0u, 0u, 0u, 0u};
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) xs[slot<KC>(n0 + (b + j) * kStep, c)] = v[j];
   }
 }
 
@@ -111,37 +122,6 @@ __device__ inline void group(accv (&acc)[kTiles][NT], const hs::u32x4* xs, const
   }
 }
 
-// y[:, m_block : m_block + 128] (+ bias) from the finished sums of every wave. Called by
-// the whole workgroup. The tiles go through LDS (x's area, 32 KiB = 128 features x 64
-// tokens of fp32 per round) so that the writes are coalesced rows and the bias and
-// output addresses are computed in one rolled loop instead of per accumulator.
-template <typename T, int NT>
-__device__ void write_out(const accv (&acc)[kTiles][NT], float* lds, const uint16_t* __restrict__ bias,
-                          uint16_t* __restrict__ y, int N, int M, int64_t bias_stride, int m_block, int lane,
-                          int wave) {
-  constexpr int kRound = NT < 4 ? NT : 4;   // token tiles per LDS round
-#pragma unroll
-  for (int c = 0; c < NT; c += kRound) {
-    __syncthreads();   // LDS is free (x pass or previous round done)
-#pragma unroll
-    for (int t = 0; t < kTiles; ++t)
-#pragma unroll
-      for (int nt = c; nt < c + kRound; ++nt)
-#pragma unroll
-        for (int r = 0; r < kAccs; ++r)
-          lds[(16 * (nt - c) + result_row(lane, r)) * kRows + wave * 16 * kTiles + 16 * t + (lane & 15)] = acc[t][nt][r];
-    __syncthreads();
-    const int rows = min(N - 16 * c, 16 * kRound);
-#pragma unroll 1
-    for (int i = threadIdx.x; i < rows * kRows; i += kThreads) {
-      const int n = 16 * c + i / kRows, m = m_block + i % kRows;
-      if (m >= M) continue;
-      float v = lds[i];
-      if (bias != nullptr) v += hs::to_float<T>(bias[n * bias_stride + m]);
-      y[(int64_t)n * M + m] = hs::from_float<T>(v);
-    }
-  }
-}
 
 template <typename T, int NT, bool ATOMIC>
 __device__ void splitk(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
@@ -156,6 +136,7 @@ __device__ void splitk(const uint16_t* __restrict__ x, const uint16_t* __restric
   const int shards = (K + shard_len - 1) / shard_len;
   const int blocks = (M + kRows - 1) / kRows;
   const int units = blocks * shards;
+  const Epilogue out{nullptr, 0, nullptr, 0, 1.0f, bias, bias_stride, y, std::is_same<T, hs::bf16>::value};
 
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     const int block = u / shards, shard = u % shards;
@@ -185,12 +166,12 @@ __device__ void splitk(const uint16_t* __restrict__ x, const uint16_t* __restric
     }
 
     if (shards == 1) {
-      write_out<T, NT>(acc, reinterpret_cast<float*>(xs), bias, y, N, M, bias_stride, block * kRows, lane, wave);
+      write_out<NT>(acc, reinterpret_cast<float*>(xs), out, N, M, block * kRows, lane, wave);
       continue;
     }
 
     if (!finish_shards<NT, ATOMIC>(acc, xs, partials, counters, u, block, shards)) continue;
-    write_out<T, NT>(acc, reinterpret_cast<float*>(xs), bias, y, N, M, bias_stride, block * kRows, lane, wave);
+    write_out<NT>(acc, reinterpret_cast<float*>(xs), out, N, M, block * kRows, lane, wave);
   }
 }
 

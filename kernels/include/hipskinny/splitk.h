@@ -136,6 +136,82 @@ __device__ inline frag x_piece(const hs::u32x4* xs, int nt, int c, int lane) {
 #endif
 }
 
+// The output step of a finished row block: what multiplies and adds to a sum, per element.
+struct Epilogue {
+  const float* w_scale;        // null, or times w_scale[m * ws_stride]
+  int64_t ws_stride;
+  const float* x_scale;        // null, or times x_scale[n * xs_stride] (after w_scale)
+  int64_t xs_stride;
+  float unbias;                // the sum times this first (1: none)
+  const uint16_t* bias;        // null, or plus bias[n * bias_stride + m] (the output type)
+  int64_t bias_stride;
+  uint16_t* y;                 // [N, M], rounded to bf16 (out_bf16) or fp16
+  bool out_bf16;
+};
+
+// y[:, m_block : m_block + 128] from the finished sums of every wave, called by the whole
+// workgroup. The tiles go through LDS (x's area: 128 features x 64 tokens of fp32 per round) so
+// the writes are coalesced rows. A thread keeps 4 consecutive features (their w_scale read once)
+// and takes every 8th token row, kBatch rows' x_scale and bias loaded before any is used: a round
+// trip per kBatch rows of 4 outputs, not per output.
+template <int NT>
+__device__ void write_out(const accv (&acc)[kTiles][NT], float* lds, const Epilogue& e, int N, int M, int m_block,
+                          int lane, int wave) {
+  constexpr int kRound = NT < 4 ? NT : 4;   // token tiles per LDS round
+  constexpr int kCols = NT < 8 ? 4 : 1, kRowStep = kThreads / (kRows / kCols), kBatch = 1;
+  const int col = kCols * (threadIdx.x % (kRows / kCols)), m0 = m_block + col, row0 = threadIdx.x / (kRows / kCols);
+  // the features' w_scale: read once (NT = 8, short of registers: with each row's operands)
+  constexpr bool kKeepScales = NT < 8;
+  float ws[kCols];
+  auto load_scales = [&]() {
+#pragma unroll
+    for (int i = 0; i < kCols; ++i) ws[i] = e.w_scale != nullptr && m0 + i < M ? e.w_scale[(int64_t)(m0 + i) * e.ws_stride] : 1.0f;
+  };
+  if (kKeepScales) load_scales();
+#pragma unroll
+  for (int c = 0; c < NT; c += kRound) {
+    __syncthreads();   // LDS is free (x pass or previous round done)
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+      for (int nt = c; nt < c + kRound; ++nt)
+#pragma unroll
+        for (int r = 0; r < kAccs; ++r)
+          lds[(16 * (nt - c) + result_row(lane, r)) * kRows + wave * 16 * kTiles + 16 * t + (lane & 15)] = acc[t][nt][r];
+    __syncthreads();
+    const int rows = min(N - 16 * c, 16 * kRound);
+    if (m0 >= M) continue;
+#pragma unroll 1
+    for (int r0 = row0; r0 < rows; r0 += kBatch * kRowStep) {
+      float xv[kBatch];
+      uint16_t bv[kBatch][kCols];
+      if (!kKeepScales) load_scales();
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int row = r0 + j * kRowStep, n = 16 * c + row;
+        xv[j] = e.x_scale != nullptr && row < rows ? e.x_scale[(int64_t)n * e.xs_stride] : 1.0f;
+#pragma unroll
+        for (int i = 0; i < kCols; ++i)
+          bv[j][i] = e.bias != nullptr && row < rows && m0 + i < M ? e.bias[n * e.bias_stride + m0 + i] : (uint16_t)0;
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int row = r0 + j * kRowStep, n = 16 * c + row;
+        if (row >= rows) break;
+#pragma unroll
+        for (int i = 0; i < kCols; ++i) {
+          if (m0 + i >= M) break;
+          float v = lds[row * kRows + col + i] * e.unbias;
+          if (e.w_scale != nullptr) v *= ws[i];
+          if (e.x_scale != nullptr) v *= xv[j];
+          if (e.bias != nullptr) v += e.out_bf16 ? hs::to_float<hs::bf16>(bv[j][i]) : hs::to_float<hs::f16>(bv[j][i]);
+          e.y[(int64_t)n * M + m0 + i] = e.out_bf16 ? hs::from_float<hs::bf16>(v) : hs::from_float<hs::f16>(v);
+        }
+      }
+    }
+  }
+}
+
 // Publishes this unit's fp32 tiles (its own slice of `partials`, or added atomically to the
 // row block's slice) and counts the unit in counters[block]. Returns true in the workgroup
 // that completes the row block, with the sum of every shard's tiles (in shard order, or the
@@ -177,14 +253,42 @@ __device__ inline bool finish_shards(accv (&acc)[kTiles][NT], void* xs, float* _
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       accv* p = first + (t * NT + nt) * kThreads;
-      accv s = *p;
-      if (ATOMIC) {
-        *p = accv{};   // clean for the next call
-      } else {
-        for (int sh = 1; sh < shards; ++sh) s += p[(int64_t)sh * (kUnitFloats / kAccs)];   // shard order
-      }
-      acc[t][nt] = s;
+      acc[t][nt] = *p;
+      if (ATOMIC) *p = accv{};   // clean for the next call
     }
+  // The other shards, added in shard order per tile. NT <= 4: kMergeLoads tiles (32 VGPRs) loaded
+  // per round trip, several shards' at once when a shard has fewer, else a shard in parts; not
+  // a round trip per shard and tile. NT = 8 (registers and SGPRs at their limits in fp8_linear's
+  // kernels): one tile at a time, as before.
+  constexpr int kMergeLoads = 32 / kAccs, kTileCount = kTiles * NT;
+  constexpr int kPart = kMergeLoads < kTileCount ? kMergeLoads : kTileCount;
+  constexpr int kShardsPer = kMergeLoads / kPart;
+  if (!ATOMIC && NT >= 8) {
+#pragma unroll
+    for (int j = 0; j < kTileCount; ++j)
+      for (int sh = 1; sh < shards; ++sh) acc[j / NT][j % NT] += first[(int64_t)sh * (kUnitFloats / kAccs) + j * kThreads];
+  } else if (!ATOMIC) {
+    for (int sh = 1; sh < shards; sh += kShardsPer) {
+#pragma unroll
+      for (int j0 = 0; j0 < kTileCount; j0 += kPart) {
+        accv v[kShardsPer][kPart];
+#pragma unroll
+        for (int s = 0; s < kShardsPer; ++s) {
+          const accv* q = first + (int64_t)(sh + s) * (kUnitFloats / kAccs);
+#pragma unroll
+          for (int g = 0; g < kPart; ++g)
+            if (sh + s < shards && j0 + g < kTileCount) v[s][g] = q[(j0 + g) * kThreads];
+        }
+        __builtin_amdgcn_sched_barrier(0);   // every load issued before the first add waits
+#pragma unroll
+        for (int s = 0; s < kShardsPer; ++s)
+#pragma unroll
+          for (int g = 0; g < kPart; ++g)
+            if (sh + s < shards && j0 + g < kTileCount) acc[(j0 + g) / NT][(j0 + g) % NT] += v[s][g];
+        __builtin_amdgcn_sched_barrier(0);   // and the next part's loads after these adds (registers)
+      }
+    }
+  }
   return true;
 }
 

@@ -248,35 +248,6 @@ __device__ void stage(hs::u32x4* xs, const uint16_t* __restrict__ x, const int32
   for (int r = 0; r < kRounds; ++r) xs[slot<KC>(n0 + kRowsPerRound * r, c)] = v[r];
 }
 
-// y[:, m_block : m_block + 128] (+ bias) from the finished sums, through LDS (x's area) for
-// coalesced rows, as skinny_gemm_splitk's write_out.
-template <typename T, int NT>
-__device__ void write_out(const accv (&acc)[kTiles][NT], float* lds, const uint16_t* __restrict__ bias,
-                          uint16_t* __restrict__ y, int N, int M, int64_t bias_stride, int m_block, int lane,
-                          int wave) {
-  constexpr int kRound = NT < 4 ? NT : 4;   // token tiles per LDS round
-#pragma unroll
-  for (int c = 0; c < NT; c += kRound) {
-    __syncthreads();
-#pragma unroll
-    for (int t = 0; t < kTiles; ++t)
-#pragma unroll
-      for (int nt = c; nt < c + kRound; ++nt)
-#pragma unroll
-        for (int r = 0; r < kAccs; ++r)
-          lds[(16 * (nt - c) + result_row(lane, r)) * kRows + wave * 16 * kTiles + 16 * t + (lane & 15)] = acc[t][nt][r];
-    __syncthreads();
-    const int rows = min(N - 16 * c, 16 * kRound);
-#pragma unroll 1
-    for (int i = threadIdx.x; i < rows * kRows; i += kThreads) {
-      const int n = 16 * c + i / kRows, m = m_block + i % kRows;
-      if (m >= M) continue;
-      float v = lds[i];
-      if (bias != nullptr) v += hs::to_float<T>(bias[n * bias_stride + m]);
-      y[(int64_t)n * M + m] = hs::from_float<T>(v);
-    }
-  }
-}
 
 // The whole kernel body over the persistent grid's units, for weights described by the policy wt.
 // x [N, x_stride] T (16-byte aligned, x_stride a multiple of 8, unless gathered through perm),
@@ -297,6 +268,7 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
   const int shards = (K + shard_len - 1) / shard_len;
   const int blocks = (M + kRows - 1) / kRows;
   const int units = blocks * shards;
+  const Epilogue out{nullptr, 0, nullptr, 0, 1.0f, bias, bias_stride, y, std::is_same<T, hs::bf16>::value};
 
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     const int block = u / shards, shard = u % shards;
@@ -338,7 +310,7 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
     }
 
     if (shards > 1 && !finish_shards<NT, false>(acc, xs, partials, counters, u, block, shards)) continue;
-    write_out<T, NT>(acc, reinterpret_cast<float*>(xs), bias, y, N, M, bias_stride, block * kRows, lane, wave);
+    write_out<NT>(acc, reinterpret_cast<float*>(xs), out, N, M, block * kRows, lane, wave);
   }
 }
 
