@@ -60,16 +60,27 @@ constexpr int kInFlight = 4;  // 16-byte weight loads per lane per unrolled step
 
 
 // Copy x[:, k0 : k0 + len] into LDS rows of kc / 8 chunks (zero past column K).
+// A thread's chunk of up to 4 rows is loaded before any is stored: a round trip per 4 rows of a
+// chunk, not per row.
 template <int N>
 __device__ void stage_rows(hs::u32x4* xs, const uint16_t* __restrict__ x, int64_t x_stride, int K, int k0,
                       int len, int row_chunks) {
+  constexpr int kB = N < 4 ? N : 4;
   const int chunks = (len + 7) >> 3;
-#pragma unroll 1  // rolled: keeps N row addresses out of the main loop's registers
-  for (int n = 0; n < N; ++n) {
-    for (int c = threadIdx.x; c < chunks; c += kThreads) {
-      const int k = k0 + 8 * c;
-      const uint16_t* src = x + n * x_stride + k;
-      xs[n * row_chunks + c] = (k + 8 <= K) ? hs::load16(src) : hs::load_partial(src, K - k);
+#pragma unroll 1
+  for (int c = threadIdx.x; c < chunks; c += kThreads) {
+    const int k = k0 + 8 * c;
+#pragma unroll
+    for (int n0 = 0; n0 < N; n0 += kB) {
+      hs::u32x4 v[kB];
+#pragma unroll
+      for (int j = 0; j < kB; ++j) {
+        const uint16_t* src = x + (n0 + j) * x_stride + k;
+        if (n0 + j < N) v[j] = (k + 8 <= K) ? hs::load16(src) : hs::load_partial(src, K - k);
+      }
+#pragma unroll
+      for (int j = 0; j < kB; ++j)
+        if (n0 + j < N) xs[(n0 + j) * row_chunks + c] = v[j];
     }
   }
 }
