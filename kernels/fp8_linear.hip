@@ -77,38 +77,95 @@ template <> __device__ inline float dot_w<hs::bf16>(uint32_t w, uint32_t x, floa
 typedef uint32_t u32x2 __attribute__((ext_vector_type(2)));
 
 // Copy x[:, k0 : k0 + len] into LDS as 16-bit rows of kc elements, widening FP8 activations
-// (K is a multiple of 16, so every 8-column half is whole).
-template <int N>
+// (K is a multiple of 16, so every 8-column half is whole). A thread's chunk of up to kRows rows
+// is loaded before any is stored: a round trip per kRows rows of a chunk, not per row.
+template <int N, int kRows>
 __device__ void stage(hs::u32x4* xs, const void* __restrict__ x, int64_t x_stride, int k0, int len, int row_q,
                       int flags) {
+  constexpr int kB = N < kRows ? N : kRows;
   const int halves = len >> 3;
   if (flags & kXFp8) {
     const bool fnuz = (flags & kXFnuz) != 0;
     const uint8_t* x8 = static_cast<const uint8_t*>(x);
+    if constexpr (kB == 1) {   // row by row (the registers of the largest tiles)
 #pragma unroll 1
-    for (int n = 0; n < N; ++n)
-      for (int c = threadIdx.x; c < halves; c += kThreads) {
-        const u32x2 b = *reinterpret_cast<const u32x2*>(x8 + n * x_stride + k0 + 8 * c);
-        uint32_t v0, v1, v2, v3;
-        widen_word(b.x, fnuz, v0, v1);
-        widen_word(b.y, fnuz, v2, v3);
-        xs[n * row_q + c] = hs::u32x4{v0, v1, v2, v3};
+      for (int n = 0; n < N; ++n)
+        for (int c = threadIdx.x; c < halves; c += kThreads) {
+          const u32x2 b = *reinterpret_cast<const u32x2*>(x8 + n * x_stride + k0 + 8 * c);
+          uint32_t v0, v1, v2, v3;
+          widen_word(b.x, fnuz, v0, v1);
+          widen_word(b.y, fnuz, v2, v3);
+          xs[n * row_q + c] = hs::u32x4{v0, v1, v2, v3};
+        }
+      return;
+    }
+#pragma unroll 1
+    for (int c = threadIdx.x; c < halves; c += kThreads) {
+#pragma unroll
+      for (int n0 = 0; n0 < N; n0 += kB) {
+        u32x2 b[kB];
+#pragma unroll
+        for (int j = 0; j < kB; ++j)
+          if (n0 + j < N) b[j] = *reinterpret_cast<const u32x2*>(x8 + (n0 + j) * x_stride + k0 + 8 * c);
+#pragma unroll
+        for (int j = 0; j < kB; ++j) {
+          if (n0 + j >= N) continue;
+          uint32_t v0, v1, v2, v3;
+          widen_word(b[j].x, fnuz, v0, v1);
+          widen_word(b[j].y, fnuz, v2, v3);
+          xs[(n0 + j) * row_q + c] = hs::u32x4{v0, v1, v2, v3};
+        }
       }
+    }
   } else {
     const uint16_t* x16 = static_cast<const uint16_t*>(x);
+    if constexpr (kB == 1) {
 #pragma unroll 1
-    for (int n = 0; n < N; ++n)
-      for (int c = threadIdx.x; c < halves; c += kThreads) xs[n * row_q + c] = hs::load16(x16 + n * x_stride + k0 + 8 * c);
+      for (int n = 0; n < N; ++n)
+        for (int c = threadIdx.x; c < halves; c += kThreads) xs[n * row_q + c] = hs::load16(x16 + n * x_stride + k0 + 8 * c);
+      return;
+    }
+#pragma unroll 1
+    for (int c = threadIdx.x; c < halves; c += kThreads) {
+#pragma unroll
+      for (int n0 = 0; n0 < N; n0 += kB) {
+        hs::u32x4 v[kB];
+#pragma unroll
+        for (int j = 0; j < kB; ++j)
+          if (n0 + j < N) v[j] = hs::load16(x16 + (n0 + j) * x_stride + k0 + 8 * c);
+#pragma unroll
+        for (int j = 0; j < kB; ++j)
+          if (n0 + j < N) xs[(n0 + j) * row_q + c] = v[j];
+      }
+    }
   }
 }
 
-// Copy the FP8 bytes of x[:, k0 : k0 + len] into LDS as they are (rows of row_q 16-byte chunks).
-template <int N>
+// Copy the FP8 bytes of x[:, k0 : k0 + len] into LDS as they are (rows of row_q 16-byte chunks),
+// up to kRows rows of a chunk per round trip.
+template <int N, int kRows>
 __device__ void stage_bytes(hs::u32x4* xs, const void* __restrict__ x, int64_t x_stride, int k0, int len, int row_q) {
+  constexpr int kB = N < kRows ? N : kRows;
   const uint8_t* x8 = static_cast<const uint8_t*>(x);
+  if constexpr (kB == 1) {
 #pragma unroll 1
-  for (int n = 0; n < N; ++n)
-    for (int c = threadIdx.x; c < (len >> 4); c += kThreads) xs[n * row_q + c] = hs::load16(x8 + n * x_stride + k0 + 16 * c);
+    for (int n = 0; n < N; ++n)
+      for (int c = threadIdx.x; c < (len >> 4); c += kThreads) xs[n * row_q + c] = hs::load16(x8 + n * x_stride + k0 + 16 * c);
+    return;
+  }
+#pragma unroll 1
+  for (int c = threadIdx.x; c < (len >> 4); c += kThreads) {
+#pragma unroll
+    for (int n0 = 0; n0 < N; n0 += kB) {
+      hs::u32x4 v[kB];
+#pragma unroll
+      for (int j = 0; j < kB; ++j)
+        if (n0 + j < N) v[j] = hs::load16(x8 + (n0 + j) * x_stride + k0 + 16 * c);
+#pragma unroll
+      for (int j = 0; j < kB; ++j)
+        if (n0 + j < N) xs[(n0 + j) * row_q + c] = v[j];
+    }
+  }
 }
 
 
@@ -264,9 +321,11 @@ __device__ void fp8_linear(const void* __restrict__ x, const uint8_t* __restrict
     for (int i = threadIdx.x; i < N * groups; i += kThreads)
       xsc[i] = x_scale[(i / groups) * (int64_t)xs_stride + i % groups];
   }
+  // rows of a chunk per round trip: 2, 1 for the 4-row tiles (their registers are scarcest)
+  constexpr int kRows = YTILE >= 4 ? 1 : 2;
   auto stage_x = [&](int k0, int len) {
-    if constexpr (NAT) stage_bytes<N>(xs, x, x_stride, k0, len, row_q);
-    else stage<N>(xs, x, x_stride, k0, len, row_q, flags);
+    if constexpr (NAT) stage_bytes<N, kRows>(xs, x, x_stride, k0, len, row_q);
+    else stage<N, kRows>(xs, x, x_stride, k0, len, row_q, flags);
   };
   if (staged_once) stage_x(0, K);
   if (staged_once || x_groups) __syncthreads();

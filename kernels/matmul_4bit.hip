@@ -45,11 +45,24 @@ enum Flags : int { kNested = 1 };  // `flags` bits, copied into the manifest (la
 
 
 // x[:, k0 : k0 + len] for the NP token rows into LDS as they are (16-bit, 16 bytes at a time).
+// A thread's chunk of up to 2 rows is loaded before any is stored: a round trip per 2 rows (4
+// cost registers).
 template <int NP>
 __device__ void stage(hs::u32x4* xs, const uint16_t* __restrict__ x, int64_t x_stride, int k0, int len, int kc) {
+  constexpr int kB = NP < 2 ? NP : 2;
 #pragma unroll 1
-  for (int n = 0; n < NP; ++n)
-    for (int c = threadIdx.x; c < (len >> 3); c += kThreads) xs[n * (kc >> 3) + c] = hs::load16(x + n * x_stride + k0 + 8 * c);
+  for (int c = threadIdx.x; c < (len >> 3); c += kThreads) {
+#pragma unroll
+    for (int n0 = 0; n0 < NP; n0 += kB) {
+      hs::u32x4 v[kB];
+#pragma unroll
+      for (int j = 0; j < kB; ++j)
+        if (n0 + j < NP) v[j] = hs::load16(x + (n0 + j) * x_stride + k0 + 8 * c);
+#pragma unroll
+      for (int j = 0; j < kB; ++j)
+        if (n0 + j < NP) xs[(n0 + j) * (kc >> 3) + c] = v[j];
+    }
+  }
 }
 
 // Eight staged 16-bit x values as fp32 (exact).

@@ -110,7 +110,7 @@ struct W4a16 {
 
   HS_BODY void stage(hs::u32x4* xs, int k0, int len) const {
     const auto x_row = [&](int n) { return x + n * x_stride; };
-    hs::int4::stage<T, NP, kThreads>(xs, xsum, x_row, perm, k0, len, kc, K - 1u);
+    hs::int4::stage_batched<T, NP, kThreads, 2>(xs, xsum, x_row, perm, k0, len, kc, K - 1u);
   }
   HS_BODY bool prologue(hs::u32x4* xs, bool staged_once) const {
     if (staged_once) stage(xs, 0, K);

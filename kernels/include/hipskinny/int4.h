@@ -58,6 +58,59 @@ __device__ void stage(hs::u32x4* xs, float* xsum, Row row, const int32_t* __rest
   }
 }
 
+// `stage` with a thread's slot of up to kRows rows loaded (its perm entries once) before any is
+// stored: a round trip per kRows rows of a slot, not per row (more registers: w4a16_linear's
+// lane-split kernels; fused_moe keeps `stage`).
+template <typename T, int NP, int kThreads, int kRows, typename Row>
+__device__ void stage_batched(hs::u32x4* xs, float* xsum, Row row, const int32_t* __restrict__ perm, int k0,
+                              int len, int kc, uint32_t kmax) {
+  constexpr int kB = NP < kRows ? NP : kRows;
+  const int slots = len >> 3;
+#pragma unroll 1
+  for (int c = threadIdx.x; c < slots; c += kThreads) {
+    const int k = k0 + 8 * c;
+    hs::u32x4 p0{}, p1{};
+    if (perm != nullptr) {
+      p0 = hs::load16(perm + k);
+      p1 = hs::load16(perm + k + 4);
+    }
+#pragma unroll
+    for (int n0 = 0; n0 < NP; n0 += kB) {
+      hs::u32x4 v[kB];
+#pragma unroll
+      for (int j = 0; j < kB; ++j) {
+        if (n0 + j >= NP) continue;
+        const uint16_t* xr = row(n0 + j);
+        if (perm == nullptr) {
+          v[j] = hs::load16(xr + k);
+        } else {
+          const auto at = [kmax](uint32_t i) { return (int)min(i, kmax); };
+          const uint32_t e[8] = {xr[at(p0[0])], xr[at(p0[1])], xr[at(p0[2])], xr[at(p0[3])],
+                                 xr[at(p1[0])], xr[at(p1[1])], xr[at(p1[2])], xr[at(p1[3])]};
+          v[j] = hs::u32x4{e[0] | e[1] << 16, e[2] | e[3] << 16, e[4] | e[5] << 16, e[6] | e[7] << 16};
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kB; ++j) {
+        const int n = n0 + j;
+        if (n >= NP) continue;
+        xs[n * (kc >> 3) + c] = v[j];
+        if constexpr (kBf16<T>) {
+          float s = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            s += hs::to_float<T>((uint16_t)v[j][i]);
+            s += hs::to_float<T>((uint16_t)(v[j][i] >> 16));
+          }
+          s += hs::xor_lane<1>(s);
+          s += hs::xor_lane<2>(s);
+          if ((c & 3) == 0) xsum[n * (kc >> 5) + (c >> 2)] = s;
+        }
+      }
+    }
+  }
+}
+
 // fp16: the four adjacent-K pairs of one shuffled word as exact packed (q - z):
 // zlo = -(1024 + z), zhi = -(64 + z) in both halves; magic = 0x64006400 (see magic_const).
 __device__ inline void dequant_f16(uint32_t w, uint32_t magic, hs::half2v zlo, hs::half2v zhi, uint32_t (&p)[4]) {
