@@ -14,7 +14,7 @@
 //            per workgroup) or a multiple of 8 * wave size (x streamed in K-chunks)
 //
 // Launch: kernel skinny_gemm_<dtype>_n<N>_y<YTILE>, block (256, 1, 1), any grid (the op
-// uses a persistent grid of about one or two workgroups per CU), dynamic LDS
+// uses a persistent grid of up to 4 workgroups per CU, as registers and LDS allow), dynamic LDS
 // N * kc * 2 bytes (the op sizes kc from the arch's LDS per workgroup).
 //
 // Work split (the loop is hs::lane_split::run, hipskinny/lane_split.h; this file is its body:

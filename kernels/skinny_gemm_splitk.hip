@@ -14,7 +14,7 @@
 //   shard_len             columns of K per shard: a multiple of 128; shards = ceil(K / shard_len)
 //
 // Launch: skinny_gemm_splitk_<dtype>_t<NT>[_atomic], block (256, 1, 1), any grid (the op
-// uses about two workgroups per CU), dynamic LDS 16 * NT * KC * 2 = 32 KiB (KC = 1024 / NT).
+// uses up to 4 workgroups per CU), dynamic LDS 16 * NT * KC * 2 = 32 KiB (KC = 1024 / NT).
 //
 // Work split: a work unit is 128 output features (a row block) x all N tokens x one K
 // shard, owned by one workgroup; units u = row_block * shards + shard, workgroups stride

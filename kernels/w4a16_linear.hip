@@ -22,8 +22,8 @@
 //            multiple of 32 * wave size (streamed; a chunk's lane does not depend on the pass)
 //   log2_g   log2(G), G a power of two in 32..K dividing K
 //
-// Launch: w4a16_linear_<f16|bf16>_n<N>_y<YTILE>, block (256, 1, 1), any grid (persistent: about one or
-// two workgroups per CU), dynamic LDS
+// Launch: w4a16_linear_<f16|bf16>_n<N>_y<YTILE>, block (256, 1, 1), any grid (persistent: up to 4
+// workgroups per CU), dynamic LDS
 //   f16:  N * kc * 2 bytes                      (x as it is)
 //   bf16: N * kc * 2 + N * (kc / 32) * 4 bytes  (x, then each token's fp32 sum of every staged
 //                                                32-column chunk; = N * kc * 17 / 8)

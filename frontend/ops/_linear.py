@@ -11,8 +11,9 @@ Configuration rules, small N (the only place they live; arch facts come from `Ar
   not depend on the pass and results stay bitwise equal to the staged-once order).
   Dynamic LDS per workgroup = ``N * kc * 2`` bytes.
 * **Workgroups per CU**: as many as the kernel's VGPRs and that LDS allow
-  (`ArchInfo.occupancy`), capped at 2 (x is re-read from L2 by every workgroup, so more
-  groups buy latency hiding with extra x traffic); at least 1.
+  (`ArchInfo.occupancy`), capped at MAX_GROUPS_PER_CU = 4 (x is re-read by every workgroup,
+  from L2: the cache model charges no DRAM for it, and more waves shorten each wave's chain of
+  round trips; `python -m benchmarks.choices`); at least 1.
 * **YTILE**: the largest of the variants built for N -- read from the code object
   (`built_ytiles`); the kernel sources build 4, 2, 1 while ``N * YTILE <= 16``, as more
   accumulators do not fit the 96 VGPRs that give gfx11/12 full occupancy -- whose tile
@@ -77,7 +78,10 @@ SPLITK_GROUP = 128                  # K columns per split-K instruction group (s
 SPLITK_LDS = 32 * 1024              # x staged per pass: 16 * NT tokens x 1024 / NT columns
 TOKEN_TILES = (1, 2, 4, 8)          # split-K variants: NT 16-token tiles
 MAX_SPLITK_GROUPS_PER_CU = 4
-MAX_GROUPS_PER_CU = 2
+# Lane-split workgroups per CU, at most: benchmarks.choices predicts 4 at least as fast as 2 on every
+# row it sweeps, up to 30% faster where a wave's chain of round trips bounds the time (fp8_linear
+# Llama qkv N = 4 on gfx950: 6.19 -> 4.33 us); registers and LDS cap it below that for many kernels.
+MAX_GROUPS_PER_CU = 4
 
 
 def k_chunk(n: int, k: int, lds_bytes: int, wave_size: int, chunk: int = 8, op: str = "skinny_gemm",

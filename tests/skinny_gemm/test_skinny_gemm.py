@@ -159,7 +159,7 @@ def test_deterministic_across_calls_schedules_and_cu_counts(arch):
     grids and tile sizes (a lane's chunks and the reduction tree depend on the wave size only)."""
     x, w = _inputs(ml_dtypes.bfloat16, 5, 64, 700, seed=9)
     results, configs = [], set()
-    for cus, seed in ((2, None), (3, None), (2, 1), (3, 2)):
+    for cus, seed in ((1, None), (3, None), (1, 1), (3, 2)):
         dev = _dev(arch, cus) if seed is None else EmulatedDevice(arch, cus, seed=seed)
         with hipskinny.on_device(dev):
             results += [hipskinny.skinny_gemm(x, w) for _ in range(3 if seed is None else 1)]

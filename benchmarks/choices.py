@@ -1,0 +1,129 @@
+"""The planners' occupancy choices against the performance model: each alternative, predicted.
+
+    python -m benchmarks.choices                  # all archs; prints the table
+    python -m benchmarks.choices --arch gfx942 --json choices.json
+
+Two choices are made from host shapes and the device's CU count, by constants this sweeps:
+  * the lane-split kernels (skinny_gemm N <= 8, and the quantized families that share
+    ops/_linear.py's plan): workgroups per CU of the persistent grid, `_linear.MAX_GROUPS_PER_CU`
+    (capped by the kernel's registers and LDS);
+  * gemv: the workgroups per CU its rows-per-workgroup rule keeps, `gemv.GROUPS_PER_CU`.
+Every alternative is measured like a report row (benchmarks.dynamic on the arch's scaled-down GPU,
+the cache model's DRAM bytes, the latency floor) and predicted by benchmarks/model.py; nothing is
+timed on a GPU. The table marks the shipped value and the fastest per row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import pkgutil
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from hipskinny import operands, ops
+from hipskinny.arch import ARCHS, SHIPPED_ARCHS
+from hipskinny.launch import PlanCache
+from hipskinny.ops import _linear, gemv
+
+from . import dynamic
+from .report import evaluate, families_by_arch
+from .shapes import SHAPES
+from .static import family_static
+
+# (module, constant, alternatives, ops, N values)
+CHOICES = ((_linear, "MAX_GROUPS_PER_CU", (1, 2, 4), ("skinny_gemm", "fp8_linear", "matmul_4bit", "w4a16_linear"),
+            (1, 4, 8)),
+           (gemv, "GROUPS_PER_CU", (1, 2, 4, 8), ("gemv",), (1,)))
+LAYERS = ("qkv_proj", "o_proj", "down_proj")
+
+
+@contextlib.contextmanager
+def override(module: Any, name: str, value: int) -> Iterator[None]:
+    """``module.name = value`` for the block, with every cached plan and bound call forgotten."""
+    old = getattr(module, name)
+    setattr(module, name, value)
+    _forget()
+    try:
+        yield
+    finally:
+        setattr(module, name, old)
+        _forget()
+
+
+def _forget() -> None:
+    """Clear every op module's plan and bound-call caches (they hold choices made before)."""
+    for info in pkgutil.iter_modules(ops.__path__):
+        mod = importlib.import_module(f"{ops.__name__}.{info.name}")
+        for value in vars(mod).values():
+            if isinstance(value, (PlanCache, operands.CallCache)):
+                value.clear()
+    operands.forget_bound_calls()
+
+
+def measure(op: str, arch: str, m: int, k: int, n: int) -> dict[str, Any]:
+    """One row at the current constants, as the report computes it."""
+    meas = dynamic.measure(op, arch, np.float16, n, m, k)
+    shipped = sorted({f for f, a in families_by_arch() if a == arch})
+    family = dynamic.kernel_family((meas.info or {}).get("kernel", ""), shipped)
+    static = {s.name: s for s in family_static(arch, family)} if family else {}
+    return evaluate(meas, static, family, 2)
+
+
+def sweep(archs: list[str], only_ops: list[str] | None = None, only_n: list[int] | None = None,
+          log: Any = sys.stderr) -> list[dict[str, Any]]:
+    rows = []
+    for module, name, values, op_names, all_n in CHOICES:
+        shipped = getattr(module, name)
+        ns = [n for n in all_n if not only_n or n in only_n]
+        for op, arch in ((o, a) for o in op_names for a in archs if not only_ops or o in only_ops):
+            for shape in (s for s in SHAPES if s.layer in LAYERS):
+                for n in ns:
+                    got = {}
+                    for v in values:
+                        with override(module, name, v):
+                            r = measure(op, arch, shape.m, shape.k, n)
+                        got[v] = r
+                    ok = {v: r for v, r in got.items() if r.get("status") == "ok"}
+                    if not ok:
+                        continue
+                    best = min(ok, key=lambda v: (round(ok[v]["predicted_us"], 2), v))
+                    rows.append({"op": op, "constant": name, "shipped": shipped, "arch": arch,
+                                 "shape": shape.label, "m": shape.m, "k": shape.k, "n": n, "best": best,
+                                 "predicted_us": {v: r["predicted_us"] for v, r in ok.items()},
+                                 "bound": {v: r["bound"] for v, r in ok.items()},
+                                 "dram_ratio": {v: r["dram_ratio"] for v, r in ok.items()},
+                                 "kernel": {v: r["kernel"] for v, r in ok.items()}})
+                    print(_line(rows[-1]), file=log, flush=True)
+    return rows
+
+
+def _line(r: dict[str, Any]) -> str:
+    alts = "  ".join(f"{v}{'*' if v == r['shipped'] else ''}{'!' if v == r['best'] else ''}: "
+                     f"{us:.2f} µs {r['bound'][v]} dram {r['dram_ratio'][v]:.3f}"
+                     for v, us in r["predicted_us"].items())
+    return f"{r['op']:11} {r['arch']:8} {r['shape']:28} N={r['n']:<2} {alts}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.choices", description=__doc__.split("\n")[0])
+    p.add_argument("--arch", nargs="+", default=list(SHIPPED_ARCHS), choices=sorted(ARCHS))
+    p.add_argument("--op", nargs="+", help="only these ops")
+    p.add_argument("--n", nargs="+", type=int, help="only these N")
+    p.add_argument("--json", help="write the rows here")
+    a = p.parse_args(argv)
+    rows = sweep(a.arch, a.op, a.n)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    print("(* shipped, ! fastest predicted)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
