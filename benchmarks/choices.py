@@ -3,11 +3,13 @@
     python -m benchmarks.choices                  # all archs; prints the table
     python -m benchmarks.choices --arch gfx942 --json choices.json
 
-Two choices are made from host shapes and the device's CU count, by constants this sweeps:
+Three choices are made from host shapes and the device's CU count, by constants this sweeps:
   * the lane-split kernels (skinny_gemm N <= 8, and the quantized families that share
     ops/_linear.py's plan): workgroups per CU of the persistent grid, `_linear.MAX_GROUPS_PER_CU`
     (capped by the kernel's registers and LDS);
-  * gemv: the workgroups per CU its rows-per-workgroup rule keeps, `gemv.GROUPS_PER_CU`.
+  * gemv: the workgroups per CU its rows-per-workgroup rule keeps, `gemv.GROUPS_PER_CU`;
+  * the split-K kernels (N > 8): work units per flagship CU that K is split for,
+    `_linear.SPLITK_UNITS_PER_CU` (0: never split; more shards, more fp32 partial traffic).
 Every alternative is measured like a report row (benchmarks.dynamic on the arch's scaled-down GPU,
 the cache model's DRAM bytes, the latency floor) and predicted by benchmarks/model.py; nothing is
 timed on a GPU. The table marks the shipped value and the fastest per row.
@@ -39,7 +41,9 @@ from .static import family_static
 # (module, constant, alternatives, ops, N values)
 CHOICES = ((_linear, "MAX_GROUPS_PER_CU", (1, 2, 4), ("skinny_gemm", "fp8_linear", "matmul_4bit", "w4a16_linear"),
             (1, 4, 8)),
-           (gemv, "GROUPS_PER_CU", (1, 2, 4, 8), ("gemv",), (1,)))
+           (gemv, "GROUPS_PER_CU", (1, 2, 4, 8), ("gemv",), (1,)),
+           (_linear, "SPLITK_UNITS_PER_CU", (0, 1, 2), ("skinny_gemm", "fp8_linear", "matmul_4bit", "w4a16_linear"),
+            (16, 64)))
 LAYERS = ("qkv_proj", "o_proj", "down_proj")
 
 
@@ -61,8 +65,10 @@ def _forget() -> None:
     for info in pkgutil.iter_modules(ops.__path__):
         mod = importlib.import_module(f"{ops.__name__}.{info.name}")
         for value in vars(mod).values():
-            if isinstance(value, (PlanCache, operands.CallCache)):
-                value.clear()
+            # module-level caches, and those an op's object keeps (the quantized ops' `plans`)
+            for cache in (value, *getattr(value, "__dict__", {}).values()):
+                if isinstance(cache, (PlanCache, operands.CallCache)):
+                    cache.clear()
     operands.forget_bound_calls()
 
 

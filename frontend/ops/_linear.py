@@ -33,7 +33,7 @@ Configuration rules, larger N:
 * **Token tiles** ``NT``: the smallest of 1, 2, 4, 8 with ``16 * NT >= N`` (padded tokens
   are zero in LDS and cost matrix work only).
 * **Shards**: K is cut into ``S`` shards of ``shard_len`` columns (a multiple of 128).
-  ``S`` is the smallest count that gives ``2 * default_cu_count`` (the arch's flagship,
+  ``S`` is the smallest count that gives ``SPLITK_UNITS_PER_CU (2) * default_cu_count`` (the arch's flagship,
   *not* this device: results must not depend on the CU count) work units of 128 features,
   limited so that a shard has at least ``128 * NT`` columns (each shard's fp32 partial
   tile, written once and read once, then costs at most half its weight bytes; on
@@ -78,6 +78,7 @@ SPLITK_GROUP = 128                  # K columns per split-K instruction group (s
 SPLITK_LDS = 32 * 1024              # x staged per pass: 16 * NT tokens x 1024 / NT columns
 TOKEN_TILES = (1, 2, 4, 8)          # split-K variants: NT 16-token tiles
 MAX_SPLITK_GROUPS_PER_CU = 4
+SPLITK_UNITS_PER_CU = 2            # split-K work units wanted per flagship CU (0: never split K)
 # Lane-split workgroups per CU, at most: benchmarks.choices predicts 4 at least as fast as 2 on every
 # row it sweeps, up to 30% faster where a wave's chain of round trips bounds the time (fp8_linear
 # Llama qkv N = 4 on gfx950: 6.19 -> 4.33 us); registers and LDS cap it below that for many kernels.
@@ -168,7 +169,7 @@ def shard_len(default_cu_count: int, nt: int, m: int, k: int) -> int:
     """K columns per split-K shard (see the module docstring); a multiple of 128."""
     groups = -(-k // SPLITK_GROUP)
     blocks = -(-m // SPLITK_ROWS)
-    wanted = -(-2 * default_cu_count // blocks)
+    wanted = -(-SPLITK_UNITS_PER_CU * default_cu_count // blocks)
     most = max(1, min(groups, k // (SPLITK_GROUP * nt)))
     shards = max(1, min(wanted, most))
     return SPLITK_GROUP * -(-groups // shards)

@@ -93,3 +93,19 @@ def test_fitted_sample_equals_the_whole_one():
     assert fitted.sample.rows == whole.sample.rows
     for key, value in whole.sample.per_row.items():
         assert fitted.sample.per_row[key] == pytest.approx(value, rel=1e-9)
+
+
+def test_rows_above_dram_ratio_are_explained_by_cause():
+    from benchmarks.report import _above_dram
+    base = {"arch": "gfx1151", "model": "M", "layer": "L", "n": 16}
+    sk = "skinny_gemm_splitk_f16_t1"
+    rows = [{**base, "op": "matmul_4bit:dequantize", "kernel": "skinny_gemm_splitk_f16_t1", "plan": {"shards": 4},
+             "dram_ratio": 8.0},
+            {**base, "op": "skinny_gemm", "kernel": sk, "plan": {"shards": 4}, "dram_ratio": 1.3},
+            {**base, "op": "skinny_gemm", "kernel": sk, "plan": {"shards": 1}, "dram_ratio": 1.2},
+            {**base, "op": "gemv", "kernel": "gemv_f16_r1", "plan": {}, "dram_ratio": 1.07},
+            {**base, "op": "gemv", "kernel": "gemv_f16_r1", "plan": {}, "dram_ratio": 1.01}]
+    line = _above_dram(rows)
+    assert line.startswith("- 4 of 5 rows have a DRAM ratio above 1.05")
+    assert "1 from the dequantize route" in line and "1 from split-K's fp32 partial tiles" in line
+    assert "1 from x re-read by every 128-row block" in line and "1 from other: gemv gfx1151 M L N=16 1.07" in line
