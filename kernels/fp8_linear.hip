@@ -37,6 +37,7 @@
 // group's scales before they join the accumulator (a chunk never straddles a group, and a
 // tile's rows never straddle a 128-row block: YTILE divides 128 and tiles are aligned).
 #include "hipskinny/common.h"
+#include "hipskinny/loads.h"
 #include "hipskinny/fp8.h"
 #include "hipskinny/reduce.h"
 
@@ -100,23 +101,15 @@ __device__ void stage(hs::u32x4* xs, const void* __restrict__ x, int64_t x_strid
       return;
     }
 #pragma unroll 1
-    for (int c = threadIdx.x; c < halves; c += kThreads) {
-#pragma unroll
-      for (int n0 = 0; n0 < N; n0 += kB) {
-        u32x2 b[kB];
-#pragma unroll
-        for (int j = 0; j < kB; ++j)
-          if (n0 + j < N) b[j] = *reinterpret_cast<const u32x2*>(x8 + (n0 + j) * x_stride + k0 + 8 * c);
-#pragma unroll
-        for (int j = 0; j < kB; ++j) {
-          if (n0 + j >= N) continue;
-          uint32_t v0, v1, v2, v3;
-          widen_word(b[j].x, fnuz, v0, v1);
-          widen_word(b[j].y, fnuz, v2, v3);
-          xs[(n0 + j) * row_q + c] = hs::u32x4{v0, v1, v2, v3};
-        }
-      }
-    }
+    for (int c = threadIdx.x; c < halves; c += kThreads)
+      hs::rows_in_groups<N, kB, u32x2>(
+          [&](int n) { return *reinterpret_cast<const u32x2*>(x8 + n * x_stride + k0 + 8 * c); },
+          [&](int n, u32x2 b) {
+            uint32_t v0, v1, v2, v3;
+            widen_word(b.x, fnuz, v0, v1);
+            widen_word(b.y, fnuz, v2, v3);
+            xs[n * row_q + c] = hs::u32x4{v0, v1, v2, v3};
+          });
   } else {
     const uint16_t* x16 = static_cast<const uint16_t*>(x);
     if constexpr (kB == 1) {
@@ -126,18 +119,9 @@ __device__ void stage(hs::u32x4* xs, const void* __restrict__ x, int64_t x_strid
       return;
     }
 #pragma unroll 1
-    for (int c = threadIdx.x; c < halves; c += kThreads) {
-#pragma unroll
-      for (int n0 = 0; n0 < N; n0 += kB) {
-        hs::u32x4 v[kB];
-#pragma unroll
-        for (int j = 0; j < kB; ++j)
-          if (n0 + j < N) v[j] = hs::load16(x16 + (n0 + j) * x_stride + k0 + 8 * c);
-#pragma unroll
-        for (int j = 0; j < kB; ++j)
-          if (n0 + j < N) xs[(n0 + j) * row_q + c] = v[j];
-      }
-    }
+    for (int c = threadIdx.x; c < halves; c += kThreads)
+      hs::rows_in_groups<N, kB, hs::u32x4>([&](int n) { return hs::load16(x16 + n * x_stride + k0 + 8 * c); },
+                                          [&](int n, hs::u32x4 v) { xs[n * row_q + c] = v; });
   }
 }
 
@@ -154,18 +138,9 @@ __device__ void stage_bytes(hs::u32x4* xs, const void* __restrict__ x, int64_t x
     return;
   }
 #pragma unroll 1
-  for (int c = threadIdx.x; c < (len >> 4); c += kThreads) {
-#pragma unroll
-    for (int n0 = 0; n0 < N; n0 += kB) {
-      hs::u32x4 v[kB];
-#pragma unroll
-      for (int j = 0; j < kB; ++j)
-        if (n0 + j < N) v[j] = hs::load16(x8 + (n0 + j) * x_stride + k0 + 16 * c);
-#pragma unroll
-      for (int j = 0; j < kB; ++j)
-        if (n0 + j < N) xs[(n0 + j) * row_q + c] = v[j];
-    }
-  }
+  for (int c = threadIdx.x; c < (len >> 4); c += kThreads)
+    hs::rows_in_groups<N, kB, hs::u32x4>([&](int n) { return hs::load16(x8 + n * x_stride + k0 + 16 * c); },
+                                        [&](int n, hs::u32x4 v) { xs[n * row_q + c] = v; });
 }
 
 

@@ -34,6 +34,7 @@
 // the same for any grid, YTILE, kc or CU count. The codebook (and code2) sit in LDS: lanes
 // reading different entries hit different banks, equal entries broadcast.
 #include "hipskinny/common.h"
+#include "hipskinny/loads.h"
 #include "hipskinny/reduce.h"
 
 namespace {
@@ -51,18 +52,9 @@ template <int NP>
 __device__ void stage(hs::u32x4* xs, const uint16_t* __restrict__ x, int64_t x_stride, int k0, int len, int kc) {
   constexpr int kB = NP < 2 ? NP : 2;
 #pragma unroll 1
-  for (int c = threadIdx.x; c < (len >> 3); c += kThreads) {
-#pragma unroll
-    for (int n0 = 0; n0 < NP; n0 += kB) {
-      hs::u32x4 v[kB];
-#pragma unroll
-      for (int j = 0; j < kB; ++j)
-        if (n0 + j < NP) v[j] = hs::load16(x + (n0 + j) * x_stride + k0 + 8 * c);
-#pragma unroll
-      for (int j = 0; j < kB; ++j)
-        if (n0 + j < NP) xs[(n0 + j) * (kc >> 3) + c] = v[j];
-    }
-  }
+  for (int c = threadIdx.x; c < (len >> 3); c += kThreads)
+    hs::rows_in_groups<NP, kB, hs::u32x4>([&](int n) { return hs::load16(x + n * x_stride + k0 + 8 * c); },
+                                         [&](int n, hs::u32x4 v) { xs[n * (kc >> 3) + c] = v; });
 }
 
 // Eight staged 16-bit x values as fp32 (exact).

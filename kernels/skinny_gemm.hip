@@ -70,18 +70,12 @@ __device__ void stage_rows(hs::u32x4* xs, const uint16_t* __restrict__ x, int64_
 #pragma unroll 1
   for (int c = threadIdx.x; c < chunks; c += kThreads) {
     const int k = k0 + 8 * c;
-#pragma unroll
-    for (int n0 = 0; n0 < N; n0 += kB) {
-      hs::u32x4 v[kB];
-#pragma unroll
-      for (int j = 0; j < kB; ++j) {
-        const uint16_t* src = x + (n0 + j) * x_stride + k;
-        if (n0 + j < N) v[j] = (k + 8 <= K) ? hs::load16(src) : hs::load_partial(src, K - k);
-      }
-#pragma unroll
-      for (int j = 0; j < kB; ++j)
-        if (n0 + j < N) xs[(n0 + j) * row_chunks + c] = v[j];
-    }
+    hs::rows_in_groups<N, kB, hs::u32x4>(
+        [&](int n) {
+          const uint16_t* src = x + n * x_stride + k;
+          return (k + 8 <= K) ? hs::load16(src) : hs::load_partial(src, K - k);
+        },
+        [&](int n, hs::u32x4 v) { xs[n * row_chunks + c] = v; });
   }
 }
 

@@ -33,9 +33,9 @@ Configuration rules, larger N:
 * **Token tiles** ``NT``: the smallest of 1, 2, 4, 8 with ``16 * NT >= N`` (padded tokens
   are zero in LDS and cost matrix work only).
 * **Shards**: K is cut into ``S`` shards of ``shard_len`` columns (a multiple of 128).
-  ``S`` is the smallest count that gives ``SPLITK_UNITS_PER_CU (2) * default_cu_count`` (the arch's flagship,
-  *not* this device: results must not depend on the CU count) work units of 128 features,
-  limited so that a shard has at least ``128 * NT`` columns (each shard's fp32 partial
+  ``S`` is the smallest count that gives ``SPLITK_UNITS_PER_CU (2) * default_cu_count`` (the
+  arch's flagship, *not* this device: results must not depend on the CU count) work units of 128
+  features, limited so that a shard has at least ``128 * NT`` columns (each shard's fp32 partial
   tile, written once and read once, then costs at most half its weight bytes; on
   hardware the partials mostly stay in L2) and at most one shard per 128 columns.
   ``S = 1`` skips the partials entirely. (Why these sizes: per weight byte, a unit of R

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "hipskinny/common.h"
+#include "hipskinny/loads.h"
 #include "hipskinny/reduce.h"
 
 namespace hs {
@@ -74,40 +75,29 @@ __device__ void stage_batched(hs::u32x4* xs, float* xsum, Row row, const int32_t
       p0 = hs::load16(perm + k);
       p1 = hs::load16(perm + k + 4);
     }
-#pragma unroll
-    for (int n0 = 0; n0 < NP; n0 += kB) {
-      hs::u32x4 v[kB];
-#pragma unroll
-      for (int j = 0; j < kB; ++j) {
-        if (n0 + j >= NP) continue;
-        const uint16_t* xr = row(n0 + j);
-        if (perm == nullptr) {
-          v[j] = hs::load16(xr + k);
-        } else {
+    hs::rows_in_groups<NP, kB, hs::u32x4>(
+        [&](int n) {
+          const uint16_t* xr = row(n);
+          if (perm == nullptr) return hs::load16(xr + k);
           const auto at = [kmax](uint32_t i) { return (int)min(i, kmax); };
           const uint32_t e[8] = {xr[at(p0[0])], xr[at(p0[1])], xr[at(p0[2])], xr[at(p0[3])],
                                  xr[at(p1[0])], xr[at(p1[1])], xr[at(p1[2])], xr[at(p1[3])]};
-          v[j] = hs::u32x4{e[0] | e[1] << 16, e[2] | e[3] << 16, e[4] | e[5] << 16, e[6] | e[7] << 16};
-        }
-      }
+          return hs::u32x4{e[0] | e[1] << 16, e[2] | e[3] << 16, e[4] | e[5] << 16, e[6] | e[7] << 16};
+        },
+        [&](int n, hs::u32x4 v) {
+          xs[n * (kc >> 3) + c] = v;
+          if constexpr (kBf16<T>) {
+            float s = 0.0f;
 #pragma unroll
-      for (int j = 0; j < kB; ++j) {
-        const int n = n0 + j;
-        if (n >= NP) continue;
-        xs[n * (kc >> 3) + c] = v[j];
-        if constexpr (kBf16<T>) {
-          float s = 0.0f;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            s += hs::to_float<T>((uint16_t)v[j][i]);
-            s += hs::to_float<T>((uint16_t)(v[j][i] >> 16));
+            for (int i = 0; i < 4; ++i) {
+              s += hs::to_float<T>((uint16_t)v[i]);
+              s += hs::to_float<T>((uint16_t)(v[i] >> 16));
+            }
+            s += hs::xor_lane<1>(s);
+            s += hs::xor_lane<2>(s);
+            if ((c & 3) == 0) xsum[n * (kc >> 5) + (c >> 2)] = s;
           }
-          s += hs::xor_lane<1>(s);
-          s += hs::xor_lane<2>(s);
-          if ((c & 3) == 0) xsum[n * (kc >> 5) + (c >> 2)] = s;
-        }
-      }
-    }
+        });
   }
 }
 

@@ -152,15 +152,15 @@ struct Epilogue {
 // y[:, m_block : m_block + 128] from the finished sums of every wave, called by the whole
 // workgroup. The tiles go through LDS (x's area: 128 features x 64 tokens of fp32 per round) so
 // the writes are coalesced rows. A thread keeps 4 consecutive features (their w_scale read once)
-// and takes every 8th token row, kBatch rows' x_scale and bias loaded before any is used: a round
-// trip per kBatch rows of 4 outputs, not per output.
+// and takes every 8th token row, the row's x_scale and 4 biases loaded together: a round trip
+// per row of 4 outputs, not per output (NT = 8, short of registers: 1 feature, every 2nd row).
 template <int NT>
 __device__ void write_out(const accv (&acc)[kTiles][NT], float* lds, const Epilogue& e, int N, int M, int m_block,
                           int lane, int wave) {
   constexpr int kRound = NT < 4 ? NT : 4;   // token tiles per LDS round
-  constexpr int kCols = NT < 8 ? 4 : 1, kRowStep = kThreads / (kRows / kCols), kBatch = 1;
+  constexpr int kCols = NT < 8 ? 4 : 1, kRowStep = kThreads / (kRows / kCols);
   const int col = kCols * (threadIdx.x % (kRows / kCols)), m0 = m_block + col, row0 = threadIdx.x / (kRows / kCols);
-  // the features' w_scale: read once (NT = 8, short of registers: with each row's operands)
+  // the features' w_scale: read once (NT = 8: with each row's operands)
   constexpr bool kKeepScales = NT < 8;
   float ws[kCols];
   auto load_scales = [&]() {
@@ -182,31 +182,21 @@ __device__ void write_out(const accv (&acc)[kTiles][NT], float* lds, const Epilo
     const int rows = min(N - 16 * c, 16 * kRound);
     if (m0 >= M) continue;
 #pragma unroll 1
-    for (int r0 = row0; r0 < rows; r0 += kBatch * kRowStep) {
-      float xv[kBatch];
-      uint16_t bv[kBatch][kCols];
+    for (int row = row0; row < rows; row += kRowStep) {
+      const int n = 16 * c + row;
       if (!kKeepScales) load_scales();
+      const float xv = e.x_scale != nullptr ? e.x_scale[(int64_t)n * e.xs_stride] : 1.0f;
+      uint16_t bv[kCols];
 #pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int row = r0 + j * kRowStep, n = 16 * c + row;
-        xv[j] = e.x_scale != nullptr && row < rows ? e.x_scale[(int64_t)n * e.xs_stride] : 1.0f;
+      for (int i = 0; i < kCols; ++i) bv[i] = e.bias != nullptr && m0 + i < M ? e.bias[n * e.bias_stride + m0 + i] : (uint16_t)0;
 #pragma unroll
-        for (int i = 0; i < kCols; ++i)
-          bv[j][i] = e.bias != nullptr && row < rows && m0 + i < M ? e.bias[n * e.bias_stride + m0 + i] : (uint16_t)0;
-      }
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int row = r0 + j * kRowStep, n = 16 * c + row;
-        if (row >= rows) break;
-#pragma unroll
-        for (int i = 0; i < kCols; ++i) {
-          if (m0 + i >= M) break;
-          float v = lds[row * kRows + col + i] * e.unbias;
-          if (e.w_scale != nullptr) v *= ws[i];
-          if (e.x_scale != nullptr) v *= xv[j];
-          if (e.bias != nullptr) v += e.out_bf16 ? hs::to_float<hs::bf16>(bv[j][i]) : hs::to_float<hs::f16>(bv[j][i]);
-          e.y[(int64_t)n * M + m0 + i] = e.out_bf16 ? hs::from_float<hs::bf16>(v) : hs::from_float<hs::f16>(v);
-        }
+      for (int i = 0; i < kCols; ++i) {
+        if (m0 + i >= M) break;
+        float v = lds[row * kRows + col + i] * e.unbias;
+        if (e.w_scale != nullptr) v *= ws[i];
+        if (e.x_scale != nullptr) v *= xv;
+        if (e.bias != nullptr) v += e.out_bf16 ? hs::to_float<hs::bf16>(bv[i]) : hs::to_float<hs::f16>(bv[i]);
+        e.y[(int64_t)n * M + m0 + i] = e.out_bf16 ? hs::from_float<hs::bf16>(v) : hs::from_float<hs::f16>(v);
       }
     }
   }

@@ -248,7 +248,6 @@ __device__ void stage(hs::u32x4* xs, const uint16_t* __restrict__ x, const int32
   for (int r = 0; r < kRounds; ++r) xs[slot<KC>(n0 + kRowsPerRound * r, c)] = v[r];
 }
 
-
 // The whole kernel body over the persistent grid's units, for weights described by the policy wt.
 // x [N, x_stride] T (16-byte aligned, x_stride a multiple of 8, unless gathered through perm),
 // perm null or int32 [K] (PERM only: 16-byte aligned), bias (null, or bias[n * bias_stride + m]), y [N, M] T,
