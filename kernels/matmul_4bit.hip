@@ -27,20 +27,19 @@
 // dequantize_4bit_<f16|bf16> (the op's route for other shapes; arguments and rules at its
 // definition): block (256, 1, 1), any grid, 1088 static LDS bytes.
 //
-// Work split as kernels/skinny_gemm.hip: a wave owns YTILE consecutive rows x all tokens;
+// Work split as kernels/skinny_gemm.hip (hs::lane_split::run; this file is its body): a wave owns YTILE consecutive rows x all tokens;
 // lane l takes the 32-column chunks (16 weight bytes) g with g % wave == l in increasing g;
 // each chunk's sums are scaled by its block's absmax (a chunk never straddles a block) and
 // added to the accumulator; a fixed xor butterfly reduces across lanes. Results are bitwise
 // the same for any grid, YTILE, kc or CU count. The codebook (and code2) sit in LDS: lanes
 // reading different entries hit different banks, equal entries broadcast.
 #include "hipskinny/common.h"
+#include "hipskinny/lane_split.h"
 #include "hipskinny/loads.h"
-#include "hipskinny/reduce.h"
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWaves = kThreads / hs::kWave;
+constexpr int kThreads = hs::lane_split::kThreads;
 constexpr int kChunk = 32;   // weights per lane chunk (16 bytes)
 enum Flags : int { kNested = 1 };  // `flags` bits, copied into the manifest (launch_flags) for the planner
 
@@ -49,7 +48,7 @@ enum Flags : int { kNested = 1 };  // `flags` bits, copied into the manifest (la
 // A thread's chunk of up to 2 rows is loaded before any is stored: a round trip per 2 rows (4
 // cost registers).
 template <int NP>
-__device__ void stage(hs::u32x4* xs, const uint16_t* __restrict__ x, int64_t x_stride, int k0, int len, int kc) {
+__device__ void stage_x(hs::u32x4* xs, const uint16_t* __restrict__ x, int64_t x_stride, int k0, int len, int kc) {
   constexpr int kB = NP < 2 ? NP : 2;
 #pragma unroll 1
   for (int c = threadIdx.x; c < (len >> 3); c += kThreads)
@@ -93,6 +92,125 @@ struct ScaleCache {
   }
 };
 
+// The lane-split body (hipskinny/lane_split.h): x staged as it is, the codebook (and the nested
+// map) in LDS, each 32-column chunk scaled by its block's absmax.
+template <typename T, int NP, int YTILE>
+struct Matmul4bit {
+  const uint16_t* x;
+  const uint8_t* w;
+  const void* absmax;
+  const float* absmax2;
+  const float* code2_g;
+  const float* code_g;
+  const uint16_t* bias;
+  uint16_t* y;
+  int M, K;
+  int64_t x_stride, bias_stride;
+  int kc, log2_bs, flags;
+  float offset;
+  int64_t row_blocks;   // absmax blocks per row
+  int row_q;            // 16-byte LDS slots per staged token row
+  float* code;    // LDS: the 16-entry codebook
+  float* code2;   // LDS: the nested map's 256 entries
+
+  HS_BODY bool prologue(hs::u32x4* xs, bool staged_once) const {
+    if (threadIdx.x < 16) code[threadIdx.x] = code_g[threadIdx.x];
+    if (flags & kNested) code2[threadIdx.x] = code2_g[threadIdx.x];   // kThreads == 256 entries
+    if (staged_once) stage_x<NP>(xs, x, x_stride, 0, K, kc);
+    return true;
+  }
+  HS_BODY void stage(hs::u32x4* xs, int k0, int len) const { stage_x<NP>(xs, x, x_stride, k0, len, kc); }
+
+  struct Rows {
+    const uint8_t* w[YTILE];
+    int64_t b[YTILE];
+    ScaleCache cache[YTILE];
+  };
+  HS_BODY void rows(Rows& rows, int m0) const {
+#pragma unroll
+    for (int r = 0; r < YTILE; ++r) {
+      const int64_t m = min(m0 + r, M - 1);
+      rows.w[r] = w + m * (K / 2);
+      rows.b[r] = m * row_blocks;
+      rows.cache[r] = ScaleCache{};
+    }
+  }
+
+  HS_BODY void pass(Rows& rows, float (&acc)[NP][YTILE], const hs::u32x4* xs, int k0, int len, int lane) const {
+    const bool nested = (flags & kNested) != 0;
+    // Every row's weight load before the scale lookups' branches (fewer registers, except for the
+    // 4-row tiles on gfx9, which keep each row's load next to its lookup).
+    constexpr bool kScalesAfterLoads = !HS_GFX9 || YTILE == 1;
+    const int full = len / kChunk;
+    for (int c = lane; c < full; c += hs::kWave) {
+      const int k = k0 + kChunk * c;
+      hs::u32x4 wv[YTILE];
+      float sc[YTILE];
+#pragma unroll
+      for (int r = 0; r < YTILE; ++r) {
+        wv[r] = hs::load16_stream(rows.w[r] + k / 2);
+        if (kScalesAfterLoads) continue;
+        sc[r] = rows.cache[r].get(absmax, absmax2, code2, offset, rows.b[r] + (k >> log2_bs), nested);
+      }
+#pragma unroll
+      for (int r = 0; r < YTILE; ++r)
+        if (kScalesAfterLoads)
+          sc[r] = rows.cache[r].get(absmax, absmax2, code2, offset, rows.b[r] + (k >> log2_bs), nested);
+      float s[NP][YTILE];
+#pragma unroll
+      for (int n = 0; n < NP; ++n)
+#pragma unroll
+        for (int r = 0; r < YTILE; ++r) s[n][r] = 0.0f;
+      // Eight weights (one dword) at a time: their codebook values for every row, then each
+      // token's x for those columns (one 16-byte LDS read, widened to fp32).
+#pragma unroll
+      for (int d = 0; d < 4; ++d) {
+        float v[YTILE][8];
+#pragma unroll
+        for (int r = 0; r < YTILE; ++r) {
+          // Every byte's nibbles as codebook byte offsets at once (two operations for four
+          // bytes), then one extraction per lookup.
+          uint32_t hi = (wv[r][d] >> 2) & 0x3c3c3c3cu, lo = (wv[r][d] << 2) & 0x3c3c3c3cu;
+          // Opaque to the compiler, which would otherwise fold the masks back into a shift and
+          // an and per lookup.
+          asm("" : "+v"(hi), "+v"(lo));
+          const char* cb = reinterpret_cast<const char*>(code);
+#pragma unroll
+          for (int b = 0; b < 4; ++b) {
+            // high nibble: the lower column
+            v[r][2 * b] = *reinterpret_cast<const float*>(cb + ((hi >> (8 * b)) & 0xffu));
+            v[r][2 * b + 1] = *reinterpret_cast<const float*>(cb + ((lo >> (8 * b)) & 0xffu));
+          }
+        }
+#pragma unroll
+        for (int n = 0; n < NP; ++n) {
+          float xv[8];
+          widen8<T>(xs[n * row_q + 4 * c + d], xv);
+#pragma unroll
+          for (int r = 0; r < YTILE; ++r)
+#pragma unroll
+            for (int e = 0; e < 8; ++e) s[n][r] = __builtin_fmaf(xv[e], v[r][e], s[n][r]);
+        }
+#if !HS_GFX9
+        // One dword's lookups live at a time (left to itself the scheduler may hoist the next
+        // dword's and spill on gfx11/12 at N = 7, 8).
+        __builtin_amdgcn_sched_barrier(0);
+#endif
+      }
+#pragma unroll
+      for (int n = 0; n < NP; ++n)
+#pragma unroll
+        for (int r = 0; r < YTILE; ++r) acc[n][r] = __builtin_fmaf(s[n][r], sc[r], acc[n][r]);
+    }
+  }
+
+  HS_BODY void store(float sum, int n, int row) const {
+    if (bias != nullptr) sum += hs::to_float<T>(bias[n * bias_stride + row]);
+    y[(int64_t)n * M + row] = hs::from_float<T>(sum);
+  }
+};
+
+// The kernel's arguments as __restrict__ parameters (noalias scopes once inlined).
 template <typename T, int NP, int YTILE>
 __device__ void matmul_4bit(const uint16_t* __restrict__ x, const uint8_t* __restrict__ w,
                             const void* __restrict__ absmax, const float* __restrict__ absmax2,
@@ -100,121 +218,13 @@ __device__ void matmul_4bit(const uint16_t* __restrict__ x, const uint8_t* __res
                             const float* __restrict__ code_g, const uint16_t* __restrict__ bias,
                             uint16_t* __restrict__ y, int M, int K, int64_t x_stride, int64_t bias_stride, int kc,
                             int log2_bs, int flags) {
-  static_assert(NP * YTILE <= hs::kWave, "one output per lane at the write");
-  constexpr int P = hs::pow2_at_least(NP * YTILE);
   __shared__ float code[16];
   __shared__ float code2[256];
-  extern __shared__ hs::u32x4 xs[];
-
-  const int lane = threadIdx.x % hs::kWave;
-  const int wave = threadIdx.x / hs::kWave;
-  const bool nested = (flags & kNested) != 0;
-  const float offset = nested ? *offset_p : 0.0f;
-  const int tiles = (M + YTILE - 1) / YTILE;
-  const bool staged_once = kc >= K;
-  const int64_t row_blocks = K >> log2_bs;
-  const int row_q = kc >> 3;   // 16-byte LDS slots per staged token row
-
-  if (threadIdx.x < 16) code[threadIdx.x] = code_g[threadIdx.x];
-  if (nested) code2[threadIdx.x] = code2_g[threadIdx.x];   // kThreads == 256 entries
-  if (staged_once) stage<NP>(xs, x, x_stride, 0, K, kc);
-  __syncthreads();
-
-  for (int first = blockIdx.x * kWaves; first < tiles; first += gridDim.x * kWaves) {
-    const int tile = first + wave;
-    const bool active = tile < tiles;
-    const int m0 = tile * YTILE;
-    const uint8_t* wrow[YTILE];
-    int64_t brow[YTILE];
-#pragma unroll
-    for (int r = 0; r < YTILE; ++r) {
-      const int64_t m = min(m0 + r, M - 1);
-      wrow[r] = w + m * (K / 2);
-      brow[r] = m * row_blocks;
-    }
-
-    ScaleCache cache[YTILE];
-    float acc[NP][YTILE];
-#pragma unroll
-    for (int n = 0; n < NP; ++n)
-#pragma unroll
-      for (int r = 0; r < YTILE; ++r) acc[n][r] = 0.0f;
-
-    for (int k0 = 0; k0 < K; k0 += kc) {
-      const int len = min(kc, K - k0);
-      if (!staged_once) {
-        __syncthreads();   // every wave is done reading the previous pass
-        stage<NP>(xs, x, x_stride, k0, len, kc);
-        __syncthreads();
-      }
-      if (!active) continue;
-      const int full = len / kChunk;
-      for (int c = lane; c < full; c += hs::kWave) {
-        const int k = k0 + kChunk * c;
-        hs::u32x4 wv[YTILE];
-        float sc[YTILE];
-#pragma unroll
-        for (int r = 0; r < YTILE; ++r) {
-          wv[r] = hs::load16_stream(wrow[r] + k / 2);
-          sc[r] = cache[r].get(absmax, absmax2, code2, offset, brow[r] + (k >> log2_bs), nested);
-        }
-        float s[NP][YTILE];
-#pragma unroll
-        for (int n = 0; n < NP; ++n)
-#pragma unroll
-          for (int r = 0; r < YTILE; ++r) s[n][r] = 0.0f;
-        // Eight weights (one dword) at a time: their codebook values for every row, then each
-        // token's x for those columns (one 16-byte LDS read, widened to fp32).
-#pragma unroll
-        for (int d = 0; d < 4; ++d) {
-          float v[YTILE][8];
-#pragma unroll
-          for (int r = 0; r < YTILE; ++r) {
-            // Every byte's nibbles as codebook byte offsets at once (two operations for four
-            // bytes), then one extraction per lookup.
-            uint32_t hi = (wv[r][d] >> 2) & 0x3c3c3c3cu, lo = (wv[r][d] << 2) & 0x3c3c3c3cu;
-            // Opaque to the compiler, which would otherwise fold the masks back into a shift and
-            // an and per lookup.
-            asm("" : "+v"(hi), "+v"(lo));
-            const char* cb = reinterpret_cast<const char*>(code);
-#pragma unroll
-            for (int b = 0; b < 4; ++b) {
-              // high nibble: the lower column
-              v[r][2 * b] = *reinterpret_cast<const float*>(cb + ((hi >> (8 * b)) & 0xffu));
-              v[r][2 * b + 1] = *reinterpret_cast<const float*>(cb + ((lo >> (8 * b)) & 0xffu));
-            }
-          }
-#pragma unroll
-          for (int n = 0; n < NP; ++n) {
-            float xv[8];
-            widen8<T>(xs[n * row_q + 4 * c + d], xv);
-#pragma unroll
-            for (int r = 0; r < YTILE; ++r)
-#pragma unroll
-              for (int e = 0; e < 8; ++e) s[n][r] = __builtin_fmaf(xv[e], v[r][e], s[n][r]);
-          }
-        }
-#pragma unroll
-        for (int n = 0; n < NP; ++n)
-#pragma unroll
-          for (int r = 0; r < YTILE; ++r) acc[n][r] = __builtin_fmaf(s[n][r], sc[r], acc[n][r]);
-      }
-    }
-
-    if (active) {
-      float v[P];
-#pragma unroll
-      for (int j = 0; j < P; ++j) v[j] = j < NP * YTILE ? acc[j / YTILE][j % YTILE] : 0.0f;
-      const float sum = hs::reduce_scatter<hs::kWave / 2, P>(v, lane);
-      constexpr int kLanes = hs::kWave / P;
-      const int j = lane / kLanes, n = j / YTILE, row = m0 + j % YTILE;
-      if (lane % kLanes == 0 && j < NP * YTILE && row < M) {
-        float out = sum;
-        if (bias != nullptr) out += hs::to_float<T>(bias[n * bias_stride + row]);
-        y[(int64_t)n * M + row] = hs::from_float<T>(out);
-      }
-    }
-  }
+  const float offset = (flags & kNested) ? *offset_p : 0.0f;
+  hs::lane_split::run<NP, YTILE>(Matmul4bit<T, NP, YTILE>{x, w, absmax, absmax2, code2_g, code_g, bias, y, M, K,
+                                                          x_stride, bias_stride, kc, log2_bs, flags, offset,
+                                                          K >> log2_bs, kc >> 3, code, code2},
+                                 M, K, kc);
 }
 
 // The dequantize kernel of the route for shapes the fused kernels do not take (K not a

@@ -1,7 +1,6 @@
-// The lane-split skeleton of the small-N kernel families (skinny_gemm and w4a16_linear; fp8_linear
-// and matmul_4bit still carry their own copy of this loop, see below): a persistent workgroup of
-// 256 threads whose waves stride over tiles of
-// YTILE consecutive output rows x all N tokens; each wave reduces over the whole K across its
+// The lane-split skeleton of the small-N kernel families (skinny_gemm, w4a16_linear, matmul_4bit;
+// fp8_linear still carries its own copy of this loop, see below): a persistent workgroup of 256
+// threads whose waves stride over tiles of YTILE consecutive output rows x all N tokens; each wave reduces over the whole K across its
 // lanes and one fixed xor butterfly (hs::reduce_scatter) leaves each output in its own lanes.
 // x passes through LDS: staged once per workgroup when kc >= K, else once per K pass, with the
 // barriers in loops whose trip counts are uniform over the workgroup (tile loop by workgroup,
@@ -22,12 +21,13 @@
 // the write are the skeleton's too, so every family's outputs are the same butterfly over the
 // same lane partials for any grid, YTILE, kc or CU count.
 //
-// Moving a family onto it must leave its code objects' registers as they were (compare the
-// manifests) and its outputs bit for bit. Both drafts of the other two miss that by a little
-// (branch lane-split-v4): matmul_4bit 10 kernels worse by 1-2 VGPRs (gfx942/gfx950 f16 n5_y2
-// across 128: one wave per SIMD less), fp8_linear (with its own Tile type) 22 worse by 1-4. Such
-// deltas are the backend's: with the IR otherwise equal, the LDS array's symbol name alone moves
-// w4a16_linear's 30 better kernels back to their old counts.
+// Moving a family onto it must leave its outputs bit for bit and its code objects' registers no
+// worse where it matters (compare the manifests). Register deltas of a few VGPRs either way are
+// the backend's: with the IR otherwise equal, the LDS array's symbol name alone moved
+// w4a16_linear's 30 better kernels back to their old counts; matmul_4bit came out 128 kernels
+// better (22 a wave per SIMD more on gfx11/12) and 6 gfx942/gfx950 y2 tiles 2-10 VGPRs worse at
+// the same occupancy. fp8_linear's draft (its own Tile type, MFMA accumulators on gfx9) missed by
+// 1-4 VGPRs on 22 kernels.
 #pragma once
 
 #include "hipskinny/common.h"
