@@ -10,7 +10,7 @@
 // records them per row in a poison word and the row's sums become NaN. FP8 activations
 // (W8A8) are widened the same way, exactly and NaN-preserving, once per workgroup while
 // they are staged in LDS. On gfx942/gfx950/gfx1201 W8A8 in the arch's own flavour also has
-// kernels on the FP8 instructions (fp8_linear_fp8_*, NativeTile below): x staged as bytes.
+// kernels on the FP8 instructions (fp8_linear_fp8_*, Native below): x staged as bytes.
 //
 // Arguments (strides in elements of their operand):
 //   x        [N, x_stride]  fp16/bf16 (W8A16) or FP8 bytes (flag kXFp8); 16-byte aligned
@@ -30,7 +30,8 @@
 // _block: 128x128 block scales), block (256, 1, 1), any grid, dynamic LDS N * kc * 2 bytes
 // (N * kc for fp8) plus, in block mode with x_scale, N * ceil(K / 128) * 4 bytes.
 //
-// Work split and reduction as kernels/skinny_gemm.hip: a wave owns YTILE consecutive rows x
+// Work split and reduction as kernels/skinny_gemm.hip (hs::lane_split::run; Fp8Linear is its
+// body): a wave owns YTILE consecutive rows x
 // all N tokens; lane l takes the 16-column chunks g with g % wave == l in increasing g; a
 // fixed xor butterfly reduces across lanes. Results are bitwise the same for any grid,
 // YTILE, kc or CU count. In block mode each chunk's sums are scaled by its 128-column
@@ -39,7 +40,7 @@
 #include "hipskinny/common.h"
 #include "hipskinny/loads.h"
 #include "hipskinny/fp8.h"
-#include "hipskinny/reduce.h"
+#include "hipskinny/lane_split.h"
 
 namespace {
 
@@ -47,8 +48,7 @@ using hs::nan_bits;
 using hs::widen_pair;
 using hs::widen_word;
 
-constexpr int kThreads = 256;
-constexpr int kWaves = kThreads / hs::kWave;
+constexpr int kThreads = hs::lane_split::kThreads;
 constexpr int kInFlight = 2;  // 16-byte weight loads (32 weights) per lane per unrolled step
 constexpr int kGroup = 128;   // columns per block-scale group
 constexpr int kChunk = 16;    // columns per lane chunk (16 FP8 bytes, 32 bytes of staged x)
@@ -144,37 +144,33 @@ __device__ void stage_bytes(hs::u32x4* xs, const void* __restrict__ x, int64_t x
 }
 
 
+// The exact-integer widening path: a lane's fp32 sums per (n, r), and per row a poison word
+// whose 0x80 bits mark a NaN weight.
 template <typename T, bool FNUZ, bool BLOCK, int N, int YTILE>
-struct Tile {
-  float acc[N][YTILE];
-  uint32_t poison[YTILE];
-
-  __device__ inline void init() {
-#pragma unroll
-    for (int n = 0; n < N; ++n)
-#pragma unroll
-      for (int r = 0; r < YTILE; ++r) acc[n][r] = 0.0f;
-#pragma unroll
-    for (int r = 0; r < YTILE; ++r) poison[r] = 0u;
-  }
+struct Widened {
+  // A float in a struct: the accumulators stay scalars (a plain float array becomes one vector,
+  // whose 4-wide operations cost gfx942's bf16 tiles up to 82 VGPRs).
+  struct Acc {
+    float v;
+  };
 
   // The (n, r) sum of this lane for the cross-lane reduction: NaN if the row has a NaN weight.
-  __device__ inline float value(int n, int r, int) const {
-    return (poison[r] & 0x80808080u) ? __builtin_nanf("") : acc[n][r];
+  static HS_BODY float value(const Acc (&acc)[N][YTILE], const uint32_t (&poison)[YTILE], int n, int r, int) {
+    return (poison[r] & 0x80808080u) ? __builtin_nanf("") : acc[n][r].v;
   }
 
   // Chunk c (16 columns) of the staged pass against its weight chunks wv[r]. Four columns at
   // a time: their widened weights for every row, then each token's x for them (8 bytes of
   // LDS), so only a few widened dwords and one token's x are live at once.
-  __device__ inline void chunk(const hs::u32x4 (&wv)[YTILE], const hs::u32x4* xq, int row_q, int c,
-                               const float* gscale, bool = true) {
+  static HS_BODY void chunk(Acc (&acc)[N][YTILE], uint32_t (&poison)[YTILE], const hs::u32x4 (&wv)[YTILE],
+                            const hs::u32x4* xq, int row_q, int c, const float* gscale, bool = true) {
     const u32x2* xs = reinterpret_cast<const u32x2*>(xq);
     const int row_d = 2 * row_q;
     float s[N][YTILE];
 #pragma unroll
     for (int n = 0; n < N; ++n)
 #pragma unroll
-      for (int r = 0; r < YTILE; ++r) s[n][r] = BLOCK ? 0.0f : acc[n][r];
+      for (int r = 0; r < YTILE; ++r) s[n][r] = BLOCK ? 0.0f : acc[n][r].v;
 #pragma unroll
     for (int d = 0; d < 4; ++d) {
       uint32_t lo[YTILE], hi[YTILE];
@@ -190,11 +186,16 @@ struct Tile {
 #pragma unroll
         for (int r = 0; r < YTILE; ++r) s[n][r] = dot_w<T>(hi[r], xv.y, dot_w<T>(lo[r], xv.x, s[n][r]));
       }
+#if !HS_GFX9
+      // One column quad's widened weights live at a time (gfx11/12: 4400 fewer VGPRs over each
+      // arch's kernels, 96 a wave per SIMD more).
+      __builtin_amdgcn_sched_barrier(0);
+#endif
     }
 #pragma unroll
     for (int n = 0; n < N; ++n)
 #pragma unroll
-      for (int r = 0; r < YTILE; ++r) acc[n][r] = BLOCK ? __builtin_fmaf(s[n][r], gscale[n], acc[n][r]) : s[n][r];
+      for (int r = 0; r < YTILE; ++r) acc[n][r].v = BLOCK ? __builtin_fmaf(s[n][r], gscale[n], acc[n][r].v) : s[n][r];
   }
 };
 
@@ -203,7 +204,7 @@ struct Tile {
 // v_mfma_f32_16x16x32_fp8_fp8 as a 64-lane dot product: A holds the lane's weight bytes and B
 // its x bytes, so the diagonal D[i][i] = sum over lanes i + 16 g of their own 8 products (the
 // other 240 results are discarded); lane i + 16 (i / 4) keeps D[i][i] in register i % 4.
-// NaN encodings propagate through the instructions.
+// NaN encodings propagate through the instructions (no poison words).
 #if defined(__gfx942__) || defined(__gfx950__) || defined(__gfx1201__)
 #define HS_FP8_NATIVE 1
 #if HS_GFX9
@@ -214,20 +215,13 @@ typedef float nacc;
 #endif
 
 template <bool BLOCK, int N, int YTILE>
-struct NativeTile {
-  nacc acc[N][YTILE];
-
-  __device__ inline void init() {
-#pragma unroll
-    for (int n = 0; n < N; ++n)
-#pragma unroll
-      for (int r = 0; r < YTILE; ++r) acc[n][r] = nacc{};
-  }
+struct Native {
+  using Acc = nacc;
 
   // live = false: a lane past the pass's chunks (its weights are 0; so is its x, which may
   // hold NaN encodings).
-  __device__ inline void chunk(const hs::u32x4 (&wv)[YTILE], const hs::u32x4* xs, int row_q, int c,
-                               const float* gscale, bool live = true) {
+  static HS_BODY void chunk(nacc (&acc)[N][YTILE], uint32_t (&)[YTILE], const hs::u32x4 (&wv)[YTILE],
+                            const hs::u32x4* xs, int row_q, int c, const float* gscale, bool live = true) {
 #pragma unroll
     for (int n = 0; n < N; ++n) {
       const hs::u32x4 xv = live ? xs[n * row_q + c] : hs::u32x4{0u, 0u, 0u, 0u};
@@ -251,7 +245,7 @@ struct NativeTile {
   }
 
   // This lane's share of the (n, r) sum for the cross-lane reduction.
-  __device__ inline float value(int n, int r, int lane) const {
+  static HS_BODY float value(const nacc (&acc)[N][YTILE], const uint32_t (&)[YTILE], int n, int r, int lane) {
 #if HS_GFX9
     const f32x4 a = acc[n][r];
     const int q = lane & 3;
@@ -265,139 +259,145 @@ struct NativeTile {
 };
 #else
 #define HS_FP8_NATIVE 0
-template <bool BLOCK, int N, int YTILE> struct NativeTile;
+template <bool BLOCK, int N, int YTILE> struct Native;
 #endif
 
 template <bool NAT, typename A, typename B> struct pick { using type = A; };
 template <typename A, typename B> struct pick<true, A, B> { using type = B; };
 
+// The lane-split body (hipskinny/lane_split.h): x staged (widened, or as bytes for the FP8
+// instructions), block mode's activation scales after it in LDS, a path's chunks.
+template <typename T, bool FNUZ, bool NAT, bool BLOCK, int N, int YTILE>
+struct Fp8Linear : hs::lane_split::Body {
+  using Path = typename pick<NAT, Widened<T, FNUZ, BLOCK, N, YTILE>, Native<BLOCK, N, YTILE>>::type;
+  using Acc = typename Path::Acc;
+  static constexpr bool kUniform = NAT && HS_GFX9;
+  static constexpr int U = kInFlight > YTILE ? kInFlight / YTILE : 1;
+  // rows of a chunk per round trip: 2, 1 for the 4-row tiles (their registers are scarcest)
+  static constexpr int kRows = YTILE >= 4 ? 1 : 2;
+
+  const void* x;
+  const uint8_t* w;
+  const float* w_scale;
+  const float* x_scale;
+  const uint16_t* bias;
+  uint16_t* y;
+  int M, K;
+  int64_t x_stride, w_stride, bias_stride;
+  int kc, ws_stride, xs_stride, flags;
+  int row_q;       // u32x4 per staged row
+  int groups;      // 128-column groups of K
+  float* xsc;      // block mode: the activation scales of every group, after the staged rows
+  bool x_groups;   // block mode with x_scale
+
+  HS_BODY void stage(hs::u32x4* xs, int k0, int len) const {
+    if constexpr (NAT) stage_bytes<N, kRows>(xs, x, x_stride, k0, len, row_q);
+    else ::stage<N, kRows>(xs, x, x_stride, k0, len, row_q, flags);
+  }
+  HS_BODY bool prologue(hs::u32x4* xs, bool staged_once) const {
+    if (x_groups) {
+      for (int i = threadIdx.x; i < N * groups; i += kThreads)
+        xsc[i] = x_scale[(i / groups) * (int64_t)xs_stride + i % groups];
+    }
+    if (staged_once) stage(xs, 0, K);
+    return staged_once || x_groups;
+  }
+
+  struct Rows {
+    uint32_t poison[YTILE];     // the widening path's NaN marks
+    const uint8_t* w[YTILE];
+    const float* wsb;           // block mode: the tile's 128-row block of w_scale
+  };
+  HS_BODY void rows(Rows& rows, int m0) const {
+#pragma unroll
+    for (int r = 0; r < YTILE; ++r) rows.w[r] = w + (int64_t)min(m0 + r, M - 1) * w_stride;
+    rows.wsb = w_scale + (int64_t)(min(m0, M - 1) / kGroup) * ws_stride;
+#pragma unroll
+    for (int r = 0; r < YTILE; ++r) rows.poison[r] = 0u;
+  }
+
+  HS_BODY void pass(Rows& rows, Acc (&acc)[N][YTILE], const hs::u32x4* xs, int k0, int len, int lane) const {
+    const int full = len / kChunk;
+    float gs[N];
+    auto scales = [&](int c) {  // block mode: chunk c's group scales per token
+      if constexpr (BLOCK) {
+        const int g = (k0 + kChunk * c) / kGroup;
+        const float sw = rows.wsb[g];
+#pragma unroll
+        for (int n = 0; n < N; ++n) gs[n] = x_groups ? sw * xsc[n * groups + g] : sw;
+      }
+    };
+    // MFMA needs every lane of the wave: with kUniform the trip counts are the wave's (the
+    // unrolled loop while every lane has U chunks, then single chunks, dead lanes adding 0),
+    // and the four lanes i + 16 g summed into one diagonal result take four consecutive
+    // chunks (of one 128-column group, which block mode scales as one).
+    const int pos = kUniform ? 4 * (lane & 15) + (lane >> 4) : lane;
+    const int lim = kUniform ? full - (hs::kWave - 1 - pos) : full;
+    int c = pos;
+    for (; c + (U - 1) * hs::kWave < lim; c += U * hs::kWave) {
+      hs::u32x4 wv[U][YTILE];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int r = 0; r < YTILE; ++r) wv[u][r] = hs::load16_stream(rows.w[r] + k0 + kChunk * (c + u * hs::kWave));
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        scales(c + u * hs::kWave);
+        Path::chunk(acc, rows.poison, wv[u], xs, row_q, c + u * hs::kWave, gs);
+        // One chunk's LDS reads and widened weights live at a time: left to itself the
+        // scheduler hoists the next chunk's too (177 VGPRs instead of 150 on gfx1100).
+        __builtin_amdgcn_sched_barrier(0);
+      }
+    }
+    for (; c < (kUniform ? full + pos : full); c += hs::kWave) {
+      const bool live = !kUniform || c < full;
+      const int cl = live ? c : 0;
+      hs::u32x4 wv[YTILE];
+#pragma unroll
+      for (int r = 0; r < YTILE; ++r)
+        wv[r] = live ? hs::load16_stream(rows.w[r] + k0 + kChunk * cl) : hs::u32x4{0u, 0u, 0u, 0u};
+      scales(kUniform ? min(c, full - 1) : c);   // a dead lane may hold its set's result: its set's group
+      Path::chunk(acc, rows.poison, wv, xs, row_q, cl, gs, live);
+    }
+  }
+
+  HS_BODY float partial(const Rows& rows, const Acc (&acc)[N][YTILE], int n, int r, int lane) const {
+    return Path::value(acc, rows.poison, n, r, lane);
+  }
+
+  HS_BODY void store(float sum, int n, int row) const {
+    // The widening's powers of two, then the scales, then the bias, all in fp32.
+    const float unbias = NAT ? 1.0f
+                             : (FNUZ ? 128.0f : 256.0f) * ((flags & kXFp8) ? ((flags & kXFnuz) ? 128.0f : 256.0f) : 1.0f);
+    float out = sum * unbias;
+    if constexpr (!BLOCK) {
+      out *= w_scale[(int64_t)row * ws_stride];
+      if (x_scale != nullptr) out *= x_scale[(int64_t)n * xs_stride];
+    }
+    const bool out_bf16 = (flags & kOutBf16) != 0;
+    if (bias != nullptr) {
+      const uint16_t b = bias[n * bias_stride + row];
+      out += out_bf16 ? hs::to_float<hs::bf16>(b) : hs::to_float<hs::f16>(b);
+    }
+    y[(int64_t)n * M + row] = out_bf16 ? hs::from_float<hs::bf16>(out) : hs::from_float<hs::f16>(out);
+  }
+};
+
+// The kernel's arguments as __restrict__ parameters (noalias scopes once inlined).
 template <typename T, bool FNUZ, bool NAT, bool BLOCK, int N, int YTILE>
 __device__ void fp8_linear(const void* __restrict__ x, const uint8_t* __restrict__ w,
                            const float* __restrict__ w_scale, const float* __restrict__ x_scale,
                            const uint16_t* __restrict__ bias, uint16_t* __restrict__ y, int M, int K,
                            int64_t x_stride, int64_t w_stride, int64_t bias_stride, int kc, int ws_stride,
                            int xs_stride, int flags) {
-  static_assert(N * YTILE <= hs::kWave, "one output per lane at the write");
-  constexpr bool kUniform = NAT && HS_GFX9;
-  constexpr int U = kInFlight > YTILE ? kInFlight / YTILE : 1;
   extern __shared__ hs::u32x4 xs[];
-
-  const int lane = threadIdx.x % hs::kWave;
-  const int wave = threadIdx.x / hs::kWave;
-  const int row_q = NAT ? kc >> 4 : kc >> 3;  // u32x4 per staged row
-  const int tiles = (M + YTILE - 1) / YTILE;
-  const bool staged_once = kc >= K;
-  const int groups = (K + kGroup - 1) / kGroup;
-  // Block mode: the activation scales of every group, after the staged rows.
-  float* xsc = reinterpret_cast<float*>(xs + N * row_q);
-  const bool x_groups = BLOCK && x_scale != nullptr;
-
-  if (x_groups) {
-    for (int i = threadIdx.x; i < N * groups; i += kThreads)
-      xsc[i] = x_scale[(i / groups) * (int64_t)xs_stride + i % groups];
-  }
-  // rows of a chunk per round trip: 2, 1 for the 4-row tiles (their registers are scarcest)
-  constexpr int kRows = YTILE >= 4 ? 1 : 2;
-  auto stage_x = [&](int k0, int len) {
-    if constexpr (NAT) stage_bytes<N, kRows>(xs, x, x_stride, k0, len, row_q);
-    else stage<N, kRows>(xs, x, x_stride, k0, len, row_q, flags);
-  };
-  if (staged_once) stage_x(0, K);
-  if (staged_once || x_groups) __syncthreads();
-
-  for (int first = blockIdx.x * kWaves; first < tiles; first += gridDim.x * kWaves) {
-    const int tile = first + wave;
-    const bool active = tile < tiles;
-    const int m0 = tile * YTILE;
-    const uint8_t* wrow[YTILE];
-#pragma unroll
-    for (int r = 0; r < YTILE; ++r) wrow[r] = w + (int64_t)min(m0 + r, M - 1) * w_stride;
-    const float* wsb = w_scale + (int64_t)(min(m0, M - 1) / kGroup) * ws_stride;  // block mode
-
-    typename pick<NAT, Tile<T, FNUZ, BLOCK, N, YTILE>, NativeTile<BLOCK, N, YTILE>>::type t;
-    t.init();
-
-    for (int k0 = 0; k0 < K; k0 += kc) {
-      const int len = min(kc, K - k0);
-      if (!staged_once) {
-        __syncthreads();  // every wave is done reading the previous pass
-        stage_x(k0, len);
-        __syncthreads();
-      }
-      if (!active) continue;
-      const int full = len / kChunk;
-      float gs[N];
-      auto scales = [&](int c) {  // block mode: chunk c's group scales per token
-        if constexpr (BLOCK) {
-          const int g = (k0 + kChunk * c) / kGroup;
-          const float sw = wsb[g];
-#pragma unroll
-          for (int n = 0; n < N; ++n) gs[n] = x_groups ? sw * xsc[n * groups + g] : sw;
-        }
-      };
-      // MFMA needs every lane of the wave: with kUniform the trip counts are the wave's (the
-      // unrolled loop while every lane has U chunks, then single chunks, dead lanes adding 0),
-      // and the four lanes i + 16 g summed into one diagonal result take four consecutive
-      // chunks (of one 128-column group, which block mode scales as one).
-      const int pos = kUniform ? 4 * (lane & 15) + (lane >> 4) : lane;
-      const int lim = kUniform ? full - (hs::kWave - 1 - pos) : full;
-      int c = pos;
-      for (; c + (U - 1) * hs::kWave < lim; c += U * hs::kWave) {
-        hs::u32x4 wv[U][YTILE];
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-          for (int r = 0; r < YTILE; ++r) wv[u][r] = hs::load16_stream(wrow[r] + k0 + kChunk * (c + u * hs::kWave));
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          scales(c + u * hs::kWave);
-          t.chunk(wv[u], xs, row_q, c + u * hs::kWave, gs);
-          // One chunk's LDS reads and widened weights live at a time: left to itself the
-          // scheduler hoists the next chunk's too (177 VGPRs instead of 150 on gfx1100).
-          __builtin_amdgcn_sched_barrier(0);
-        }
-      }
-      for (; c < (kUniform ? full + pos : full); c += hs::kWave) {
-        const bool live = !kUniform || c < full;
-        const int cl = live ? c : 0;
-        hs::u32x4 wv[YTILE];
-#pragma unroll
-        for (int r = 0; r < YTILE; ++r)
-          wv[r] = live ? hs::load16_stream(wrow[r] + k0 + kChunk * cl) : hs::u32x4{0u, 0u, 0u, 0u};
-        scales(kUniform ? min(c, full - 1) : c);   // a dead lane may hold its set's result: its set's group
-        t.chunk(wv, xs, row_q, cl, gs, live);
-      }
-    }
-
-    if (active) {
-      constexpr int P = hs::pow2_at_least(N * YTILE);
-      float v[P];
-#pragma unroll
-      for (int j = 0; j < P; ++j) {
-        const int n = j / YTILE, r = j % YTILE;
-        v[j] = j >= N * YTILE ? 0.0f : t.value(n, r, lane);
-      }
-      const float sum = hs::reduce_scatter<hs::kWave / 2, P>(v, lane);
-      constexpr int kLanes = hs::kWave / P;
-      const int j = lane / kLanes, n = j / YTILE, row = m0 + j % YTILE;
-      if (lane % kLanes == 0 && j < N * YTILE && row < M) {
-        // The widening's powers of two, then the scales, then the bias, all in fp32.
-        const float unbias = NAT ? 1.0f
-                                 : (FNUZ ? 128.0f : 256.0f) * ((flags & kXFp8) ? ((flags & kXFnuz) ? 128.0f : 256.0f) : 1.0f);
-        float out = sum * unbias;
-        if constexpr (!BLOCK) {
-          out *= w_scale[(int64_t)row * ws_stride];
-          if (x_scale != nullptr) out *= x_scale[(int64_t)n * xs_stride];
-        }
-        const bool out_bf16 = (flags & kOutBf16) != 0;
-        if (bias != nullptr) {
-          const uint16_t b = bias[n * bias_stride + row];
-          out += out_bf16 ? hs::to_float<hs::bf16>(b) : hs::to_float<hs::f16>(b);
-        }
-        y[(int64_t)n * M + row] = out_bf16 ? hs::from_float<hs::bf16>(out) : hs::from_float<hs::f16>(out);
-      }
-    }
-  }
+  const int row_q = NAT ? kc >> 4 : kc >> 3;
+  hs::lane_split::run<N, YTILE>(
+      Fp8Linear<T, FNUZ, NAT, BLOCK, N, YTILE>{{}, x, w, w_scale, x_scale, bias, y, M, K, x_stride, w_stride,
+                                               bias_stride, kc, ws_stride, xs_stride, flags, row_q,
+                                               (K + kGroup - 1) / kGroup, reinterpret_cast<float*>(xs + N * row_q),
+                                               BLOCK && x_scale != nullptr},
+      M, K, kc);
 }
 
 }  // namespace

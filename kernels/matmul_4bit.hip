@@ -95,7 +95,7 @@ struct ScaleCache {
 // The lane-split body (hipskinny/lane_split.h): x staged as it is, the codebook (and the nested
 // map) in LDS, each 32-column chunk scaled by its block's absmax.
 template <typename T, int NP, int YTILE>
-struct Matmul4bit {
+struct Matmul4bit : hs::lane_split::Body {
   const uint16_t* x;
   const uint8_t* w;
   const void* absmax;
@@ -221,7 +221,7 @@ __device__ void matmul_4bit(const uint16_t* __restrict__ x, const uint8_t* __res
   __shared__ float code[16];
   __shared__ float code2[256];
   const float offset = (flags & kNested) ? *offset_p : 0.0f;
-  hs::lane_split::run<NP, YTILE>(Matmul4bit<T, NP, YTILE>{x, w, absmax, absmax2, code2_g, code_g, bias, y, M, K,
+  hs::lane_split::run<NP, YTILE>(Matmul4bit<T, NP, YTILE>{{}, x, w, absmax, absmax2, code2_g, code_g, bias, y, M, K,
                                                           x_stride, bias_stride, kc, log2_bs, flags, offset,
                                                           K >> log2_bs, kc >> 3, code, code2},
                                  M, K, kc);

@@ -128,7 +128,7 @@ __device__ inline void accumulate(float (&acc)[N][YTILE], const hs::u32x4* xs,
 
 // The lane-split body (hipskinny/lane_split.h): x staged as it is, 16-bit weights.
 template <typename T, int N, int YTILE>
-struct SkinnyGemm {
+struct SkinnyGemm : hs::lane_split::Body {
   const uint16_t* x;
   const uint16_t* w;
   const uint16_t* bias;
@@ -164,7 +164,7 @@ template <typename T, int N, int YTILE>
 __device__ void skinny_gemm(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
                             const uint16_t* __restrict__ bias, uint16_t* __restrict__ y, int M, int K,
                             int64_t x_stride, int64_t w_stride, int64_t bias_stride, int kc) {
-  hs::lane_split::run<N, YTILE>(SkinnyGemm<T, N, YTILE>{x, w, bias, y, M, K, x_stride, w_stride, bias_stride, kc},
+  hs::lane_split::run<N, YTILE>(SkinnyGemm<T, N, YTILE>{{}, x, w, bias, y, M, K, x_stride, w_stride, bias_stride, kc},
                                 M, K, kc);
 }
 

@@ -89,7 +89,7 @@ constexpr int kChunk = hs::int4::kChunk;
 // The lane-split body (hipskinny/lane_split.h): x (and, bf16, its chunk sums) in LDS, int4 words
 // decoded per 32-column chunk.
 template <typename T, int NP, int YTILE>
-struct W4a16 {
+struct W4a16 : hs::lane_split::Body {
   const uint16_t* x;
   const uint32_t* w;
   const uint16_t* scales;
@@ -182,7 +182,7 @@ __device__ void w4a16_linear(const uint16_t* __restrict__ x, const uint32_t* __r
   float* xsum = reinterpret_cast<float*>(xs + NP * (kc >> 3));
   const bool grouped = log2_g >= 7 && (kc & 127) == 0;
   const bool leader = !grouped || (threadIdx.x & 3) == 0;
-  hs::lane_split::run<NP, YTILE>(W4a16<T, NP, YTILE>{x, w, scales, zeros, perm, bias, y, M, K, x_stride, bias_stride,
+  hs::lane_split::run<NP, YTILE>(W4a16<T, NP, YTILE>{{}, x, w, scales, zeros, perm, bias, y, M, K, x_stride, bias_stride,
                                                      kc, log2_g, xsum, K >> log2_g, grouped, leader,
                                                      hs::int4::magic_const<T>()},
                                  M, K, kc);

@@ -1,7 +1,7 @@
-// The lane-split skeleton of the small-N kernel families (skinny_gemm, w4a16_linear, matmul_4bit;
-// fp8_linear still carries its own copy of this loop, see below): a persistent workgroup of 256
-// threads whose waves stride over tiles of YTILE consecutive output rows x all N tokens; each wave reduces over the whole K across its
-// lanes and one fixed xor butterfly (hs::reduce_scatter) leaves each output in its own lanes.
+// The lane-split skeleton of the small-N kernel families (skinny_gemm, w4a16_linear, matmul_4bit,
+// fp8_linear): a persistent workgroup of 256 threads whose waves stride over tiles of YTILE
+// consecutive output rows x all N tokens; each wave reduces over the whole K across its lanes
+// and one fixed xor butterfly (hs::reduce_scatter) leaves each output in its own lanes.
 // x passes through LDS: staged once per workgroup when kc >= K, else once per K pass, with the
 // barriers in loops whose trip counts are uniform over the workgroup (tile loop by workgroup,
 // pass loop by K), so every wave reaches every barrier; waves without a tile only stage.
@@ -15,19 +15,21 @@
 //                                       to M - 1 when read): addresses, cached scales
 //   void pass(rows, acc, xs, k0, len, lane)  this lane's share of a pass into acc[N][YTILE]
 //   void store(sum, n, row)             output (n, row) from its wave-wide sum (row < M; once each)
-// The accumulators are the skeleton's own float[N][YTILE] array: as one plain array they stay
-// one promotable vector, as in a hand-written kernel (in a struct with the row state, or behind
-// a typedef the body declares, they cost 2-56 more VGPRs on gfx942/gfx950). The reduction and
+// and may hide the defaults of hs::lane_split::Body, which every body derives from:
+//   using Acc = float                   a lane's accumulator per (n, r) (fp8_linear: see below)
+//   float partial(rows, acc, n, r, lane)  this lane's share of output (n, r) for the butterfly
+// The accumulators are the skeleton's own Acc[N][YTILE] array: as one plain float array they stay
+// one promotable vector, as in a hand-written kernel (in a struct with the row state they cost
+// skinny_gemm and w4a16_linear 2-56 more VGPRs on gfx942/gfx950). The reduction and
 // the write are the skeleton's too, so every family's outputs are the same butterfly over the
 // same lane partials for any grid, YTILE, kc or CU count.
 //
-// Moving a family onto it must leave its outputs bit for bit and its code objects' registers no
-// worse where it matters (compare the manifests). Register deltas of a few VGPRs either way are
-// the backend's: with the IR otherwise equal, the LDS array's symbol name alone moved
-// w4a16_linear's 30 better kernels back to their old counts; matmul_4bit came out 128 kernels
-// better (22 a wave per SIMD more on gfx11/12) and 6 gfx942/gfx950 y2 tiles 2-10 VGPRs worse at
-// the same occupancy. fp8_linear's draft (its own Tile type, MFMA accumulators on gfx9) missed by
-// 1-4 VGPRs on 22 kernels.
+// Moving a family onto it must leave its outputs bit for bit and cost no workgroup per CU the
+// planner uses (compare the manifests). Register deltas of a few VGPRs either way are the
+// backend's: with the IR otherwise equal, the LDS array's symbol name alone moved
+// w4a16_linear's 30 better kernels back to their old counts. A plain float array can also be
+// promoted to one vector whose 4-wide operations cost registers (fp8_linear's widening path on
+// gfx942 bf16: 114 -> 196 VGPRs): that body's Acc is a float in a struct, which stays scalar.
 #pragma once
 
 #include "hipskinny/common.h"
@@ -45,6 +47,15 @@ namespace lane_split {
 constexpr int kThreads = 256;
 constexpr int kWaves = kThreads / kWave;
 
+// The defaults of a body's optional members.
+struct Body {
+  using Acc = float;
+  template <typename Rows, int N, int YTILE>
+  HS_BODY float partial(const Rows&, const float (&acc)[N][YTILE], int n, int r, int) const {
+    return acc[n][r];
+  }
+};
+
 template <int N, int YTILE, typename Body>
 HS_BODY void run(Body body, int M, int K, int kc) {
   extern __shared__ u32x4 xs[];
@@ -61,11 +72,11 @@ HS_BODY void run(Body body, int M, int K, int kc) {
     const int m0 = tile * YTILE;
     typename Body::Rows rows;
     body.rows(rows, m0);
-    float acc[N][YTILE];
+    typename Body::Acc acc[N][YTILE];
 #pragma unroll
     for (int n = 0; n < N; ++n)
 #pragma unroll
-      for (int r = 0; r < YTILE; ++r) acc[n][r] = 0.0f;
+      for (int r = 0; r < YTILE; ++r) acc[n][r] = typename Body::Acc{};
 
     for (int k0 = 0; k0 < K; k0 += kc) {
       const int len = min(kc, K - k0);
@@ -82,7 +93,7 @@ HS_BODY void run(Body body, int M, int K, int kc) {
       constexpr int P = pow2_at_least(N * YTILE);
       float v[P];
 #pragma unroll
-      for (int j = 0; j < P; ++j) v[j] = j < N * YTILE ? acc[j / YTILE][j % YTILE] : 0.0f;
+      for (int j = 0; j < P; ++j) v[j] = j < N * YTILE ? body.partial(rows, acc, j / YTILE, j % YTILE, lane) : 0.0f;
       const float sum = reduce_scatter<kWave / 2, P>(v, lane);
       constexpr int kLanes = kWave / P;
       const int j = lane / kLanes, n = j / YTILE, row = m0 + j % YTILE;
