@@ -257,8 +257,9 @@ def _install(repo: Path, tree: Tree, old: dict[str, Any] | None, results: dict[s
         (out_dir / "__init__.py").touch()   # editable installs need hipskinny.hsaco to be a package
     for b in results.values():
         (out_dir / b.arch).mkdir(exist_ok=True)
-        os.replace(b.hsaco, out_dir / b.entry["path"])
-        os.replace(b.listing, out_dir / b.entry["listing"])
+        for src, rel in ((b.hsaco, b.entry["path"]), (b.listing, b.entry["listing"])):
+            os.replace(src, out_dir / rel)
+            os.chmod(out_dir / rel, 0o644)   # data, whether linked now (0755) or taken from the cache
     for rel in obsolete:
         if rel and (out_dir / rel).is_file():
             (out_dir / rel).unlink()

@@ -22,7 +22,7 @@ from frontend.arch import ARCHS
 from frontend.codeobject import CodeObject, CodeObjectError, target_processor
 
 from . import cache
-from .manifest import ManifestError, kernel_entry, launch_flags
+from .manifest import ManifestError, kernel_entry, launch_facts, launch_flags
 from .toolchain import Toolchain, ToolchainError
 
 MARKER = "hipskinny-build:"
@@ -269,7 +269,8 @@ def compile_family(tc: Toolchain, repo: Path, arch: str, family: str, out_dir: P
     source = source or f"kernels/{family}.hip"
     allow = _markers_of(repo, source, where, markers_allowed)
     try:
-        bits = launch_flags((repo / source).read_text(errors="replace"), f"{where}: {source}")
+        text = (repo / source).read_text(errors="replace")
+        bits = launch_flags(text, f"{where}: {source}"), launch_facts(text, f"{where}: {source}")
     except ManifestError as exc:
         raise BuildError(str(exc)) from None
     arch_dir = out_dir / arch
@@ -284,7 +285,7 @@ def compile_family(tc: Toolchain, repo: Path, arch: str, family: str, out_dir: P
     entry_key = cache.key(tc, repo, source, flags, include_dirs, bitcode)
     sources = _from_cache(entry_key, repo, hsaco)
     if sources is not None:
-        return _finish(tc, arch, family, hsaco, flags, sources, allow, "", start, cached=True, launch_flags=bits)
+        return _finish(tc, arch, family, hsaco, flags, sources, allow, "", start, cached=True, launch=bits)
     depfile = arch_dir / f".{family}.d"
     # cwd = repo and relative paths: nothing in the output depends on where the repo is.
     done = subprocess.run(tc.command(arch, family, source, hsaco, depfile), cwd=repo,
@@ -299,7 +300,7 @@ def compile_family(tc: Toolchain, repo: Path, arch: str, family: str, out_dir: P
     sources = source_hashes(repo, deps)
     if source not in sources:
         raise BuildError(f"{where}: dependency output does not list {source}: {deps}")
-    built = _finish(tc, arch, family, hsaco, flags, sources, allow, done.stderr.strip(), start, launch_flags=bits)
+    built = _finish(tc, arch, family, hsaco, flags, sources, allow, done.stderr.strip(), start, launch=bits)
     if not built.warnings:        # a build that warned is redone, so the warning is seen again
         cache.store(entry_key, hsaco.read_bytes(), built.listing.read_bytes(), sources)
     return built
@@ -347,7 +348,7 @@ def assemble(tc: Toolchain, repo: Path, arch: str, name: str, source: str, out_d
 
 def _finish(tc: Toolchain, arch: str, name: str, hsaco: Path, flags: list[str], sources: dict[str, str],
             allow: frozenset[str], warnings: str, start: float, cached: bool = False,
-            launch_flags: dict[str, int] | None = None) -> Built:
+            launch: tuple[dict[str, int], dict[str, int]] = ({}, {})) -> Built:
     """Check a built code object, write its listing (a cached one is already there), make its manifest entry."""
     where = f"{arch}/{name}"
     data = hsaco.read_bytes()
@@ -368,7 +369,8 @@ def _finish(tc: Toolchain, arch: str, name: str, hsaco: Path, flags: list[str], 
         "listing_sha256": sha256_bytes(listing.read_bytes()),
         "flags": flags,
         "sources": sources,
-        "launch_flags": launch_flags or {},
+        "launch_flags": launch[0],
+        "launch_facts": launch[1],
         "kernels": sorted((kernel_entry(k, arch, name) for k in co.kernels), key=lambda k: k["name"]),
     }
     return Built(arch, name, hsaco, listing, entry, warnings, time.monotonic() - start, cached)

@@ -10,6 +10,7 @@ Schema 1::
          "arch", "family", "path", "sha256", "listing", "listing_sha256",
          "flags": [...], "sources": {<repo-relative path>: <sha256>},
          "launch_flags": {<name>: <bit>, ...},     # the source's `enum Flags : int` (kFooBar -> foo_bar)
+         "launch_facts": {<name>: <int>, ...},     # the source's `enum Facts : int`: numbers the planner needs
          "kernels": [{"name", "config", "vgpr_count", "agpr_count", "sgpr_count",
                       "vgpr_spill_count", "sgpr_spill_count", "group_segment_fixed_size",
                       "private_segment_fixed_size", "wavefront_size", "max_flat_workgroup_size",
@@ -31,8 +32,8 @@ from frontend.codeobject import Kernel
 
 SCHEMA = 1
 _KEY_INT = re.compile(r"([A-Za-z]+)(\d+)")
-_FLAGS = re.compile(r"\benum\s+Flags\s*:\s*int\s*\{([^}]*)\}")
-_FLAG = re.compile(r"\s*k([A-Z][A-Za-z0-9]*)\s*=\s*(0x[0-9a-fA-F]+|\d+)\s*")
+_ENUM = r"\benum\s+{}\s*:\s*int\s*\{{([^}}]*)\}}"
+_ITEM = re.compile(r"\s*k([A-Z][A-Za-z0-9]*)\s*=\s*(0x[0-9a-fA-F]+|\d+)\s*")
 _DTYPE = re.compile(r"[A-Za-z0-9]+")
 
 
@@ -60,23 +61,38 @@ def kernel_config(name: str, family: str) -> dict[str, Any]:
     return config
 
 
+def _enum_items(text: str, enum: str, where: str) -> dict[str, int]:
+    """{snake_name: value} of a source's ``enum <enum> : int { kName = <int>, .. }`` (at most one)."""
+    found = re.findall(_ENUM.format(enum), text)
+    if len(found) > 1:
+        raise ManifestError(f"{where}: more than one `enum {enum} : int`")
+    items: dict[str, int] = {}
+    for item in found[0].split(",") if found else ():
+        m = _ITEM.fullmatch(item)
+        if m is None:
+            raise ManifestError(f"{where}: enum {enum} item {item.strip()!r} is not `kName = <int>`")
+        name = re.sub(r"(?<!^)(?=[A-Z])", "_", m.group(1)).lower()
+        if name in items:
+            raise ManifestError(f"{where}: enum {enum} names {name!r} twice")
+        items[name] = int(m.group(2), 0)
+    return items
+
+
 def launch_flags(text: str, where: str) -> dict[str, int]:
     """The bits of a kernel source's ``flags`` argument, from its ``enum Flags : int { kName = bit, .. }``
     (at most one; names in snake case: kXFp8 -> x_fp8), so that the planner reads them from the manifest
     instead of restating them. {} when the source declares none."""
-    found = _FLAGS.findall(text)
-    if len(found) > 1:
-        raise ManifestError(f"{where}: more than one `enum Flags : int`")
-    flags: dict[str, int] = {}
-    for item in found[0].split(",") if found else ():
-        m = _FLAG.fullmatch(item)
-        if m is None:
-            raise ManifestError(f"{where}: enum Flags item {item.strip()!r} is not `kName = <bit>`")
-        name, bit = re.sub(r"(?<!^)(?=[A-Z])", "_", m.group(1)).lower(), int(m.group(2), 0)
-        if bit <= 0 or bit & (bit - 1) or bit in flags.values() or name in flags:
-            raise ManifestError(f"{where}: enum Flags needs distinct single bits and names; got {item.strip()!r}")
-        flags[name] = bit
+    flags = _enum_items(text, "Flags", where)
+    bits = list(flags.values())
+    if any(b <= 0 or b & (b - 1) for b in bits) or len(set(bits)) != len(bits):
+        raise ManifestError(f"{where}: enum Flags needs distinct single bits; got {flags}")
     return flags
+
+
+def launch_facts(text: str, where: str) -> dict[str, int]:
+    """The numbers a kernel source's planner needs (tile sizes, limits), from its ``enum Facts : int
+    { kName = <int>, .. }`` (snake-case names), so that Python does not restate them. {} when none."""
+    return _enum_items(text, "Facts", where)
 
 
 def kernel_args(kernel: Kernel) -> list[list[Any]]:

@@ -55,6 +55,12 @@ def launch_flags(arch: str, family: str) -> dict[str, int]:
     return entry(arch, family).get("launch_flags", {})
 
 
+def launch_facts(arch: str, family: str) -> dict[str, int]:
+    """The numbers a family's planner needs (tile sizes, limits), by name, as its source declares them
+    (``enum Facts``; the build copies it into the manifest)."""
+    return entry(arch, family).get("launch_facts", {})
+
+
 def read_verified(arch: str, family: str) -> tuple[bytes, dict[str, Any]]:
     """The bytes of a shipped code object, checked against the manifest's sha256."""
     e = entry(arch, family)

@@ -67,10 +67,9 @@ namespace sk = hs::splitk;
 constexpr int kThreads = 256;
 enum Flags : int { kFnuz0 = 1, kFnuz1 = 2, kLse = 4, kSink = 8 };  // `flags` bits, copied into the manifest (launch_flags) for the planner
 constexpr int kWaves = kThreads / hs::kWave;
-constexpr int kHeads = 16;                        // heads per workgroup: the tile's A rows
-constexpr int kRows = 32;                         // KV rows per tile
-constexpr int kMaxSplits = 16;                    // splits per (token, head group): ops/sparse_mla.py's MAX_SPLITS
-constexpr int kDv = 512;                          // output lanes
+// Copied into the manifest (launch_facts) for the planner: heads per workgroup (the tile's A
+// rows), KV rows per tile, splits per (token, head group) at most, output lanes.
+enum Facts : int { kHeads = 16, kRows = 32, kMaxSplits = 16, kDv = 512 };
 constexpr int kSlices = kWaves;                   // QK step slices: wave w takes steps w, w + kWaves, ..
 constexpr int kDvPerWave = kDv / kWaves;          // PV output lanes per wave
 constexpr int kVTiles = kDvPerWave / 16;          // PV 16-lane column tiles per wave

@@ -37,6 +37,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import operands, registry
+from ..arch import SHIPPED_ARCHS
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..formats.mla import LAYOUTS, block_size_of, cache_blocks, gather_keys, indptr_check, layout_of
@@ -49,10 +50,10 @@ FAMILY = "sparse_mla"
 INPUTS = ("q", "swa_cache", "swa_indices", "swa_indptr", "extra_cache", "extra_indices", "extra_indptr", "sink")
 NAMES = (*INPUTS, "out")
 NAMES_LSE = (*INPUTS, "out", "lse")
-HEADS = 16                 # heads per workgroup (the matrix tile's rows)
-ROWS = 32                  # KV rows per tile
-D_V = 512
-MAX_SPLITS = 16
+# kernels/sparse_mla.hip's `enum Facts` (the same for every arch): heads per workgroup (the matrix
+# tile's rows), KV rows per tile, output lanes, splits per (token, head group) at most
+_FACTS = registry.launch_facts(SHIPPED_ARCHS[0], FAMILY)
+HEADS, ROWS, D_V, MAX_SPLITS = (_FACTS[k] for k in ("heads", "rows", "dv", "max_splits"))
 WORKGROUPS = 512           # split target: two per CU of the largest shipped GPU (256 CUs)
 # kernels/sparse_mla.hip: one split's fp32 state, acc (16 x 512) then m[16], l[16]
 SLOT_FLOATS = HEADS * D_V + 2 * HEADS

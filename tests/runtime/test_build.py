@@ -28,7 +28,7 @@ from build_scripts.compiler import (  # noqa: E402
     preprocess_asm,
     read_markers,
 )
-from build_scripts.manifest import ManifestError, kernel_config, launch_flags  # noqa: E402
+from build_scripts.manifest import ManifestError, kernel_config, launch_facts, launch_flags  # noqa: E402
 from build_scripts.toolchain import (  # noqa: E402
     HIP_ROOT,
     TRITON_WHEEL,
@@ -522,6 +522,29 @@ def test_launch_flags_parse():
                      ("enum Flags : int { kA = 1 }; enum Flags : int { kB = 2 };", "more than one")):
         with pytest.raises(ManifestError, match=why):
             launch_flags(bad, "x")
+
+
+def test_launch_facts_parse():
+    src = "enum Facts : int { kHeads = 16, kMaxSplits = 0x10 };\nenum Flags : int { kLse = 4 };\n"
+    assert launch_facts(src, "x") == {"heads": 16, "max_splits": 16}
+    assert launch_facts("constexpr int kHeads = 16;", "x") == {}
+    for bad, why in (("enum Facts : int { kA = 1, kA = 2 };", "twice"), ("enum Facts : int { kA = -1 };", "kName"),
+                     ("enum Facts : int { kA = 1 }; enum Facts : int { kB = 2 };", "more than one")):
+        with pytest.raises(ManifestError, match=why):
+            launch_facts(bad, "x")
+
+
+def test_sparse_mla_planner_reads_the_kernel_facts():
+    """The planner's tile sizes and split limit are the kernel source's `enum Facts`, the same for every arch."""
+    from hipskinny.arch import SHIPPED_ARCHS
+    from hipskinny.ops import sparse_mla
+
+    objects = json.loads((REPO / "hsaco" / "manifest.json").read_text())["code_objects"]
+    facts = [e["launch_facts"] for e in objects.values() if e["family"] == "sparse_mla"]
+    assert len(facts) == len(SHIPPED_ARCHS) and all(f == facts[0] for f in facts)
+    assert facts[0] == {"heads": sparse_mla.HEADS, "rows": sparse_mla.ROWS, "dv": sparse_mla.D_V,
+                        "max_splits": sparse_mla.MAX_SPLITS} == {"heads": 16, "rows": 32, "dv": 512, "max_splits": 16}
+    assert all(e["launch_facts"] == {} for e in objects.values() if e["family"] != "sparse_mla")
 
 
 def test_launch_flags_cover_every_flags_argument():
