@@ -24,6 +24,31 @@ template <> constexpr bool kBf16<hs::bf16> = true;
 // bf16 also stores each 32-column chunk's fp32 sum (xsum, kc / 32 per row): a chunk is the 4
 // slots of one lane quad, summed by a fixed tree: 8 values in order per lane, then quad xor 1,
 // xor 2. len and kc are multiples of 32.
+// Slot k..k+7 of row xr gathered through perm (p0, p1: perm[k .. k + 7]), entries clamped to kmax.
+__device__ inline hs::u32x4 gather8(const uint16_t* xr, hs::u32x4 p0, hs::u32x4 p1, uint32_t kmax) {
+  const auto at = [kmax](uint32_t i) { return (int)min(i, kmax); };
+  const uint32_t e[8] = {xr[at(p0[0])], xr[at(p0[1])], xr[at(p0[2])], xr[at(p0[3])],
+                         xr[at(p1[0])], xr[at(p1[1])], xr[at(p1[2])], xr[at(p1[3])]};
+  return hs::u32x4{e[0] | e[1] << 16, e[2] | e[3] << 16, e[4] | e[5] << 16, e[6] | e[7] << 16};
+}
+
+// Slot c of token row n into LDS; bf16 also its chunk's sum (the quad's leader stores it).
+template <typename T>
+__device__ inline void put_slot(hs::u32x4* xs, float* xsum, int kc, int n, int c, hs::u32x4 v) {
+  xs[n * (kc >> 3) + c] = v;
+  if constexpr (kBf16<T>) {
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      s += hs::to_float<T>((uint16_t)v[i]);
+      s += hs::to_float<T>((uint16_t)(v[i] >> 16));
+    }
+    s += hs::xor_lane<1>(s);
+    s += hs::xor_lane<2>(s);
+    if ((c & 3) == 0) xsum[n * (kc >> 5) + (c >> 2)] = s;
+  }
+}
+
 template <typename T, int NP, int kThreads, typename Row>
 __device__ void stage(hs::u32x4* xs, float* xsum, Row row, const int32_t* __restrict__ perm, int k0, int len,
                       int kc, uint32_t kmax) {
@@ -33,28 +58,9 @@ __device__ void stage(hs::u32x4* xs, float* xsum, Row row, const int32_t* __rest
     const uint16_t* xr = row(n);
     for (int c = threadIdx.x; c < slots; c += kThreads) {
       const int k = k0 + 8 * c;
-      hs::u32x4 v;
-      if (perm == nullptr) {
-        v = hs::load16(xr + k);
-      } else {
-        const hs::u32x4 p0 = hs::load16(perm + k), p1 = hs::load16(perm + k + 4);
-        const auto at = [kmax](uint32_t i) { return (int)min(i, kmax); };
-        const uint32_t e[8] = {xr[at(p0[0])], xr[at(p0[1])], xr[at(p0[2])], xr[at(p0[3])],
-                               xr[at(p1[0])], xr[at(p1[1])], xr[at(p1[2])], xr[at(p1[3])]};
-        v = hs::u32x4{e[0] | e[1] << 16, e[2] | e[3] << 16, e[4] | e[5] << 16, e[6] | e[7] << 16};
-      }
-      xs[n * (kc >> 3) + c] = v;
-      if constexpr (kBf16<T>) {
-        float s = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          s += hs::to_float<T>((uint16_t)v[i]);
-          s += hs::to_float<T>((uint16_t)(v[i] >> 16));
-        }
-        s += hs::xor_lane<1>(s);
-        s += hs::xor_lane<2>(s);
-        if ((c & 3) == 0) xsum[n * (kc >> 5) + (c >> 2)] = s;
-      }
+      const hs::u32x4 v = perm == nullptr ? hs::load16(xr + k)
+                                          : gather8(xr, hs::load16(perm + k), hs::load16(perm + k + 4), kmax);
+      put_slot<T>(xs, xsum, kc, n, c, v);
     }
   }
 }
@@ -76,28 +82,8 @@ __device__ void stage_batched(hs::u32x4* xs, float* xsum, Row row, const int32_t
       p1 = hs::load16(perm + k + 4);
     }
     hs::rows_in_groups<NP, kB, hs::u32x4>(
-        [&](int n) {
-          const uint16_t* xr = row(n);
-          if (perm == nullptr) return hs::load16(xr + k);
-          const auto at = [kmax](uint32_t i) { return (int)min(i, kmax); };
-          const uint32_t e[8] = {xr[at(p0[0])], xr[at(p0[1])], xr[at(p0[2])], xr[at(p0[3])],
-                                 xr[at(p1[0])], xr[at(p1[1])], xr[at(p1[2])], xr[at(p1[3])]};
-          return hs::u32x4{e[0] | e[1] << 16, e[2] | e[3] << 16, e[4] | e[5] << 16, e[6] | e[7] << 16};
-        },
-        [&](int n, hs::u32x4 v) {
-          xs[n * (kc >> 3) + c] = v;
-          if constexpr (kBf16<T>) {
-            float s = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              s += hs::to_float<T>((uint16_t)v[i]);
-              s += hs::to_float<T>((uint16_t)(v[i] >> 16));
-            }
-            s += hs::xor_lane<1>(s);
-            s += hs::xor_lane<2>(s);
-            if ((c & 3) == 0) xsum[n * (kc >> 5) + (c >> 2)] = s;
-          }
-        });
+        [&](int n) { return perm == nullptr ? hs::load16(row(n) + k) : gather8(row(n), p0, p1, kmax); },
+        [&](int n, hs::u32x4 v) { put_slot<T>(xs, xsum, kc, n, c, v); });
   }
 }
 
