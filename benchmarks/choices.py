@@ -8,8 +8,9 @@ Three choices are made from host shapes and the device's CU count, by constants 
     ops/_linear.py's plan): workgroups per CU of the persistent grid, `_linear.MAX_GROUPS_PER_CU`
     (capped by the kernel's registers and LDS);
   * gemv: the workgroups per CU its rows-per-workgroup rule keeps, `gemv.GROUPS_PER_CU`;
-  * the split-K kernels (N > 8): work units per flagship CU that K is split for,
-    `_linear.SPLITK_UNITS_PER_CU` (0: never split; more shards, more fp32 partial traffic).
+  * the split-K kernels (N > 8): the weight bytes in flight each work unit is counted for when K
+    is split to cover DRAM's latency, `_linear.SPLITK_UNIT_BYTES` (fewer: more shards, more fp32
+    partial traffic; 2**40: never split).
 Every alternative is measured like a report row (benchmarks.dynamic on the arch's scaled-down GPU,
 the cache model's DRAM bytes, the latency floor) and predicted by benchmarks/model.py; nothing is
 timed on a GPU. The table marks the shipped value and the fastest per row.
@@ -42,9 +43,9 @@ from .static import family_static
 CHOICES = ((_linear, "MAX_GROUPS_PER_CU", (1, 2, 4), ("skinny_gemm", "fp8_linear", "matmul_4bit", "w4a16_linear"),
             (1, 4, 8)),
            (gemv, "GROUPS_PER_CU", (1, 2, 4, 8), ("gemv",), (1,)),
-           (_linear, "SPLITK_UNITS_PER_CU", (0, 1, 2), ("skinny_gemm", "fp8_linear", "matmul_4bit", "w4a16_linear"),
-            (16, 64)))
-LAYERS = ("qkv_proj", "o_proj", "down_proj")
+           (_linear, "SPLITK_UNIT_BYTES", (4096, 8192, 16384, 2**40),
+            ("skinny_gemm", "fp8_linear", "matmul_4bit", "w4a16_linear"), (16, 64)))
+LAYERS = ("qkv_proj", "o_proj", "down_proj", "router")
 
 
 @contextlib.contextmanager

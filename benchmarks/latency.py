@@ -16,16 +16,17 @@ longer than its bytes / bandwidth. This floor counts what the emulator saw such 
   A wave's chain is its depth at the end. Scalar (SMEM) loads are not counted: the kernel
   argument fetch is part of the launch overhead, and the few uniform scales read with s_load
   are left out (the floor only gets lower).
-- **Latency per round trip**: the arch's load latency at each level (`LATENCY_NS`, with
-  `SOURCES`; the low end of a published range), weighted by where the launch's loaded lines
-  were served in the cache model (benchmarks/cache.py: L2 hit, MALL hit, DRAM).
+- **Latency per round trip**: the arch's load latency at each level (`LATENCY_NS`, from
+  `ArchInfo.load_latency_ns`, sourced in `HW_SOURCES`; the low end of a published range),
+  weighted by where the launch's loaded lines were served in the cache model
+  (benchmarks/cache.py: L2 hit, MALL hit, DRAM).
 - **Overlap.** A SIMD switches between its resident waves, so at most ``SIMDs x occupancy``
   chains progress at once: the launch takes at least the longest chain, and at least the sum of
   all chains over that many slots (which is also the tail of a grid that does not fill the GPU:
   its longest chain is the bound).
-- **Launch overhead** (`LAUNCH_US`) per launch of the call: the published per-dispatch time of a
-  trivial kernel replayed from a HIP graph (what a serving engine's decode step pays). It
-  includes that kernel's own round trip, so the floor can overstate by one (< 0.5 µs) per launch.
+- **Launch overhead** (`LAUNCH_US`, sourced in `SOURCES`) per launch of the call: the published
+  per-dispatch time of a trivial kernel replayed from a HIP graph (what a serving engine's
+  decode step pays). It includes that kernel's own round trip, so the floor can overstate by one (< 0.5 µs) per launch.
 
     floor = sum over launches of  LAUNCH_US + latency x max(longest chain, sum of chains / slots)
 """
@@ -42,31 +43,18 @@ from hipskinny.arch import ARCHS
 
 from .cache import LINE
 
-# Load latency (ns, pointer chasing) of a vector load served by the L2, the MALL / Infinity
-# Cache, DRAM; where a range was published, its low end (this is a floor).
-LATENCY_NS: dict[str, tuple[float, float, float]] = {
-    "gfx942": (137.0, 218.0, 417.0),
-    "gfx950": (137.0, 218.0, 417.0),
-    "gfx1100": (100.0, 150.3, 234.6),
-    "gfx1151": (100.0, 174.0, 344.2),
-    "gfx1201": (100.0, 150.3, 234.6),
-}
+# Load latency (ns) of a vector load served by the L2, the MALL / Infinity Cache, DRAM: the arch
+# facts (`ArchInfo.load_latency_ns`, sourced in `hipskinny.arch.HW_SOURCES[arch]["latency"]`).
+LATENCY_NS: dict[str, tuple[float, float, float]] = {a: info.load_latency_ns for a, info in ARCHS.items()}
 # Per-dispatch time of a trivial kernel (one atomic), replayed from a HIP graph, µs.
 LAUNCH_US: dict[str, float] = {"gfx942": 2.0, "gfx950": 2.0, "gfx1100": 2.82, "gfx1151": 1.75, "gfx1201": 2.15}
+# Where the launch times come from (the latencies: `HW_SOURCES`).
 SOURCES = {
-    "gfx942": "L2 287.5 and DRAM 876 (p50) cycles at 2.1 GHz, vector pointer chase on an MI300X VF: "
-              "caps-tum/mt4g sample_results; Infinity Cache 218 ns: Chips and Cheese, \"Testing AMD's Giant "
-              "MI300X\"; launch: assumed 2.0 µs like the RDNA parts' graph-replay figures (none published "
-              "for CDNA)",
-    "gfx950": "assumed equal to gfx942 (no published MI355X latency)",
-    "gfx1100": "Infinity Cache 150.3 ns and VRAM 234.6 ns (vector path, 1 GB): Chips and Cheese, \"Latency "
-               "Testing is Hard (RDNA 3 Power Saving)\"; L2 100 ns assumed (not published in ns); launch 2.82 "
-               "µs per dispatch in a HIP graph replay: ROCm/ROCm#6409",
-    "gfx1151": "Infinity Cache 174-207 ns and DRAM 344-353 ns read from the charts of Chips and Cheese, "
-               "\"Strix Halo's Memory Subsystem\" (second hand); L2 100 ns assumed; launch 1.75 µs "
-               "(ROCm/ROCm#6409, graph replay)",
-    "gfx1201": "latencies assumed equal to gfx1100 (none published for RDNA4); launch 2.15 µs (ROCm/ROCm#6409, "
-               "Radeon AI PRO R9700, graph replay)",
+    "gfx942": "assumed 2.0 µs like the RDNA parts' graph-replay figures (none published for CDNA)",
+    "gfx950": "assumed equal to gfx942",
+    "gfx1100": "2.82 µs per dispatch in a HIP graph replay: ROCm/ROCm#6409",
+    "gfx1151": "1.75 µs (ROCm/ROCm#6409, graph replay)",
+    "gfx1201": "2.15 µs (ROCm/ROCm#6409, Radeon AI PRO R9700, graph replay)",
 }
 
 

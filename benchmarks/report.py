@@ -55,6 +55,10 @@ OUTSIDE_MODEL = {
 }
 LINEARITY_TOL = 0.02        # per-row counts at c and 2c CUs may differ by this much (partial groups)
 LINEARITY_SHAPE = (2048, 1 << 25)   # checked on the first shape with M >= 2048 and M*K <= 32M (mid-sized, cheap)
+
+
+def _mid(m: int, k: int) -> bool:
+    return LINEARITY_SHAPE[0] <= m and m * k <= LINEARITY_SHAPE[1]
 HERE = Path(__file__).resolve().parent
 
 ASSUMPTIONS = """\
@@ -80,8 +84,8 @@ ASSUMPTIONS = """\
   each wave's chain of dependent global round trips (counted by the emulator from its
   loads, stores and vmcnt/vscnt waits), times a round trip's latency (L2, MALL and DRAM
   load latencies weighted by where the cache model served the launch's lines; sources
-  and assumptions per arch in `latency.SOURCES`), at least the longest chain and at least
-  all chains over SIMDs x occupancy. Predicted time = the largest roof or this floor
+  and assumptions per arch in `hipskinny.arch.HW_SOURCES` and `latency.SOURCES`), at least
+  the longest chain and at least all chains over SIMDs x occupancy. Predicted time = the largest roof or this floor
   (bound `latency`). Work is otherwise spread evenly over all CUs.
 * Scalar, branch, wait and LDS-issue instructions cost nothing beyond their roofs.
 """
@@ -244,7 +248,7 @@ def _measure_unit(unit: tuple, log: Any = None) -> tuple[list[dict[str, Any]], l
             except Exception:           # noqa: BLE001 - measure() reports it
                 kernel = ""
             family = dynamic.kernel_family(kernel, families)
-            mid = LINEARITY_SHAPE[0] <= shape.m and shape.m * shape.k <= LINEARITY_SHAPE[1]
+            mid = _mid(shape.m, shape.k)
             meas = dynamic.measure(op, arch, dtype, n, shape.m, shape.k, min_rows=min_rows,
                                    linearity=mid and family is not None and family not in linear_done)
             ks = statics.get(family, {}).get(kernel) if family else None
@@ -380,10 +384,12 @@ def invariants(rows: list[dict[str, Any]], statics: dict[tuple[str, str], dict[s
                 out.append(f"{family}/{arch} {k.name}: no main loop found in the listing")
         if not any(r["status"] == "ok" and r["family"] == family and r["arch"] == arch for r in rows):
             out.append(f"{family}/{arch}: shipped, but no op's plan ran one of its kernels on these shapes")
+        # (a shape too small to scale linearly is never checked: a mid-sized one sampled on fewer CUs is)
         if not any(r["family"] == family and r["arch"] == arch and r["linearity"] is not None for r in rows
                    if r["status"] == "ok") and any(r["status"] == "ok" and r["family"] == family
-                                                   and r["arch"] == arch and r["sample"]["cus"] < ARCHS[arch]
-                                                   .default_cu_count for r in rows):
+                                                   and r["arch"] == arch and _mid(r["m"], r["k"])
+                                                   and r["sample"]["cus"] < ARCHS[arch].default_cu_count
+                                                   for r in rows):
             out.append(f"{family}/{arch}: sampled but never linearity-checked")
     return out
 

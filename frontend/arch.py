@@ -40,6 +40,9 @@ class ArchInfo:
     valu_lanes_per_cu: int = 64    # 4 x SIMD16 (CDNA) or 2 x SIMD32 (RDNA)
     matrix_flops_per_clk_cu: int = 0   # dense fp16/bf16 MFMA/WMMA FLOPs per clock per CU
     lds_bytes_per_clk_cu: int = 128    # LDS bandwidth per CU
+    # a vector load served by the L2, the MALL / Infinity Cache, DRAM: ns (pointer chasing; where a
+    # range was published, its low end)
+    load_latency_ns: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     def occupancy_terms(self, vgprs: int, sgprs: int, lds_bytes: int, waves_per_workgroup: int) -> dict[str, int]:
         """Each limit on waves per SIMD (code_objects.md §5): the cap, VGPR, SGPR (gfx9 only) and
@@ -96,19 +99,24 @@ ARCHS: dict[str, ArchInfo] = {
     for a in (
         ArchInfo("gfx942", "CDNA3", "Instinct MI300X / MI300A / MI325X", 64, 64 * 1024, "fnuz", "mfma",
                  _DOT_GFX942, 8, 512, 8, 4, 304, 5300.0, 9402, 0x04C,
-                 product="MI300X", clock_ghz=2.1, matrix_flops_per_clk_cu=2048),
+                 product="MI300X", clock_ghz=2.1, matrix_flops_per_clk_cu=2048,
+                 load_latency_ns=(137.0, 218.0, 417.0)),
         ArchInfo("gfx950", "CDNA4", "Instinct MI350X / MI355X", 64, 160 * 1024, "ocp", "mfma",
                  _DOT_GFX950, 8, 512, 8, 4, 256, 8000.0, 9500, 0x04F,
-                 product="MI355X", clock_ghz=2.4, matrix_flops_per_clk_cu=4096),
+                 product="MI355X", clock_ghz=2.4, matrix_flops_per_clk_cu=4096,
+                 load_latency_ns=(137.0, 218.0, 417.0)),
         ArchInfo("gfx1100", "RDNA3", "Radeon RX 7900 XTX / PRO W7900", 32, 64 * 1024, None, "wmma",
                  _DOT_GFX11, 16, 1536, 24, 2, 96, 960.0, 11000, 0x041,
-                 product="RX 7900 XTX", clock_ghz=2.5, matrix_flops_per_clk_cu=512),
+                 product="RX 7900 XTX", clock_ghz=2.5, matrix_flops_per_clk_cu=512,
+                 load_latency_ns=(100.0, 150.3, 234.6)),
         ArchInfo("gfx1151", "RDNA3.5", "Ryzen AI Max (Radeon 8060S)", 32, 64 * 1024, None, "wmma",
                  _DOT_GFX11, 16, 1536, 24, 2, 40, 256.0, 11501, 0x04A,
-                 product="Radeon 8060S", clock_ghz=2.9, matrix_flops_per_clk_cu=512),
+                 product="Radeon 8060S", clock_ghz=2.9, matrix_flops_per_clk_cu=512,
+                 load_latency_ns=(100.0, 174.0, 344.2)),
         ArchInfo("gfx1201", "RDNA4", "Radeon RX 9070 XT / AI PRO R9700", 32, 64 * 1024, "ocp", "wmma",
                  _DOT_GFX12, 16, 1536, 24, 2, 64, 640.0, 12001, 0x04E,
-                 product="RX 9070 XT", clock_ghz=2.97, matrix_flops_per_clk_cu=1024),
+                 product="RX 9070 XT", clock_ghz=2.97, matrix_flops_per_clk_cu=1024,
+                 load_latency_ns=(100.0, 150.3, 234.6)),
     )
 }
 
@@ -117,20 +125,30 @@ HW_SOURCES: dict[str, dict[str, str]] = {
     "gfx942": {"cu_count": "S1 (MI300X 304 CUs)", "bandwidth": "S2 (5.3 TB/s)",
                "clock": "derived from S2: 163.4 TF = 304 CU x 256 FLOP/clk x f",
                "simds": "S4, S12 (4 x SIMD16 per CU)", "matrix": "S2 (2048 fp16 FLOP/clk/CU)",
-               "lds": "64 KiB per CU (S1); 128 B/clk/CU is the CDNA3 white-paper figure, not in archs.md"},
+               "lds": "64 KiB per CU (S1); 128 B/clk/CU is the CDNA3 white-paper figure, not in archs.md",
+               "latency": "L2 287.5 and DRAM 876 (p50) cycles at 2.1 GHz, vector pointer chase on an MI300X VF: "
+                          "caps-tum/mt4g sample_results; Infinity Cache 218 ns: Chips and Cheese, \"Testing AMD's "
+                          "Giant MI300X\""},
     "gfx950": {"cu_count": "S1 (MI355X 256 CUs)", "bandwidth": "P1 (8.0 TB/s)", "clock": "P1 (MI355X 2400 MHz)",
                "simds": "S4 (4 x SIMD16 per CU)", "matrix": "P2, derived (4096 fp16 FLOP/clk/CU)",
-               "lds": "160 KiB per CU (S1, S3); 128 B/clk/CU assumed as on CDNA3"},
+               "lds": "160 KiB per CU (S1, S3); 128 B/clk/CU assumed as on CDNA3",
+               "latency": "assumed equal to gfx942 (no published MI355X latency)"},
     "gfx1100": {"cu_count": "S1 (RX 7900 XTX 96 CUs)", "bandwidth": "P5 (960 GB/s)",
                 "clock": "P5 (2500 MHz boost)", "simds": "S4 (2 x SIMD32 per CU)",
                 "matrix": "S11 (WMMA 512 fp16 FLOP/clk/CU)",
-                "lds": "128 KiB per WGP (S1); 128 B/clk/CU assumed (RDNA white papers, not in archs.md)"},
+                "lds": "128 KiB per WGP (S1); 128 B/clk/CU assumed (RDNA white papers, not in archs.md)",
+                "latency": "Infinity Cache 150.3 ns and VRAM 234.6 ns (vector path, 1 GB): Chips and Cheese, "
+                           "\"Latency Testing is Hard (RDNA 3 Power Saving)\"; L2 100 ns assumed (not published "
+                           "in ns)"},
     "gfx1151": {"cu_count": "S1 (8060S 40 CUs)", "bandwidth": "P7 (256 GB/s peak; ~212 GB/s measured, P8)",
                 "clock": "P7, P8 (2900 MHz)", "simds": "S4 (2 x SIMD32 per CU)",
-                "matrix": "S11, S10 (WMMA 512 fp16 FLOP/clk/CU)", "lds": "as gfx1100"},
+                "matrix": "S11, S10 (WMMA 512 fp16 FLOP/clk/CU)", "lds": "as gfx1100",
+                "latency": "Infinity Cache 174-207 ns and DRAM 344-353 ns read from the charts of Chips and Cheese, "
+                           "\"Strix Halo's Memory Subsystem\" (second hand); L2 100 ns assumed"},
     "gfx1201": {"cu_count": "S1 (RX 9070 XT 64 CUs)", "bandwidth": "P9 (640 GB/s)",
                 "clock": "P9 (2970 MHz boost)", "simds": "S4 (2 x SIMD32 per CU)",
-                "matrix": "S11 (WMMA 1024 fp16 FLOP/clk/CU)", "lds": "as gfx1100"},
+                "matrix": "S11 (WMMA 1024 fp16 FLOP/clk/CU)", "lds": "as gfx1100",
+                "latency": "assumed equal to gfx1100 (none published for RDNA4)"},
 }
 
 SHIPPED_ARCHS: tuple[str, ...] = tuple(ARCHS)

@@ -33,11 +33,12 @@ Configuration rules, larger N:
 * **Token tiles** ``NT``: the smallest of 1, 2, 4, 8 with ``16 * NT >= N`` (padded tokens
   are zero in LDS and cost matrix work only).
 * **Shards**: K is cut into ``S`` shards of ``shard_len`` columns (a multiple of 128).
-  ``S`` is the smallest count that gives ``SPLITK_UNITS_PER_CU (2) * default_cu_count`` (the
-  arch's flagship, *not* this device: results must not depend on the CU count) work units of 128
-  features, limited so that a shard has at least ``128 * NT`` columns (each shard's fp32 partial
-  tile, written once and read once, then costs at most half its weight bytes; on
-  hardware the partials mostly stay in L2) and at most one shard per 128 columns.
+  ``S`` is the smallest count that gives `splitk_units` work units of 128 features: the
+  flagship's bandwidth x DRAM latency over SPLITK_UNIT_BYTES (arch facts, *not* this device:
+  results must not depend on the CU count), limited so that a shard has at least ``128 * NT``
+  columns (each shard's fp32 partial tile, written once and read once, then costs at most half
+  its weight bytes; on hardware the partials mostly stay in L2) and at most one shard per 128
+  columns.
   ``S = 1`` skips the partials entirely. (Why these sizes: per weight byte, a unit of R
   features and L columns re-reads x for ``16 * NT / R`` bytes and moves ``64 * NT / L``
   bytes of partials; for a given number of units (R * L fixed) the sum is smallest at
@@ -65,6 +66,7 @@ from typing import Any
 import numpy as np
 
 from .. import operands, registry, tensors
+from ..arch import ArchInfo
 from ..devices.base import Device
 from ..errors import HipSkinnyError, InputValueError
 from ..launch import LaunchPlan, make_plan, threads
@@ -78,7 +80,14 @@ SPLITK_GROUP = 128                  # K columns per split-K instruction group (s
 SPLITK_LDS = 32 * 1024              # x staged per pass: 16 * NT tokens x 1024 / NT columns
 TOKEN_TILES = (1, 2, 4, 8)          # split-K variants: NT 16-token tiles
 MAX_SPLITK_GROUPS_PER_CU = 4
-SPLITK_UNITS_PER_CU = 2            # split-K work units wanted per flagship CU (0: never split K)
+# Split-K work units wanted: enough weight loads in flight to cover DRAM's latency at the flagship's
+# bandwidth (Little's law: bandwidth x latency bytes), counting SPLITK_UNIT_BYTES per unit. From the arch
+# facts only, so it is the same on every GPU of an arch (results do not depend on the CU count):
+# gfx942 270 units (0.9 per CU), gfx950 408 (1.6), gfx1100 28, gfx1151 11, gfx1201 19 (0.3). Swept by
+# benchmarks.choices against the former 2 units per CU on every arch: the RDNA parts' weight stream
+# no longer waits behind fp32 partials it does not need (Qwen3 o_proj fp8 N = 64 on gfx1151: 43.19 ->
+# 35.87 µs predicted), the router (one row block) still splits.
+SPLITK_UNIT_BYTES = 8192
 # Lane-split workgroups per CU, at most: benchmarks.choices predicts 4 at least as fast as 2 on every
 # row it sweeps, up to 30% faster where a wave's chain of round trips bounds the time (fp8_linear
 # Llama qkv N = 4 on gfx950: 6.19 -> 4.33 us); registers and LDS cap it below that for many kernels.
@@ -165,11 +174,17 @@ def token_tiles(n: int) -> int:
     raise InputValueError(f"skinny_gemm: N={n} is above the split-K kernel's {16 * TOKEN_TILES[-1]} tokens")
 
 
-def shard_len(default_cu_count: int, nt: int, m: int, k: int) -> int:
+def splitk_units(info: ArchInfo) -> int:
+    """Split-K work units wanted on `info`'s flagship GPU (see SPLITK_UNIT_BYTES)."""
+    in_flight = info.peak_bandwidth_gbs * info.load_latency_ns[2]      # GB/s x ns = bytes
+    return max(1, -(-int(in_flight) // SPLITK_UNIT_BYTES))
+
+
+def shard_len(info: ArchInfo, nt: int, m: int, k: int) -> int:
     """K columns per split-K shard (see the module docstring); a multiple of 128."""
     groups = -(-k // SPLITK_GROUP)
     blocks = -(-m // SPLITK_ROWS)
-    wanted = -(-SPLITK_UNITS_PER_CU * default_cu_count // blocks)
+    wanted = -(-splitk_units(info) // blocks)
     most = max(1, min(groups, k // (SPLITK_GROUP * nt)))
     shards = max(1, min(wanted, most))
     return SPLITK_GROUP * -(-groups // shards)
@@ -184,7 +199,7 @@ def splitk_plan(device: Device, family: str, kernel_name: Callable[[int, bool], 
     in ``family``; ``atomic`` asks for the atomic variant when there is more than one shard."""
     info = device.arch
     nt = token_tiles(n)
-    length = shard_len(info.default_cu_count, nt, m, k)
+    length = shard_len(info, nt, m, k)
     shards = -(-k // length)
     blocks = -(-m // SPLITK_ROWS)
     use_atomic = atomic and shards > 1

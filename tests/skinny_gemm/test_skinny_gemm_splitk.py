@@ -244,14 +244,20 @@ def test_config_rules():
     assert [lin.token_tiles(n) for n in (9, 16, 17, 32, 33, 64, 65, 128)] == [1, 1, 2, 2, 4, 4, 8, 8]
     with pytest.raises(InputValueError):
         lin.token_tiles(129)
-    # Shards fill 2 x the flagship's CUs with 128-row units, at least 128 * NT columns each.
-    assert lin.shard_len(304, 8, 4096, 4096) == 1024                  # 32 blocks, NT=8: 4 shards
-    assert lin.shard_len(304, 1, 4096, 4096) == 256                   # wants 19, K/128 = 32 -> 16 shards of 256
-    assert lin.shard_len(304, 4, 128256, 4096) == 4096                # lm_head: 1002 blocks, no split
-    assert lin.shard_len(304, 1, 20, 8200) == 256                     # one block: <= 64 shards -> 33 of 256
-    assert lin.shard_len(96, 2, 28672, 4096) == 4096                  # 224 blocks already fill 192 units
-    for cus, nt, m, k in ((304, 8, 4096, 14336), (64, 1, 6144, 4096), (256, 4, 4096, 1000)):
-        length = lin.shard_len(cus, nt, m, k)
+    # Shards give the flagship bandwidth x DRAM latency / SPLITK_UNIT_BYTES units of 128 rows (gfx942:
+    # 270, gfx1151: 11), at least 128 * NT columns each.
+    mi300, strix, navi31 = ARCHS["gfx942"], ARCHS["gfx1151"], ARCHS["gfx1100"]
+    assert (lin.splitk_units(mi300), lin.splitk_units(strix)) == (270, 11)
+    assert lin.shard_len(mi300, 8, 4096, 4096) == 1024                 # 32 blocks want 9, NT=8 caps at 4 shards
+    assert lin.shard_len(mi300, 1, 4096, 4096) == 512                  # 9 shards wanted -> 8 of 512
+    assert lin.shard_len(mi300, 4, 128256, 4096) == 4096               # lm_head: 1002 blocks, no split
+    assert lin.shard_len(mi300, 1, 20, 8200) == 256                    # one block: <= 64 shards -> 33 of 256
+    assert lin.shard_len(navi31, 2, 28672, 4096) == 4096               # 224 blocks already give 28 units
+    assert lin.shard_len(strix, 1, 2048, 4096) == 4096                 # 16 blocks: no split on the APU
+    assert lin.shard_len(strix, 1, 128, 2048) == 256                   # the router: one block, 8 shards
+    for info, nt, m, k in ((mi300, 8, 4096, 14336), (ARCHS["gfx1201"], 1, 6144, 4096),
+                           (ARCHS["gfx950"], 4, 4096, 1000)):
+        length = lin.shard_len(info, nt, m, k)
         assert length % lin.SPLITK_GROUP == 0 and (length >= 128 * nt or length >= k)
 
 
