@@ -71,8 +71,11 @@ class ScaledDevice(EmulatedDevice):
 
     @property
     def arch(self) -> ArchInfo:
-        # A smaller product of the same arch: plans sized by the flagship's CU count scale too.
-        return replace(ARCHS[self.properties.gcn_arch_name], default_cu_count=self.cus)
+        # A smaller product of the same arch (the same bandwidth per CU): plans sized by the
+        # flagship's CU count or bandwidth scale too.
+        full = ARCHS[self.properties.gcn_arch_name]
+        return replace(full, default_cu_count=self.cus,
+                       peak_bandwidth_gbs=full.peak_bandwidth_gbs * self.cus / full.default_cu_count)
 
 
 _devices: dict[str, ScaledDevice] = {}
@@ -315,14 +318,17 @@ def choose_sample(op: str, arch: str, dtype: Any, n: int, m: int, k: int, real: 
     full = ARCHS[arch].default_cu_count
     c0 = min(full, max(1, -(-full * min_rows // m)))
     best: tuple[float, int, int] = (float("inf"), full, m)
-    for c in range(c0, min(full, 8 * c0) + 1):
-        for rows in _row_candidates(m * c / full):
-            err = mismatch(real, plan_info(op, device(arch, c), dtype, n, rows, k), m / rows)
-            if err <= 1e-3:
-                return c, rows, err
-            best = min(best, (err, c, rows))
-    if best[0] <= SAMPLE_TOL:
-        return best[1], best[2], best[0]
+    # Up to 8 x the fewest CUs first; then more (a plan whose shard count needs enough row blocks,
+    # e.g. split-K on a GPU that splits only small-M layers, reproduces only from that many rows).
+    for lo, hi in ((c0, min(full, 8 * c0)), (min(full, 8 * c0) + 1, full - 1)):
+        for c in range(lo, hi + 1):
+            for rows in _row_candidates(m * c / full):
+                err = mismatch(real, plan_info(op, device(arch, c), dtype, n, rows, k), m / rows)
+                if err <= 1e-3:
+                    return c, rows, err
+                best = min(best, (err, c, rows))
+        if best[0] <= SAMPLE_TOL:
+            return best[1], best[2], best[0]
     return full, m, 0.0
 
 

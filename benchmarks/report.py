@@ -350,11 +350,12 @@ def invariants(rows: list[dict[str, Any]], statics: dict[tuple[str, str], dict[s
             continue
         if r["family"] is None:
             out.append(f"{where}: kernel {r['kernel']!r} belongs to no shipped code object")
-        if r["traffic_ratio"] < 1:
-            out.append(f"{where}: traffic ratio {r['traffic_ratio']:.4f} < 1")
-        # every byte of the minimum crosses DRAM once, in whole lines; 0.1% slack for scalar (SMEM)
-        # loads, which neither the byte counts nor the cache model see: fp8_linear W8A8 at N = 1 reads
-        # its per-tensor x_scale (4 bytes of the minimum) with s_load and comes to 0.9999
+        # every byte of the minimum is requested, and crosses DRAM once, in whole lines; 0.1% slack for
+        # scalar (SMEM) loads, which neither the byte counts nor the cache model see: fp8_linear W8A8 at
+        # N = 1 reads its per-tensor x_scale (4 bytes of the minimum) with s_load and comes to 0.9999,
+        # the block-scaled split-K kernel its weight block scales (0.9998 on a one-unit sample)
+        if r["traffic_ratio"] < 0.999:
+            out.append(f"{where}: traffic ratio {r['traffic_ratio']:.4f} < 0.999")
         if r["dram_ratio"] < 0.999:
             out.append(f"{where}: DRAM ratio {r['dram_ratio']:.4f} < 0.999")
         # every launch waits for at least its own loads: one round trip beyond the launch overhead
@@ -658,7 +659,7 @@ def _static_tables(rep: dict[str, Any]) -> list[str]:
 def _checks(rep: dict[str, Any]) -> list[str]:
     lin = [r for r in rep["rows"] if r["status"] == "ok" and r["linearity"] is not None]
     out = ["## Checks", "",
-           "Invariants (also asserted by `--check`): traffic ratio >= 1; DRAM ratio >= 0.999; per-row counts "
+           "Invariants (also asserted by `--check`): traffic ratio >= 0.999; DRAM ratio >= 0.999; per-row counts "
            "linear between c and 2c CUs; every executed instruction is in the kernel's listing and the static "
            "classification of the executed mnemonics reproduces the emulator's per-class counts; the plan's "
            "kernel is shipped; no spills or scratch; manifest occupancy agrees with the registers; every "

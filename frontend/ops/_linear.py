@@ -59,6 +59,7 @@ Configuration rules, larger N:
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -174,17 +175,16 @@ def token_tiles(n: int) -> int:
     raise InputValueError(f"skinny_gemm: N={n} is above the split-K kernel's {16 * TOKEN_TILES[-1]} tokens")
 
 
-def splitk_units(info: ArchInfo) -> int:
+def splitk_units(info: ArchInfo) -> float:
     """Split-K work units wanted on `info`'s flagship GPU (see SPLITK_UNIT_BYTES)."""
-    in_flight = info.peak_bandwidth_gbs * info.load_latency_ns[2]      # GB/s x ns = bytes
-    return max(1, -(-int(in_flight) // SPLITK_UNIT_BYTES))
+    return info.peak_bandwidth_gbs * info.load_latency_ns[2] / SPLITK_UNIT_BYTES    # GB/s x ns = bytes
 
 
 def shard_len(info: ArchInfo, nt: int, m: int, k: int) -> int:
     """K columns per split-K shard (see the module docstring); a multiple of 128."""
     groups = -(-k // SPLITK_GROUP)
     blocks = -(-m // SPLITK_ROWS)
-    wanted = -(-splitk_units(info) // blocks)
+    wanted = math.ceil(splitk_units(info) / blocks)
     most = max(1, min(groups, k // (SPLITK_GROUP * nt)))
     shards = max(1, min(wanted, most))
     return SPLITK_GROUP * -(-groups // shards)
