@@ -29,7 +29,7 @@ def test_report_check_mode(tmp_path):
     rep = json.loads(out.read_text())
     assert rep["failures"] == []
     ok = [r for r in rep["rows"] if r["status"] == "ok"]
-    assert ok and all(r["traffic_ratio"] >= 1 and r["dram_ratio"] >= 0.999 for r in ok)
+    assert ok and all(r["traffic_ratio"] >= 0.999 and r["dram_ratio"] >= 0.999 for r in ok)   # SMEM: see report.py
     # every row has a latency floor, and the predicted time is at least it
     assert all(r["latency_us"] > 1 and r["predicted_us"] >= r["latency_us"] for r in ok)
     assert any(r["bound"] == "latency" for r in ok)
