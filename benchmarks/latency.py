@@ -16,8 +16,8 @@ longer than its bytes / bandwidth. This floor counts what the emulator saw such 
   A wave's chain is its depth at the end. Scalar (SMEM) loads are not counted: the kernel
   argument fetch is part of the launch overhead, and the few uniform scales read with s_load
   are left out (the floor only gets lower).
-- **Latency per round trip**: the arch's load latency at each level (`LATENCY_NS`, from
-  `ArchInfo.load_latency_ns`, sourced in `HW_SOURCES`; the low end of a published range),
+- **Latency per round trip**: the arch's load latency at each level (`ArchInfo.load_latency_ns`,
+  sourced in `hipskinny.arch.HW_SOURCES`; the low end of a published range),
   weighted by where the launch's loaded lines were served in the cache model
   (benchmarks/cache.py: L2 hit, MALL hit, DRAM).
 - **Overlap.** A SIMD switches between its resident waves, so at most ``SIMDs x occupancy``
@@ -26,7 +26,8 @@ longer than its bytes / bandwidth. This floor counts what the emulator saw such 
   its longest chain is the bound).
 - **Launch overhead** (`LAUNCH_US`, sourced in `SOURCES`) per launch of the call: the published
   per-dispatch time of a trivial kernel replayed from a HIP graph (what a serving engine's
-  decode step pays). It includes that kernel's own round trip, so the floor can overstate by one (< 0.5 µs) per launch.
+  decode step pays). It includes that kernel's own round trip, so the floor can overstate by
+  one (< 0.5 µs) per launch.
 
     floor = sum over launches of  LAUNCH_US + latency x max(longest chain, sum of chains / slots)
 """
@@ -43,9 +44,6 @@ from hipskinny.arch import ARCHS
 
 from .cache import LINE
 
-# Load latency (ns) of a vector load served by the L2, the MALL / Infinity Cache, DRAM: the arch
-# facts (`ArchInfo.load_latency_ns`, sourced in `hipskinny.arch.HW_SOURCES[arch]["latency"]`).
-LATENCY_NS: dict[str, tuple[float, float, float]] = {a: info.load_latency_ns for a, info in ARCHS.items()}
 # Per-dispatch time of a trivial kernel (one atomic), replayed from a HIP graph, µs.
 LAUNCH_US: dict[str, float] = {"gfx942": 2.0, "gfx950": 2.0, "gfx1100": 2.82, "gfx1151": 1.75, "gfx1201": 2.15}
 # Where the launch times come from (the latencies: `HW_SOURCES`).
@@ -160,7 +158,7 @@ class Waits:
 def round_trip_ns(arch: str, l2_hits: float, mall_hits: float, dram_lines: float) -> float:
     """Latency of one round trip: the levels' latencies weighted by where the launch's loaded
     lines were served (DRAM's alone when it loaded nothing)."""
-    l2, mall, dram = LATENCY_NS[arch]
+    l2, mall, dram = ARCHS[arch].load_latency_ns
     total = l2_hits + mall_hits + dram_lines
     if total <= 0:
         return dram
@@ -200,5 +198,5 @@ def floor_seconds(arch: str, launches: list[tuple[Trips, float, int]]) -> float:
     return total
 
 
-__all__ = ["LATENCY_NS", "LAUNCH_US", "SOURCES", "RoundTrips", "Trips", "Waits", "call_floor", "floor_seconds",
+__all__ = ["LAUNCH_US", "SOURCES", "RoundTrips", "Trips", "Waits", "call_floor", "floor_seconds",
            "manifest_occupancy", "round_trip_ns"]

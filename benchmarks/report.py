@@ -55,10 +55,6 @@ OUTSIDE_MODEL = {
 }
 LINEARITY_TOL = 0.02        # per-row counts at c and 2c CUs may differ by this much (partial groups)
 LINEARITY_SHAPE = (2048, 1 << 25)   # checked on the first shape with M >= 2048 and M*K <= 32M (mid-sized, cheap)
-
-
-def _mid(m: int, k: int) -> bool:
-    return LINEARITY_SHAPE[0] <= m and m * k <= LINEARITY_SHAPE[1]
 HERE = Path(__file__).resolve().parent
 
 ASSUMPTIONS = """\
@@ -248,7 +244,7 @@ def _measure_unit(unit: tuple, log: Any = None) -> tuple[list[dict[str, Any]], l
             except Exception:           # noqa: BLE001 - measure() reports it
                 kernel = ""
             family = dynamic.kernel_family(kernel, families)
-            mid = _mid(shape.m, shape.k)
+            mid = LINEARITY_SHAPE[0] <= shape.m and shape.m * shape.k <= LINEARITY_SHAPE[1]
             meas = dynamic.measure(op, arch, dtype, n, shape.m, shape.k, min_rows=min_rows,
                                    linearity=mid and family is not None and family not in linear_done)
             ks = statics.get(family, {}).get(kernel) if family else None
@@ -385,12 +381,10 @@ def invariants(rows: list[dict[str, Any]], statics: dict[tuple[str, str], dict[s
                 out.append(f"{family}/{arch} {k.name}: no main loop found in the listing")
         if not any(r["status"] == "ok" and r["family"] == family and r["arch"] == arch for r in rows):
             out.append(f"{family}/{arch}: shipped, but no op's plan ran one of its kernels on these shapes")
-        # (a shape too small to scale linearly is never checked: a mid-sized one sampled on fewer CUs is)
         if not any(r["family"] == family and r["arch"] == arch and r["linearity"] is not None for r in rows
                    if r["status"] == "ok") and any(r["status"] == "ok" and r["family"] == family
-                                                   and r["arch"] == arch and _mid(r["m"], r["k"])
-                                                   and r["sample"]["cus"] < ARCHS[arch].default_cu_count
-                                                   for r in rows):
+                                                   and r["arch"] == arch and r["sample"]["cus"] < ARCHS[arch]
+                                                   .default_cu_count for r in rows):
             out.append(f"{family}/{arch}: sampled but never linearity-checked")
     return out
 

@@ -136,6 +136,11 @@ struct Matmul4bit : hs::lane_split::Body {
     }
   }
 
+  // Row r's block scale for column k (ScaleCache: reloaded only when the block changes).
+  HS_BODY float scale(Rows& rows, int r, int k, bool nested) const {
+    return rows.cache[r].get(absmax, absmax2, code2, offset, rows.b[r] + (k >> log2_bs), nested);
+  }
+
   HS_BODY void pass(Rows& rows, float (&acc)[NP][YTILE], const hs::u32x4* xs, int k0, int len, int lane) const {
     const bool nested = (flags & kNested) != 0;
     // Every row's weight load before the scale lookups' branches (fewer registers, except for the
@@ -149,13 +154,12 @@ struct Matmul4bit : hs::lane_split::Body {
 #pragma unroll
       for (int r = 0; r < YTILE; ++r) {
         wv[r] = hs::load16_stream(rows.w[r] + k / 2);
-        if (kScalesAfterLoads) continue;
-        sc[r] = rows.cache[r].get(absmax, absmax2, code2, offset, rows.b[r] + (k >> log2_bs), nested);
+        if constexpr (!kScalesAfterLoads) sc[r] = scale(rows, r, k, nested);
       }
+      if constexpr (kScalesAfterLoads) {
 #pragma unroll
-      for (int r = 0; r < YTILE; ++r)
-        if (kScalesAfterLoads)
-          sc[r] = rows.cache[r].get(absmax, absmax2, code2, offset, rows.b[r] + (k >> log2_bs), nested);
+        for (int r = 0; r < YTILE; ++r) sc[r] = scale(rows, r, k, nested);
+      }
       float s[NP][YTILE];
 #pragma unroll
       for (int n = 0; n < NP; ++n)

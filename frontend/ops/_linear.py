@@ -84,7 +84,7 @@ MAX_SPLITK_GROUPS_PER_CU = 4
 # Split-K work units wanted: enough weight loads in flight to cover DRAM's latency at the flagship's
 # bandwidth (Little's law: bandwidth x latency bytes), counting SPLITK_UNIT_BYTES per unit. From the arch
 # facts only, so it is the same on every GPU of an arch (results do not depend on the CU count):
-# gfx942 270 units (0.9 per CU), gfx950 408 (1.6), gfx1100 28, gfx1151 11, gfx1201 19 (0.3). Swept by
+# about gfx942 270 units (0.9 per CU), gfx950 407 (1.6), gfx1100 28, gfx1151 11, gfx1201 18 (0.3). Swept by
 # benchmarks.choices against the former 2 units per CU on every arch: the RDNA parts' weight stream
 # no longer waits behind fp32 partials it does not need (Qwen3 o_proj fp8 N = 64 on gfx1151: 43.19 ->
 # 35.87 µs predicted), the router (one row block) still splits.

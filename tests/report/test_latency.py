@@ -7,6 +7,7 @@ import pytest
 
 import hipskinny
 from benchmarks import latency, traffic
+from hipskinny.arch import ARCHS
 from hipskinny.emulator import EmulatedDevice
 from hipskinny.emulator.listing import Inst, parse_instruction
 from hipskinny.emulator.ops.salu import vm_wait_counts
@@ -74,7 +75,7 @@ def test_floor_is_launch_overhead_plus_unhidden_round_trips():
     assert one == pytest.approx((latency.LAUNCH_US["gfx942"] + 4 * 0.4) * 1e-6)
     few = latency.floor_seconds("gfx942", [(trips, 400.0, 100)])           # 40 rounds of 100 waves
     assert few == pytest.approx((latency.LAUNCH_US["gfx942"] + 40 * 0.4) * 1e-6)
-    assert latency.round_trip_ns("gfx942", 1, 0, 1) == pytest.approx(sum(latency.LATENCY_NS["gfx942"][::2]) / 2)
+    assert latency.round_trip_ns("gfx942", 1, 0, 1) == pytest.approx(sum(ARCHS["gfx942"].load_latency_ns[::2]) / 2)
 
 
 @pytest.mark.parametrize("arch", ["gfx942", "gfx1100", "gfx1201"])
