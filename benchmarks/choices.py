@@ -10,7 +10,10 @@ Three choices are made from host shapes and the device's CU count, by constants 
   * gemv: the workgroups per CU its rows-per-workgroup rule keeps, `gemv.GROUPS_PER_CU`;
   * the split-K kernels (N > 8): the weight bytes in flight each work unit is counted for when K
     is split to cover DRAM's latency, `_linear.SPLITK_UNIT_BYTES` (fewer: more shards, more fp32
-    partial traffic; 2**40: never split).
+    partial traffic; 2**40: never split);
+  * the quantized ops at N = 2..8: the lane-split kernel or the split-K one,
+    `_linear.SMALL_N_SPLITK_WORK` (swept as "never" and "always"; the shipped choice per row is
+    the rule's, `_linear.small_n_splitk`).
 Every alternative is measured like a report row (benchmarks.dynamic on the arch's scaled-down GPU,
 the cache model's DRAM bytes, the latency floor) and predicted by benchmarks/model.py; nothing is
 timed on a GPU. The table marks the shipped value and the fastest per row.
@@ -39,20 +42,26 @@ from .report import evaluate, families_by_arch
 from .shapes import SHAPES
 from .static import family_static
 
-# (module, constant, alternatives, ops, N values)
+# SMALL_N_SPLITK_WORK's alternatives by name: split-K on no call, or on every call of N = 2..8
+_SMALL_N = {"never": {}, "always": dict.fromkeys(SHIPPED_ARCHS, 0)}
+# (module, constant, alternatives, ops, N values); an alternative named by a string stands for
+# _SMALL_N's value
 CHOICES = ((_linear, "MAX_GROUPS_PER_CU", (1, 2, 4), ("skinny_gemm", "fp8_linear", "matmul_4bit", "w4a16_linear"),
             (1, 4, 8)),
            (gemv, "GROUPS_PER_CU", (1, 2, 4, 8), ("gemv",), (1,)),
            (_linear, "SPLITK_UNIT_BYTES", (4096, 8192, 16384, 2**40),
-            ("skinny_gemm", "fp8_linear", "matmul_4bit", "w4a16_linear"), (16, 64)))
+            ("skinny_gemm", "fp8_linear", "matmul_4bit", "w4a16_linear"), (16, 64)),
+           (_linear, "SMALL_N_SPLITK_WORK", tuple(_SMALL_N), (*_linear.SMALL_N_SPLITK_OPS, "fp8_linear:w8a8"),
+            (2, 4, 8)))
 LAYERS = ("qkv_proj", "o_proj", "down_proj", "router")
 
 
 @contextlib.contextmanager
-def override(module: Any, name: str, value: int) -> Iterator[None]:
-    """``module.name = value`` for the block, with every cached plan and bound call forgotten."""
+def override(module: Any, name: str, value: Any) -> Iterator[None]:
+    """``module.name = value`` for the block (a string: `_SMALL_N`'s value of that name), with every
+    cached plan and bound call forgotten."""
     old = getattr(module, name)
-    setattr(module, name, value)
+    setattr(module, name, _SMALL_N[value] if isinstance(value, str) else value)
     _forget()
     try:
         yield
@@ -86,11 +95,14 @@ def sweep(archs: list[str], only_ops: list[str] | None = None, only_n: list[int]
           log: Any = sys.stderr) -> list[dict[str, Any]]:
     rows = []
     for module, name, values, op_names, all_n in CHOICES:
-        shipped = getattr(module, name)
         ns = [n for n in all_n if not only_n or n in only_n]
         for op, arch in ((o, a) for o in op_names for a in archs if not only_ops or o in only_ops):
             for shape in (s for s in SHAPES if s.layer in LAYERS):
                 for n in ns:
+                    shipped = getattr(module, name)
+                    if isinstance(values[0], str):
+                        shipped = "always" if _linear.small_n_splitk(op.split(":")[0], arch, n, shape.m,
+                                                                      shape.k) else "never"
                     got = {}
                     for v in values:
                         with override(module, name, v):

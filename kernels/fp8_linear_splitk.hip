@@ -306,7 +306,7 @@ __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w
       }
     }
 
-    if (shards > 1 && !finish_shards<NT, false>(acc, xs, partials, counters, u, block, shards)) continue;
+    if (shards > 1 && !finish_shards<NT, false>(acc, xs, partials, counters, u, block, shards, N)) continue;
     // outside block mode the scales apply per output (block mode scaled each group's sums)
     write_out<NT>(acc, reinterpret_cast<float*>(xs),
                   Epilogue{BLOCK ? nullptr : w_scale, ws_stride, BLOCK ? nullptr : x_scale, xs_stride, unbias, bias,

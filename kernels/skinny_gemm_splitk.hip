@@ -170,7 +170,7 @@ __device__ void splitk(const uint16_t* __restrict__ x, const uint16_t* __restric
       continue;
     }
 
-    if (!finish_shards<NT, ATOMIC>(acc, xs, partials, counters, u, block, shards)) continue;
+    if (!finish_shards<NT, ATOMIC>(acc, xs, partials, counters, u, block, shards, N)) continue;
     write_out<NT>(acc, reinterpret_cast<float*>(xs), out, N, M, block * kRows, lane, wave);
   }
 }

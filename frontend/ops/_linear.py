@@ -28,6 +28,12 @@ Results do not depend on the CU count, YTILE, K-chunk or grid: a lane's chunks, 
 order and the reduction tree depend only on the wave size, so ``deterministic=True`` holds
 across calls, schedules and CU counts (it is the only mode for small N).
 
+Which kernel at N = 2..8: the lane-split one, except for the quantized ops (fp8_linear,
+matmul_4bit, w4a16_linear) on gfx942/gfx950 when ``N * M * K`` reaches SMALL_N_SPLITK_WORK
+(`small_n_splitk`): their VALU is slow next to their DRAM, so the lane-split kernels' per-token
+widen-and-dot work bounds them there, and the split-K kernels (padded to one 16-token tile,
+lanes without a token skipping their partials) put it on the matrix units.
+
 Configuration rules, larger N:
 
 * **Token tiles** ``NT``: the smallest of 1, 2, 4, 8 with ``16 * NT >= N`` (padded tokens
@@ -93,6 +99,16 @@ SPLITK_UNIT_BYTES = 8192
 # row it sweeps, up to 30% faster where a wave's chain of round trips bounds the time (fp8_linear
 # Llama qkv N = 4 on gfx950: 6.19 -> 4.33 us); registers and LDS cap it below that for many kernels.
 MAX_GROUPS_PER_CU = 4
+# N = 2..MAX_N of the quantized ops on the CDNA parts: their VALU is slow next to their DRAM bandwidth,
+# and the quantized lane-split kernels spend VALU per weight *and token* (widen, then a dot per token),
+# so at a few tokens they run VALU- or latency-bound; the split-K kernels widen each weight once for a
+# 16-token matrix tile. Their shard reduction costs a few round trips that only a large call amortizes:
+# split-K from this much work N x M x K (multiply-adds) on, per arch; absent, never (the RDNA parts'
+# lane-split kernels stay memory-bound at N <= 8). From `python -m benchmarks.choices --n 2 4 8`
+# (qkv/o/down/router of Llama-3-8B and Qwen3-30B-A3B; the three ops and fp8 W8A8): the rule's choice is
+# within 1.2% of the per-row best in total (Llama-3 down_proj N = 4, w4a16 on gfx950: 8.73 -> 5.69 µs).
+SMALL_N_SPLITK_WORK: dict[str, float] = {"gfx942": 9e7, "gfx950": 1.1e8}
+SMALL_N_SPLITK_OPS = ("fp8_linear", "matmul_4bit", "w4a16_linear")
 
 
 def k_chunk(n: int, k: int, lds_bytes: int, wave_size: int, chunk: int = 8, op: str = "skinny_gemm",
@@ -178,6 +194,13 @@ def token_tiles(n: int) -> int:
 def splitk_units(info: ArchInfo) -> float:
     """Split-K work units wanted on `info`'s flagship GPU (see SPLITK_UNIT_BYTES)."""
     return info.peak_bandwidth_gbs * info.load_latency_ns[2] / SPLITK_UNIT_BYTES    # GB/s x ns = bytes
+
+
+def small_n_splitk(op: str, arch: str, n: int, m: int, k: int) -> bool:
+    """Whether ``op``'s call of N = 2..MAX_N tokens takes the split-K kernel on ``arch``
+    (SMALL_N_SPLITK_WORK): a rule of the call's shape and the arch, never of the CU count."""
+    work = SMALL_N_SPLITK_WORK.get(arch)
+    return op in SMALL_N_SPLITK_OPS and work is not None and 2 <= n <= MAX_N and n * m * k >= work
 
 
 def shard_len(info: ArchInfo, nt: int, m: int, k: int) -> int:

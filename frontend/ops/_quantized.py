@@ -1,9 +1,10 @@
 """The template of the quantized linear ops, matmul_4bit (bitsandbytes 4-bit) and w4a16_linear
 (AWQ/GPTQ int4): both fuse the dequantization into the lane-split kernels (N = 1..8) and the
-split-K kernels (N = 9..64), and take a route through their own dequantize kernel and
-skinny_gemm's kernels (`skinny_gemm.dequantize_route`) for the shapes those do not serve. The
-op modules keep their formats' checks, their crossover rule, their kernels' scalar arguments
-and their references; the bind, the plans, the launch and the host staging live here.
+split-K kernels (N = 9..64, and large calls of N = 2..8 on CDNA: `_linear.small_n_splitk`), and
+take a route through their own dequantize kernel and skinny_gemm's kernels
+(`skinny_gemm.dequantize_route`) for the shapes those do not serve. The op modules keep their
+formats' checks, their crossover rule, their kernels' scalar arguments and their references;
+the bind, the plans, the launch and the host staging live here.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ class QuantizedLinear:
         the scratch slots it needs (split-K partials and counters)."""
         plan = self.plan(device, tag, n, m, k)
         ptrs = {name: name for name in self.names[:-1]} | {"y": "out"}
-        if n <= MAX_N:
+        if "shard_len" not in plan.info:
             return operands.launch(device, plan, self.names, **ptrs, M=m, K=k, x_stride=x_stride,
                                    bias_stride=b_stride, kc=plan.info["k_chunk"], **lane), ()
         values = dict(N=n, M=m, K=k, x_stride=x_stride, bias_stride=b_stride, shard_len=plan.info["shard_len"],
@@ -119,9 +120,10 @@ class QuantizedLinear:
                                  f"{self.op}.counters")
 
     def plan(self, device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
-        """N <= 8: the lane-split plan; N = 9..64: skinny_gemm's split-K configuration."""
+        """N <= 8: the lane-split plan (but see `_linear.small_n_splitk`); N = 9..64: skinny_gemm's
+        split-K configuration."""
         key = (device, tag, n, m, k, device.properties.cu_count)
-        if n > MAX_N:
+        if n > MAX_N or lin.small_n_splitk(self.op, device.arch.name, n, m, k):
             splitk = f"{self.op}_splitk"
             return self.plans.get(("splitk", *key), lambda: lin.splitk_plan(
                 device, splitk, lambda nt, _: f"{splitk}_{tag}_t{nt}", n, m, k))

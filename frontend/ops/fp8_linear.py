@@ -19,10 +19,11 @@ FP8 instructions (`FP8_HARDWARE`; kernels tagged ``fp8``): activations staged as
 and the bytes go to the instructions as they are (gfx942/gfx950: MFMA 16x16x32 fp8, at N <= 8
 used as a 64-lane dot product; gfx1201: ``v_dot4_f32_fp8_fp8`` at N <= 8, WMMA fp8 above).
 
-* N = 1..8, ``fp8_linear_<x16|fp8>_<flavour>[_block]_n<N>_y<YTILE>`` (kernels/fp8_linear.hip):
+* N = 1..8 (gfx942/gfx950: N = 2..8 only while N x M x K is small, `_linear.small_n_splitk`),
+  ``fp8_linear_<x16|fp8>_<flavour>[_block]_n<N>_y<YTILE>`` (kernels/fp8_linear.hip):
   the lane-split kernels with 16-column chunks, planned by the small-N rules of `ops._linear`
   (x staged as 2 bytes per column, 1 for ``fp8``, after it the block-mode activation scales).
-* N = 9..128, ``fp8_linear_splitk_<x16|fp8>_<flavour>[_block]_t<NT>``
+* N = 9..128 (and those larger calls), ``fp8_linear_splitk_<x16|fp8>_<flavour>[_block]_t<NT>``
   (kernels/fp8_linear_splitk.hip): the split-K kernels on the matrix units, planned by the rules
   of `ops._linear`, deterministic. Block mode sums each 128-column group on its own and adds it
   scaled.
@@ -231,7 +232,7 @@ def _launch(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, 
 
 
 def _plan(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, k: int, x_scaled: bool) -> LaunchPlan:
-    if n > MAX_N:
+    if n > MAX_N or lin.small_n_splitk(FAMILY, device.arch.name, n, m, k):
         return _plan_splitk(device, tag, flavor, block, n, m, k)
     key = (device, tag, flavor, block, n, m, k, x_scaled, device.properties.cu_count)
     prefix = f"{FAMILY}_{tag}_{flavor}{'_block' if block else ''}_n{n}"

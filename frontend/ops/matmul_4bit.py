@@ -7,7 +7,7 @@ bf16 ``[..., K]``; y has x's dtype. fp32 x is an error (bitsandbytes takes it; c
 `hipskinny.bnb.dequantize_4bit`). Sums are fp32 on every arch, bias added in fp32, one rounding
 at the end.
 
-N = 1..8, kernel ``matmul_4bit_<f16|bf16>_n<N>_y<YTILE>`` (kernels/matmul_4bit.hip): the
+N = 1..8 (but see below), kernel ``matmul_4bit_<f16|bf16>_n<N>_y<YTILE>`` (kernels/matmul_4bit.hip): the
 lane-split kernels with 32-column (16-byte) chunks, planned by the small-N rules of
 `ops._linear` (x staged after the codebooks' static LDS). Each chunk's products ``x * code[q]``
 (exact in fp32 FMAs) are summed, scaled by the block's absmax (decoded in the kernel when
@@ -16,7 +16,9 @@ nested) and added: the weights are never rounded.
 N = 9..64, kernel ``matmul_4bit_splitk_<f16|bf16>_t<NT>`` (kernels/matmul_4bit_splitk.hip): the
 split-K kernels on the matrix units, planned by the rules of `ops._linear`. Each weight is
 widened in registers to x's dtype as ``T(code[q] * absmax)``, the fp32 product rounded once --
-the values bitsandbytes' dequantize gives.
+the values bitsandbytes' dequantize gives. Also N = 2..8 on gfx942/gfx950 when N x M x K is
+large (`_linear.small_n_splitk`): there the lane-split kernels' per-token VALU work outruns
+the split-K kernel's reduction.
 
 Both are bitwise reproducible across calls, schedules and CU counts.
 

@@ -5,7 +5,7 @@ ExLlama-shuffled along K, ``scales`` ``[M, K/G]`` in x's dtype, ``zeros`` uint8 
 none when symmetric, an act-order ``perm`` of K or none). x is fp16 or bf16 ``[..., K]``; y has
 x's dtype. Sums are fp32 on every arch, bias added in fp32, one rounding at the end.
 
-N = 1..8, kernel ``w4a16_linear_<f16|bf16>_n<N>_y<YTILE>`` (kernels/w4a16_linear.hip): the lane-split design
+N = 1..8 (but see below), ``w4a16_linear_<f16|bf16>_n<N>_y<YTILE>`` (kernels/w4a16_linear.hip): the lane-split design
 of `hipskinny.skinny_gemm` with 32-column (16-byte) chunks and its configuration rules (those of
 `hipskinny.matmul_4bit`'s small-N kernel). Weights become 16-bit by the magic-number trick (fp16:
 exact ``q - z`` pairs from the 0x6400 exponent; bf16: ``128 + q`` pairs from 0x4300, the
@@ -21,7 +21,8 @@ order). Each weight is widened in registers to x's dtype as ``T(s * (q - z))``, 
 rounded once (fp16: exact ``q - z`` pairs by the magic-number trick, one packed fp16 multiply;
 bf16: fp32 ``(q - z) * s``, then RNE). The skeleton is `hipskinny.matmul_4bit`'s split-K kernel's
 (kernels/include/hipskinny/splitk4.h), with the act-order gather while x is staged. It needs K a
-multiple of 32 and a group size that is a power of two, or per-channel scales (any such K).
+multiple of 32 and a group size that is a power of two, or per-channel scales (any such K). It
+also takes N = 2..8 on gfx942/gfx950 when N x M x K is large (`_linear.small_n_splitk`).
 
 The route: N = 65..128, and every N where no fused kernel applies (K not a multiple of 32;
 per-channel scales of a K that is not a power of two at N <= 8): the ``w4a16_linear_dequantize_<f16|bf16>``

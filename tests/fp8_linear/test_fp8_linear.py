@@ -16,9 +16,11 @@ import numpy as np
 import pytest
 
 import hipskinny
+from benchmarks.choices import override
 from hipskinny import InputTypeError, InputValueError, fp8
 from hipskinny.arch import SHIPPED_ARCHS
 from hipskinny.emulator import EmulatedDevice
+from hipskinny.ops import _linear
 from hipskinny.ops import fp8_linear as op
 from hipskinny.ops.fp8_linear import fp8_linear_exact
 
@@ -106,6 +108,24 @@ def test_w8a8_every_granularity(arch, gran):
             y = hipskinny.fp8_linear(x8, w8, ws, x_scale=xs, bias=bias, out_dtype=out_dtype)
         assert y.dtype == np.dtype(BF16 if out_dtype == "bfloat16" else F16)
         assert_bound(y, x8, w8, ws, xs, bias)
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+def test_small_n_on_the_splitk_kernel(arch):
+    """N = 2..8 take the split-K kernel where `_linear.small_n_splitk` says (large calls on the CDNA
+    parts; forced here on every arch, several shards, lanes without a token skipping their
+    partials): W8A16 per channel and W8A8 with block scales, the same bound."""
+    with override(_linear, "SMALL_N_SPLITK_WORK", "always"):
+        for i, (n, m, k, gran) in enumerate([(2, 150, 1040, "channel"), (6, 40, 1024, "block")]):
+            flavor = NATIVE[arch]
+            x, w = _data(n, m, k, seed=60 + i, x_dtype=F16 if gran == "channel" else np.float32)
+            w8, ws = fp8.quantize(w, granularity=gran, flavor=flavor)
+            x8, xs = (x, None) if gran == "channel" else fp8.quantize(x, granularity="group", flavor=flavor)
+            dev = _dev(arch, 2)
+            with hipskinny.on_device(dev):
+                y = hipskinny.fp8_linear(x8, w8, ws, x_scale=xs)
+                assert dev.launches[-1].kernel.startswith("fp8_linear_splitk_"), dev.launches[-1].kernel
+            assert_bound(y, x8, w8, ws, xs)
 
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)

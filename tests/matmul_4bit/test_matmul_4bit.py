@@ -19,9 +19,11 @@ import numpy as np
 import pytest
 
 import hipskinny
+from benchmarks.choices import override
 from hipskinny import InputTypeError, InputValueError, bnb
 from hipskinny.arch import SHIPPED_ARCHS
 from hipskinny.emulator import EmulatedDevice
+from hipskinny.ops import _linear
 from hipskinny.ops import matmul_4bit as op
 from hipskinny.ops._linear import token_tiles
 
@@ -213,7 +215,20 @@ SPLITK_CASES = [(16, 40, 1024, 64, 2), (33, 130, 544, 32, 3), (64, 20, 4096, 409
 def test_fused_splitk_against_16bit_weights(arch, nested):
     """N = 9..64: the fused split-K kernel rounds each weight once to x's dtype (as the route
     and bitsandbytes' dequantize do) and sums on the matrix units in fp32: the route's bound."""
-    for i, (n, m, k, bs, cus) in enumerate(SPLITK_CASES):
+    _splitk_cases(arch, nested, SPLITK_CASES)
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+def test_small_n_on_the_splitk_kernel(arch):
+    """N = 2..8 take the split-K kernel where `_linear.small_n_splitk` says (large calls on the CDNA
+    parts; forced here on every arch, several shards): lanes without a token skip their partials,
+    and the results keep the route's bound."""
+    with override(_linear, "SMALL_N_SPLITK_WORK", "always"):
+        _splitk_cases(arch, False, [(2, 40, 1024, 64, 2), (5, 130, 544, 32, 3), (8, 20, 512, 128, 1)])
+
+
+def _splitk_cases(arch, nested, cases):
+    for i, (n, m, k, bs, cus) in enumerate(cases):
         dt = (F16, BF16)[(i + nested) % 2]
         packed, st = _weights(m, k, 20 + i, bs, ("nf4", "fp4")[i % 2], nested)
         rng = np.random.default_rng(30 + i)

@@ -25,7 +25,10 @@ from hipskinny.arch import ARCHS, SHIPPED_ARCHS
 from hipskinny.emulator import EmulatedDevice
 from hipskinny.launch import make_plan
 from hipskinny.ops import _linear as lin
+from hipskinny.ops import fp8_linear as fp8_op
+from hipskinny.ops import matmul_4bit as matmul_4bit_op
 from hipskinny.ops import skinny_gemm as op
+from hipskinny.ops import w4a16_linear as w4a16_op
 
 MANIFEST = paths.REPO / "hsaco" / "manifest.json"
 
@@ -167,13 +170,16 @@ def test_deterministic_across_calls_schedules_and_cu_counts(arch):
 
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
-def test_padded_strides_exact_buffers_and_every_variant(arch):
+@pytest.mark.parametrize("n", [5, 9])
+def test_padded_strides_exact_buffers_and_every_variant(arch, n):
     """Device-side launches with explicit strides: x and W rows padded with NaN (never read),
     buffers allocated to the byte (the emulator faults on any access past them), a per-token
     bias with padded rows, M below one block; one shard and several; every token-tile variant
-    that covers N gives the same bits (padded tokens only add zero columns)."""
+    that covers N gives the same bits (padded tokens only add zero columns). N = 5 and 9 leave
+    lanes of the one-tile kernels without a token (they skip their partials: the atomic slice
+    must still come back clean)."""
     dev = _dev(arch, 2)
-    n, m, k, xs, ws, bs = 9, 19, 1032, 1040, 1096, 24
+    m, k, xs, ws, bs = 19, 1032, 1040, 1096, 24
     x, w = _inputs(np.float16, n, m, k, seed=11)
     bias = np.random.default_rng(12).standard_normal((n, m)).astype(np.float16)
     xp = np.full((n, xs), np.nan, np.float16)
@@ -259,6 +265,23 @@ def test_config_rules():
                            (ARCHS["gfx950"], 4, 4096, 1000)):
         length = lin.shard_len(info, nt, m, k)
         assert length % lin.SPLITK_GROUP == 0 and (length >= 128 * nt or length >= k)
+
+
+def test_small_n_splitk_rule():
+    """The quantized ops' kernel at N = 2..8 (`_linear.small_n_splitk`): split-K for calls of large
+    N x M x K on the CDNA parts only, never at N = 1 or for skinny_gemm; the plans follow it
+    (Llama-3 down_proj N = 4 on the matrix units, Qwen3 o_proj N = 4 lane-split)."""
+    rule = lin.small_n_splitk
+    assert rule("w4a16_linear", "gfx942", 4, 4096, 14336) and rule("fp8_linear", "gfx950", 2, 4096, 14336)
+    assert rule("matmul_4bit", "gfx942", 8, 4096, 4096) and not rule("matmul_4bit", "gfx942", 4, 4096, 4096)
+    assert not rule("w4a16_linear", "gfx942", 1, 4096, 14336) and not rule("w4a16_linear", "gfx942", 9, 4096, 14336)
+    assert not rule("skinny_gemm", "gfx942", 8, 4096, 14336)
+    assert not any(rule("w4a16_linear", arch, 8, 4096, 14336) for arch in ("gfx1100", "gfx1151", "gfx1201"))
+    for arch in SHIPPED_ARCHS:
+        dev = EmulatedDevice(arch, 1)
+        for plan_info in (w4a16_op.plan_info, matmul_4bit_op.plan_info, fp8_op.plan_info):
+            big, small = plan_info(dev, np.float16, 4, 4096, 14336), plan_info(dev, np.float16, 4, 2048, 4096)
+            assert ("shard_len" in big) == (arch in lin.SMALL_N_SPLITK_WORK) and "shard_len" not in small
 
 
 def test_n_above_128_names_the_supported_ranges():

@@ -25,9 +25,11 @@ import numpy as np
 import pytest
 
 import hipskinny
+from benchmarks.choices import override
 from hipskinny import InputValueError, scratch, w4a16
 from hipskinny.arch import SHIPPED_ARCHS
 from hipskinny.emulator import EmulatedDevice
+from hipskinny.ops import _linear
 from hipskinny.ops import w4a16_linear as op
 from hipskinny.ops._linear import token_tiles
 
@@ -137,6 +139,23 @@ def test_subset_other_archs(arch, dt, fused):
     a = SHIPPED_ARCHS.index(arch)
     for i in (a, a + 3, a + 6):
         _run(arch, dt, i, fused)
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+def test_small_n_on_the_splitk_kernel(arch):
+    """N = 2..8 take the fused split-K kernel where `_linear.small_n_splitk` says (large calls on the
+    CDNA parts; forced here on every arch): act-order and asymmetric, several shards, lanes without
+    a token skipping their partials; the split-K kernel's bound (each weight rounded once to T)."""
+    cases = [(3, 24, 1024, 128, "gptq", False, True, F16), (7, 40, 512, 32, "awq", False, False, BF16)]
+    with override(_linear, "SMALL_N_SPLITK_WORK", "always"):
+        for i, (n, m, k, g, fmt, sym, act, dt) in enumerate(cases):
+            ckpt, prepared = _layer(m, k, g, fmt, sym, act, dt, seed=80 + i)
+            x = np.random.default_rng(90 + i).standard_normal((n, k)).astype(dt)
+            dev = _dev(arch, 2)
+            with hipskinny.on_device(dev):
+                y = w4a16.linear(x, prepared)
+                assert dev.launches[-1].kernel == f"w4a16_linear_splitk_{TAG[dt]}_t1"
+            assert_route_bound(y, x, ckpt, fmt, g)
 
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)

@@ -308,7 +308,7 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
         group<T, false, NT, KC>(acc, wt, cur, xs, k0, c0, K, lane);
     }
 
-    if (shards > 1 && !finish_shards<NT, false>(acc, xs, partials, counters, u, block, shards)) continue;
+    if (shards > 1 && !finish_shards<NT, false>(acc, xs, partials, counters, u, block, shards, N)) continue;
     write_out<NT>(acc, reinterpret_cast<float*>(xs), out, N, M, block * kRows, lane, wave);
   }
 }
