@@ -256,11 +256,12 @@ __device__ inline bool finish_shards(accv (&acc)[kTiles][NT], void* xs, float* _
       acc[t][nt] = *p;
       if (ATOMIC) *p = accv{};   // clean for the next call
     }
-  // The other shards, added in shard order per tile. NT <= 4: kMergeLoads tiles (32 VGPRs) loaded
-  // per round trip, several shards' at once when a shard has fewer, else a shard in parts; not
-  // a round trip per shard and tile. NT = 8 (registers and SGPRs at their limits in fp8_linear's
+  // The other shards, added in shard order per tile. NT <= 4: kMergeLoads tiles (64 VGPRs, free
+  // after the main loop; 32 cost Qwen3 o_proj N = 16's finisher 2 more round trips of 16 shards)
+  // loaded per round trip, several shards' at once when a shard has fewer, else a shard in parts;
+  // not a round trip per shard and tile. NT = 8 (registers and SGPRs at their limits in fp8_linear's
   // kernels): one tile at a time, as before.
-  constexpr int kMergeLoads = 32 / kAccs, kTileCount = kTiles * NT;
+  constexpr int kMergeLoads = 64 / kAccs, kTileCount = kTiles * NT;
   constexpr int kPart = kMergeLoads < kTileCount ? kMergeLoads : kTileCount;
   constexpr int kShardsPer = kMergeLoads / kPart;
   if (!ATOMIC && NT >= 8) {
