@@ -56,6 +56,20 @@ def matrix_seconds(arch: ArchInfo, mnemonics: Mapping[str, float], cu_count: int
     return total / rate
 
 
+def arithmetic_floor_seconds(arch: ArchInfo, flops: float, cu_count: int, eight_bit: bool = False) -> float:
+    """The least time ``flops`` multiply-add FLOPs take on the arch's arithmetic, whatever the kernel:
+    the dense matrix rate (``eight_bit``: both operands 8-bit, twice it), plus the VALU's best (a
+    packed or dot2 instruction: 4 FLOPs per lane and clock) where the matrix units are separate
+    (MFMA). On RDNA the WMMA instructions run on the SIMDs' own ALUs, so the larger of the two
+    (gfx11's dual-issued dot2 equals its WMMA rate). The bandwidth floor's counterpart: a decode
+    kernel whose matrix work alone exceeds its bytes' time (4-bit weights at N = 64 on RDNA) is
+    bound by this one."""
+    matrix = arch.matrix_flops_rate(cu_count) * (2 if eight_bit else 1)
+    valu = arch.valu_issue_rate(cu_count) * arch.wave_size * 4
+    rate = matrix + valu if arch.matrix_unit == "mfma" else max(matrix, valu * (2 if arch.wave_size == 32 else 1))
+    return flops / rate
+
+
 @dataclass(frozen=True)
 class Prediction:
     seconds_memory: float       # bytes moved / bandwidth

@@ -32,7 +32,7 @@ from hipskinny import registry
 from hipskinny.arch import ARCHS, HW_SOURCES
 
 from . import ROOT, dynamic, emulator_rate, families, latency, overhead, published
-from .model import predict
+from .model import arithmetic_floor_seconds, predict
 from .shapes import CHECK_SHAPES, SHAPES, Shape, n_values
 from .static import KernelStatic, family_static, inst_class, kernel_sort_key
 
@@ -83,6 +83,12 @@ ASSUMPTIONS = """\
   and assumptions per arch in `hipskinny.arch.HW_SOURCES` and `latency.SOURCES`), at least
   the longest chain and at least all chains over SIMDs x occupancy. Predicted time = the largest roof or this floor
   (bound `latency`). Work is otherwise spread evenly over all CUs.
+* Floors: `floor_us` = minimum bytes / peak bandwidth (`floor_ratio`, the kernel's figure);
+  `arithmetic_floor_us` = 2·N·M·K FLOPs at the dense matrix rate (8-bit rate for the FP8
+  kernels), plus the VALU's packed rate where MFMA units are separate (CDNA), the larger of the
+  two on RDNA (WMMA runs on the SIMDs); `roofline_ratio` = predicted / the larger floor. Where
+  the multiply-adds alone outlast the bytes (4-bit weights at N = 64 on RDNA), no kernel gets
+  within 1.15x of the bandwidth floor.
 * Scalar, branch, wait and LDS-issue instructions cost nothing beyond their roofs.
 """
 
@@ -152,6 +158,9 @@ def evaluate(meas: dynamic.Measurement, static: dict[str, KernelStatic], family:
     lat = latency.call_floor(meas.arch, s.waits, meas.scale, occupancy)
     pred = predict(info, cus, bytes_moved=dram_ratio * real_min, bytes_min=real_min, valu=valu,
                    mnemonics=sc["mnemonics"], lds_bytes=sc["lds_bytes"], latency_seconds=lat)
+    # the multiply-adds any kernel must do, at the rate of the instructions the op's operands allow
+    # (both 8-bit: the FP8 kernels, tagged _fp8_)
+    arithmetic = arithmetic_floor_seconds(info, 2.0 * meas.n * meas.m * meas.k, cus, "_fp8_" in kernel)
     row.update({
         "family": family, "kernel": kernel, "sample": {"cus": s.cus, "rows": s.rows, "scale": meas.scale,
                                      "wave_instructions": st.total_instructions, "seconds": st.seconds,
@@ -167,6 +176,8 @@ def evaluate(meas: dynamic.Measurement, static: dict[str, KernelStatic], family:
         "latency_us": lat * 1e6,
         "predicted_us": pred.seconds * 1e6, "floor_us": pred.seconds_floor * 1e6, "bound": pred.bound,
         "floor_ratio": pred.floor_ratio, "roofs_us": {k: v * 1e6 for k, v in pred.roofs.items()},
+        "arithmetic_floor_us": arithmetic * 1e6,
+        "roofline_ratio": pred.seconds / max(pred.seconds_floor, arithmetic),
         "linearity": meas.linearity(),
         "main_loop_valu_per_byte": ks.loop_valu_per_byte if ks else None,
     })
@@ -518,6 +529,17 @@ def _findings(rep: dict[str, Any]) -> list[str]:
         compute = [r for r in ok if max(r["roofs_us"][b] for b in ("valu", "lds", "matrix")) > 1.15 * r["floor_us"]]
         out.append(f"- {len(compute)} of {len(ok)} rows have a VALU, LDS or matrix roof above 1.15x the bandwidth "
                    "floor (whatever bounds them).")
+        over = [r for r in busy if r["roofline_ratio"] > 1.15]
+        at = [r for r in busy if r["floor_ratio"] > 1.15 and r["roofline_ratio"] <= 1.15]
+        out.append(f"- Of the rows bound by VALU, LDS or matrix issue, {len(over)} are above 1.15x the roofline floor "
+                   "(the larger of the bandwidth floor and `arithmetic_floor_us`: 2·N·M·K FLOPs at the arch's "
+                   "matrix rate, 8-bit rate for the FP8 kernels, plus the VALU's where MFMA units are separate; "
+                   "benchmarks/model.py)"
+                   + (": " + "; ".join(f"{r['op']} {r['arch']} {r['model']} {r['layer']} N={r['n']} "
+                                       f"{r['roofline_ratio']:.2f}x" for r in over[:12])
+                      + (" ..." if len(over) > 12 else "") if over else "")
+                   + f"; {len(at)} more are above 1.15x the bandwidth floor only because their multiply-adds alone "
+                   "take longer than their bytes (no kernel can beat that).")
         worst = sorted(ok, key=lambda r: -r["traffic_ratio"])[:5]
         out.append("- Highest traffic ratios: " + "; ".join(
             f"{r['op']} {r['arch']} {r['model']} {r['layer']} N={r['n']} {r['traffic_ratio']:.3f}" for r in worst)

@@ -15,6 +15,8 @@ import sys
 import paths
 import pytest
 
+from hipskinny.arch import ARCHS
+
 ROOT = paths.REPO
 
 
@@ -53,7 +55,7 @@ def test_model_helpers():
     sys.path.insert(0, str(ROOT))
     try:
         from benchmarks.dynamic import kernel_family, mismatch
-        from benchmarks.model import matrix_flops
+        from benchmarks.model import arithmetic_floor_seconds, matrix_flops
         from benchmarks.static import load_bytes
     finally:
         sys.path.remove(str(ROOT))
@@ -61,6 +63,14 @@ def test_model_helpers():
     assert matrix_flops("v_mfma_f32_4x4x4_16b_f16") == 2 * 4 * 4 * 4 * 16
     assert matrix_flops("v_wmma_f32_16x16x16_f16") == 8192
     assert load_bytes("global_load_dwordx4") == 16 and load_bytes("global_load_b128") == 16
+    # the arithmetic floor: MI300X's MFMA plus its VALU (2048 + 256 FLOPs per clock and CU); the RX 7900 XTX's
+    # WMMA alone (it runs on the SIMDs): 4-bit qkv_proj at N = 64 needs 26.2 us of multiply-adds there,
+    # against 13.3 us for its bytes
+    flops = 2 * 64 * 6144 * 4096
+    mi300, navi31 = ARCHS["gfx942"], ARCHS["gfx1100"]
+    assert arithmetic_floor_seconds(mi300, flops, 304) == pytest.approx(flops / (304 * 2304 * 2.1e9))
+    assert arithmetic_floor_seconds(mi300, flops, 304, eight_bit=True) == pytest.approx(flops / (304 * 4352 * 2.1e9))
+    assert arithmetic_floor_seconds(navi31, flops, 96) == pytest.approx(26.21e-6, rel=1e-3)
     assert load_bytes("global_load_ushort") == 2 and load_bytes("ds_read_b128") == 0
     fams = ["skinny_gemm", "skinny_gemm_splitk", "gemv"]
     assert kernel_family("skinny_gemm_splitk_f16_t1", fams) == "skinny_gemm_splitk"
