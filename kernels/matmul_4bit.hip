@@ -45,15 +45,13 @@ enum Flags : int { kNested = 1 };  // `flags` bits, copied into the manifest (la
 
 
 // x[:, k0 : k0 + len] for the NP token rows into LDS as they are (16-bit, 16 bytes at a time).
-// A thread's chunk of up to 2 rows is loaded before any is stored: a round trip per 2 rows (4
-// cost registers).
+// Up to 2 of a thread's chunks (rows of one column, or one row's two columns) are loaded before
+// any is stored: a round trip per 2 chunks (4 cost registers).
 template <int NP>
 __device__ void stage_x(hs::u32x4* xs, const uint16_t* __restrict__ x, int64_t x_stride, int k0, int len, int kc) {
-  constexpr int kB = NP < 2 ? NP : 2;
-#pragma unroll 1
-  for (int c = threadIdx.x; c < (len >> 3); c += kThreads)
-    hs::rows_in_groups<NP, kB, hs::u32x4>([&](int n) { return hs::load16(x + n * x_stride + k0 + 8 * c); },
-                                         [&](int n, hs::u32x4 v) { xs[n * (kc >> 3) + c] = v; });
+  hs::stage_columns<NP, 2, hs::u32x4>(
+      threadIdx.x, kThreads, len >> 3, [&](int n, int c) { return hs::load16(x + n * x_stride + k0 + 8 * c); },
+      [&](int n, int c, hs::u32x4 v) { xs[n * (kc >> 3) + c] = v; });
 }
 
 // Eight staged 16-bit x values as fp32 (exact).

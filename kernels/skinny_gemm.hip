@@ -60,23 +60,20 @@ constexpr int kInFlight = 4;  // 16-byte weight loads per lane per unrolled step
 
 
 // Copy x[:, k0 : k0 + len] into LDS rows of kc / 8 chunks (zero past column K).
-// A thread's chunk of up to 4 rows is loaded before any is stored: a round trip per 4 rows of a
-// chunk, not per row.
+// Up to 4 of a thread's chunks (its rows of one or several columns) are loaded before any is
+// stored: a round trip per 4 chunks, not per row (hs::stage_columns; 8 spill the 4-row tiles of
+// N = 4 on gfx11/12).
 template <int N>
 __device__ void stage_rows(hs::u32x4* xs, const uint16_t* __restrict__ x, int64_t x_stride, int K, int k0,
                       int len, int row_chunks) {
-  constexpr int kB = N < 4 ? N : 4;
-  const int chunks = (len + 7) >> 3;
-#pragma unroll 1
-  for (int c = threadIdx.x; c < chunks; c += kThreads) {
-    const int k = k0 + 8 * c;
-    hs::rows_in_groups<N, kB, hs::u32x4>(
-        [&](int n) {
-          const uint16_t* src = x + n * x_stride + k;
-          return (k + 8 <= K) ? hs::load16(src) : hs::load_partial(src, K - k);
-        },
-        [&](int n, hs::u32x4 v) { xs[n * row_chunks + c] = v; });
-  }
+  hs::stage_columns<N, 4, hs::u32x4>(
+      threadIdx.x, kThreads, (len + 7) >> 3,
+      [&](int n, int c) {
+        const int k = k0 + 8 * c;
+        const uint16_t* src = x + n * x_stride + k;
+        return (k + 8 <= K) ? hs::load16(src) : hs::load_partial(src, K - k);
+      },
+      [&](int n, int c, hs::u32x4 v) { xs[n * row_chunks + c] = v; });
 }
 
 template <typename T, int N, int YTILE, int U>

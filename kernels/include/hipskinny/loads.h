@@ -39,4 +39,32 @@ __device__ inline void rows_in_groups(Load load, Store store) {
   }
 }
 
+// Rows n = 0 .. N - 1 of a staged chunk's columns c = c0, c0 + step, .. < count, at most kLoads
+// values in registers at once: load(n, c) for a group, then store(n, c, value) for each, so a
+// group's loads share one round trip. Fewer rows than kLoads: the rows of several columns per
+// group (a thread staging two columns of 4 rows waits once, not twice); more: a column's rows in
+// groups of kLoads.
+template <int N, int kLoads, typename V, typename Load, typename Store>
+__device__ inline void stage_columns(int c0, int step, int count, Load load, Store store) {
+  constexpr int kRowsPer = N < kLoads ? N : kLoads;
+  constexpr int kCols = N < kLoads ? kLoads / N : 1;
+#pragma unroll 1
+  for (int c = c0; c < count; c += kCols * step) {
+#pragma unroll
+    for (int n0 = 0; n0 < N; n0 += kRowsPer) {
+      V v[kCols][kRowsPer];
+#pragma unroll
+      for (int u = 0; u < kCols; ++u)
+#pragma unroll
+        for (int j = 0; j < kRowsPer; ++j)
+          if (n0 + j < N && c + u * step < count) v[u][j] = load(n0 + j, c + u * step);
+#pragma unroll
+      for (int u = 0; u < kCols; ++u)
+#pragma unroll
+        for (int j = 0; j < kRowsPer; ++j)
+          if (n0 + j < N && c + u * step < count) store(n0 + j, c + u * step, v[u][j]);
+    }
+  }
+}
+
 }  // namespace hs
