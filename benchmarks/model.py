@@ -66,7 +66,7 @@ def arithmetic_floor_seconds(arch: ArchInfo, flops: float, cu_count: int, eight_
     bound by this one."""
     matrix = arch.matrix_flops_rate(cu_count) * (2 if eight_bit else 1)
     valu = arch.valu_issue_rate(cu_count) * arch.wave_size * 4
-    rate = matrix + valu if arch.matrix_unit == "mfma" else max(matrix, valu * (2 if arch.wave_size == 32 else 1))
+    rate = matrix + valu if arch.matrix_unit == "mfma" else max(matrix, 2 * valu)   # RDNA: dual issue
     return flops / rate
 
 

@@ -22,23 +22,6 @@ __device__ inline u32x4 load16_stream_or_zero(const uint16_t* row, int k, int K)
   return k < K ? load16_stream(row + k) : u32x4{0u, 0u, 0u, 0u};
 }
 
-// Rows n = 0 .. N - 1 of a staged chunk, kB at a time: load(n) for every row of a group, then
-// store(n, value) for each, so a group's loads are in flight together (a round trip per kB rows,
-// not per row; kB is the caller's register budget).
-template <int N, int kB, typename V, typename Load, typename Store>
-__device__ inline void rows_in_groups(Load load, Store store) {
-#pragma unroll
-  for (int n0 = 0; n0 < N; n0 += kB) {
-    V v[kB];
-#pragma unroll
-    for (int j = 0; j < kB; ++j)
-      if (n0 + j < N) v[j] = load(n0 + j);
-#pragma unroll
-    for (int j = 0; j < kB; ++j)
-      if (n0 + j < N) store(n0 + j, v[j]);
-  }
-}
-
 // Rows n = 0 .. N - 1 of a staged chunk's columns c = c0, c0 + step, .. < count, at most kLoads
 // values in registers at once: load(n, c) for a group, then store(n, c, value) for each, so a
 // group's loads share one round trip. Fewer rows than kLoads: the rows of several columns per
@@ -65,6 +48,13 @@ __device__ inline void stage_columns(int c0, int step, int count, Load load, Sto
           if (n0 + j < N && c + u * step < count) store(n0 + j, c + u * step, v[u][j]);
     }
   }
+}
+
+// Rows n = 0 .. N - 1 of one chunk column, kB at a time: `stage_columns` over a single column
+// (kB <= N), for callers that loop over the columns themselves.
+template <int N, int kB, typename V, typename Load, typename Store>
+__device__ inline void rows_in_groups(Load load, Store store) {
+  stage_columns<N, kB, V>(0, 1, 1, [&](int n, int) { return load(n); }, [&](int n, int, V v) { store(n, v); });
 }
 
 }  // namespace hs

@@ -214,11 +214,10 @@ template <int NT, bool ATOMIC>
 __device__ inline bool finish_shards(accv (&acc)[kTiles][NT], void* xs, float* __restrict__ partials,
                                      uint32_t* __restrict__ counters, int u, int block, int shards, int N) {
   constexpr int kUnitFloats = kThreads * kTiles * NT * kAccs;   // = 128 * 16 * NT
-  // Whether this lane holds a token below N in tile nt (its rows start at result_row(lane, 0)).
-  // One token tile only (N <= 16): with more, the per-tile lane masks, hoisted out of the merge
-  // loop, cost kernels at their SGPR limit spills (bf16 4-bit t2/t4, fp8 t8).
-  const bool lane_live = NT > 1 || result_row(threadIdx.x % hs::kWave, 0) < N;
-  auto live = [&](int) { return lane_live; };
+  // Whether this lane holds a token below N (its rows start at result_row(lane, 0)). One token
+  // tile only (N <= 16): with more, the per-tile lane masks, hoisted out of the merge loop, cost
+  // kernels at their SGPR limit spills (bf16 4-bit t2/t4, fp8 t8).
+  const bool live = NT > 1 || result_row(threadIdx.x % hs::kWave, 0) < N;
   // Publish this shard's tile, then count it; the last of the row block finishes it.
   // Slice layout: tile (t, nt) of thread i at ((t * NT + nt) * 256 + i) * kAccs floats.
   accv* mine = reinterpret_cast<accv*>(partials + (int64_t)(ATOMIC ? block : u) * kUnitFloats) + threadIdx.x;
@@ -227,7 +226,7 @@ __device__ inline bool finish_shards(accv (&acc)[kTiles][NT], void* xs, float* _
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       accv* p = mine + (t * NT + nt) * kThreads;
-      if (!live(nt)) continue;
+      if (!live) continue;
       if (ATOMIC) {
 #pragma unroll
         for (int r = 0; r < kAccs; ++r) unsafeAtomicAdd(reinterpret_cast<float*>(p) + r, acc[t][nt][r]);
@@ -252,7 +251,7 @@ __device__ inline bool finish_shards(accv (&acc)[kTiles][NT], void* xs, float* _
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       accv* p = first + (t * NT + nt) * kThreads;
-      if (!live(nt)) continue;
+      if (!live) continue;
       acc[t][nt] = *p;
       if (ATOMIC) *p = accv{};   // clean for the next call
     }
@@ -267,8 +266,7 @@ __device__ inline bool finish_shards(accv (&acc)[kTiles][NT], void* xs, float* _
   if (!ATOMIC && NT >= 8) {
 #pragma unroll
     for (int j = 0; j < kTileCount; ++j)
-      for (int sh = 1; sh < shards && live(j % NT); ++sh)
-        acc[j / NT][j % NT] += first[(int64_t)sh * (kUnitFloats / kAccs) + j * kThreads];
+      for (int sh = 1; sh < shards; ++sh) acc[j / NT][j % NT] += first[(int64_t)sh * (kUnitFloats / kAccs) + j * kThreads];
   } else if (!ATOMIC) {
     for (int sh = 1; sh < shards; sh += kShardsPer) {
 #pragma unroll
@@ -279,14 +277,14 @@ __device__ inline bool finish_shards(accv (&acc)[kTiles][NT], void* xs, float* _
           const accv* q = first + (int64_t)(sh + s) * (kUnitFloats / kAccs);
 #pragma unroll
           for (int g = 0; g < kPart; ++g)
-            if (sh + s < shards && j0 + g < kTileCount && live((j0 + g) % NT)) v[s][g] = q[(j0 + g) * kThreads];
+            if (sh + s < shards && j0 + g < kTileCount && live) v[s][g] = q[(j0 + g) * kThreads];
         }
         __builtin_amdgcn_sched_barrier(0);   // every load issued before the first add waits
 #pragma unroll
         for (int s = 0; s < kShardsPer; ++s)
 #pragma unroll
           for (int g = 0; g < kPart; ++g)
-            if (sh + s < shards && j0 + g < kTileCount && live((j0 + g) % NT)) acc[(j0 + g) / NT][(j0 + g) % NT] += v[s][g];
+            if (sh + s < shards && j0 + g < kTileCount && live) acc[(j0 + g) / NT][(j0 + g) % NT] += v[s][g];
         __builtin_amdgcn_sched_barrier(0);   // and the next part's loads after these adds (registers)
       }
     }
