@@ -21,10 +21,12 @@ the GPU cannot be checked without a host sync, so the kernel clips each token's 
 len(indices)]`` (a pair that is decreasing after clipping is an empty list): whatever they hold, no
 read leaves the index arrays, and slots outside the cache contribute nothing.
 
-One launch (kernels/sparse_mla.hip) of workgroups (token, 16 heads, split); the split count comes
-from host shapes only (`split_count`), so graph replays launch the same work and every GPU computes
-the same bits; splits merge in split order in the last workgroup to finish (self-cleaning
-counters). Scratch from the pool, sized by T, H and the split count.
+One launch (kernels/sparse_mla.hip) of workgroups (token, head group, split): groups of 16 heads, or
+with more than 16 heads the wide kernel's 64 (gfx9) / 32 (gfx11, gfx12), since each workgroup reads
+a gathered row once for all its heads; the split count comes from host shapes only
+(`split_count`), so graph replays launch the same work and every GPU computes the same bits;
+splits merge in split order in the last workgroup to finish (self-cleaning counters). Scratch
+from the pool, sized by T, H and the split count.
 """
 
 from __future__ import annotations
@@ -54,9 +56,9 @@ NAMES_LSE = (*INPUTS, "out", "lse")
 # tile's rows), KV rows per tile, output lanes, splits per (token, head group) at most
 _FACTS = registry.launch_facts(SHIPPED_ARCHS[0], FAMILY)
 HEADS, ROWS, D_V, MAX_SPLITS = (_FACTS[k] for k in ("heads", "rows", "dv", "max_splits"))
+# heads per workgroup of the wide kernels (sparse_mla_<layout>_wide), by the arch's wave size
+WIDE_HEADS = {64: _FACTS["wide_heads_wave64"], 32: _FACTS["wide_heads_wave32"]}
 WORKGROUPS = 512           # split target: two per CU of the largest shipped GPU (256 CUs)
-# kernels/sparse_mla.hip: one split's fp32 state, acc (16 x 512) then m[16], l[16]
-SLOT_FLOATS = HEADS * D_V + 2 * HEADS
 FLAVORS = ("ocp", "fnuz")
 PART_SLOT, COUNTER_SLOT = "mla.partials", "mla.counters"
 _BF16, _F32, _I32, _U8 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint8)
@@ -118,10 +120,16 @@ def _cache_bytes(cache: Any, name: str, layout: str) -> tuple[Any, int]:
     return (cache, bs) if not v.on_host else cache_blocks(v.host_array(), LAYOUTS[layout], name=name)
 
 
-def split_count(t: int, h: int, capacity: int) -> int:
-    """Splits per (token, head group) from host shapes only (same bits on every GPU): the shortest
-    `chain_trips` at the average list length ``capacity / t``, at most WORKGROUPS in all and 16."""
-    base, tiles = t * -(-h // HEADS), -(-capacity // (t * ROWS)) if t else 0
+def group_heads(wave_size: int, h: int) -> int:
+    """Heads per workgroup for H = h: the wide kernel's above 16 heads (a gathered row serves them
+    all; its head tiles past H are skipped), else 16."""
+    return WIDE_HEADS[wave_size] if h > HEADS else HEADS
+
+
+def split_count(t: int, h: int, capacity: int, heads: int = HEADS) -> int:
+    """Splits per (token, head group of `heads`) from host shapes only (same bits on every GPU): the
+    shortest `chain_trips` at the average list length ``capacity / t``, at most WORKGROUPS in all and 16."""
+    base, tiles = t * -(-h // heads), -(-capacity // (t * ROWS)) if t else 0
     most = max(1, min(MAX_SPLITS, -(-WORKGROUPS // max(base, 1))))
     return min(range(1, most + 1), key=lambda s: (chain_trips(tiles, s), s))   # ties: less traffic
 
@@ -167,14 +175,17 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
     operands.check_out(ops, out_shape, _BF16, 0, "out")
     if return_lse:
         operands.check_out(ops, (t, h), _F32, 1, "out[1] (lse)")
-    s = splits if splits is not None else split_count(t, h, sum(caps))
-    hb = -(-h // HEADS)
+    heads = group_heads(device.arch.wave_size, h)
+    s = splits if splits is not None else split_count(t, h, sum(caps), heads)
+    hb = -(-h // heads)
     bits = registry.launch_flags(device.arch.name, FAMILY)
     flags = ((bits["fnuz0"] if flavors[0] == "fnuz" else 0) | (bits["fnuz1"] if flavors[1] == "fnuz" else 0)
              | (bits["lse"] if return_lse else 0) | (bits["sink"] if sv is not None else 0))
     pointers = (*(NAMES_LSE if return_lse else NAMES), PART_SLOT, COUNTER_SLOT)
-    # fp32 partial slots only when the splits merge (S > 1); counters: one word per (token, head group)
-    scratch = ((PART_SLOT, max(16, 4 * SLOT_FLOATS * t * hb * s * (s > 1))), (COUNTER_SLOT, max(16, 4 * t * hb)))
+    # fp32 partial slots (acc [heads, 512], m, l) only when the splits merge (S > 1); counters: one word
+    # per (token, head group)
+    slot = heads * (D_V + 2)
+    scratch = ((PART_SLOT, max(16, 4 * slot * t * hb * s * (s > 1))), (COUNTER_SLOT, max(16, 4 * t * hb)))
 
     def launch(q_strides: tuple[int, int], b0: int, b1: int) -> list[Launch]:
         if t == 0:
@@ -185,7 +196,7 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
         rows1 = 0 if c1 is None else int(c1.shape[0]) * bs1
         # by-value arguments are packed as integers of their size: the fp32 scale as its bits
         bits = int(np.array(scale, np.float32).view(np.uint32))
-        return [operands.launch(device, _plan(device, layout, t, hb, s), pointers, q="q", c0="swa_cache",
+        return [operands.launch(device, _plan(device, layout, heads, t, hb, s), pointers, q="q", c0="swa_cache",
                                 idx0="swa_indices", ptr0="swa_indptr", c1="extra_cache", idx1="extra_indices",
                                 ptr1="extra_indptr", sink="sink", out="out", lse="lse" if return_lse else None,
                                 part=PART_SLOT, counters=COUNTER_SLOT, q_st=q_strides[0], q_sh=q_strides[1],
@@ -253,18 +264,20 @@ TORCH_OPS = declare("sparse_mla_decode", "Tensor q, Tensor swa_cache, Tensor swa
                     check=functools.partial(_torch_sparse_mla, check=True))
 
 
-def _plan(device: Device, layout: str, t: int, hb: int, s: int) -> LaunchPlan:
-    def build() -> LaunchPlan:
-        fn, meta = registry.load(device, FAMILY).kernel(f"{FAMILY}_{layout}")
-        return make_plan(fn, meta, (t * hb * s, 1, 1),
-                         info={"kernel": f"{FAMILY}_{layout}", "splits": s, "head_groups": hb})
+def _plan(device: Device, layout: str, heads: int, t: int, hb: int, s: int) -> LaunchPlan:
+    name = f"{FAMILY}_{layout}" + ("_wide" if heads > HEADS else "")
 
-    return _plans.get((device, layout, t, hb, s), build)
+    def build() -> LaunchPlan:
+        fn, meta = registry.load(device, FAMILY).kernel(name)
+        return make_plan(fn, meta, (t * hb * s, 1, 1), info={"kernel": name, "splits": s, "head_groups": hb})
+
+    return _plans.get((device, name, t, hb, s), build)
 
 
 def plan_info(device: Device, t: int, h: int, capacity: int, layout: str = "v4") -> dict[str, Any]:
     """The launch a call of this shape gets on ``device`` (tests, benchmarks)."""
-    plan = _plan(device, layout, t, -(-h // HEADS), split_count(t, h, capacity))
+    heads = group_heads(device.arch.wave_size, h)
+    plan = _plan(device, layout, heads, t, -(-h // heads), split_count(t, h, capacity, heads))
     return {**plan.info, "grid": plan.grid[0]}
 
 

@@ -543,7 +543,9 @@ def test_sparse_mla_planner_reads_the_kernel_facts():
     facts = [e["launch_facts"] for e in objects.values() if e["family"] == "sparse_mla"]
     assert len(facts) == len(SHIPPED_ARCHS) and all(f == facts[0] for f in facts)
     assert facts[0] == {"heads": sparse_mla.HEADS, "rows": sparse_mla.ROWS, "dv": sparse_mla.D_V,
-                        "max_splits": sparse_mla.MAX_SPLITS} == {"heads": 16, "rows": 32, "dv": 512, "max_splits": 16}
+                        "max_splits": sparse_mla.MAX_SPLITS, "wide_heads_wave64": sparse_mla.WIDE_HEADS[64],
+                        "wide_heads_wave32": sparse_mla.WIDE_HEADS[32]} == {
+        "heads": 16, "rows": 32, "dv": 512, "max_splits": 16, "wide_heads_wave64": 64, "wide_heads_wave32": 32}
     assert all(e["launch_facts"] == {} for e in objects.values() if e["family"] != "sparse_mla")
 
 

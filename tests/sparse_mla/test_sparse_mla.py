@@ -23,6 +23,7 @@ import pytest
 
 import hipskinny
 from hipskinny import InputTypeError, InputValueError, mla
+from hipskinny.arch import ARCHS as INFO
 from hipskinny.arch import SHIPPED_ARCHS
 from hipskinny.emulator import EmulatedDevice
 from hipskinny.ops import sparse_mla as op
@@ -146,9 +147,10 @@ def _run(arch, q, c0, i0, p0, kw, *, device=None, **options):
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("fp8", [("ocp", "ocp"), ("fnuz", "ocp")], ids=["ocp", "fnuz+ocp"])
 def test_v4_both_lists_sink_lse(arch, fp8):
-    """H = 20 (a full and a partial head group), T = 4 with lengths 0, 1, 33 and a few hundred in
-    the SWA list (block size 61, padded stride) and 31, 32, 0, 5 in the extra list (block size 2),
-    a sink, -1, out-of-range and duplicate slots, indptr not starting at 0."""
+    """H = 20 (the wide kernel: a full and a partial head tile, the rest skipped), T = 4 with
+    lengths 0, 1, 33 and a few hundred in the SWA list (block size 61, padded stride) and 31, 32,
+    0, 5 in the extra list (block size 2), a sink, -1, out-of-range and duplicate slots, indptr
+    not starting at 0."""
     rng = np.random.default_rng(1)
     q, c0, i0, p0, kw = _case(rng, "v4", 4, 20, [0, 1, 33, 230], [31, 32, 0, 5], bs0=61, pad=48, fp8=fp8, sink=True)
     o, lse = _run(arch, q, c0, i0, p0, kw, scale=512**-0.5, fp8=fp8, return_lse=True)
@@ -255,10 +257,36 @@ def test_every_split_count_agrees():
         assert_close(o, None, q, c0, i0, p0, kw, "v4", scale=0.05)
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_wide_head_groups(arch):
+    """More than 16 heads take the wide kernel (64 heads per workgroup on gfx9, 32 on gfx11/gfx12):
+    v32 with H = 72 (gfx9: a full group and one of 8 heads; gfx11/12: two full and one of 8, whose
+    other head tiles are skipped) and 3 splits; v4 with H = 40, both lists, sink, LSE and 2 splits.
+    Each within the bound, and the bits the same across CU counts and wave schedules."""
+    rng = np.random.default_rng(21)
+    q, c0, i0, p0, kw = _case(rng, "v32", 2, 72, [150, 61])
+    o = _run(arch, q, c0, i0, p0, kw, scale=0.06, layout="v32", splits=3)
+    assert_close(o, None, q, c0, i0, p0, kw, "v32", scale=0.06)
+    info = op.plan_info(_device(arch), 2, 72, len(i0), "v32")
+    heads = op.WIDE_HEADS[INFO[arch].wave_size]
+    assert info["kernel"] == "sparse_mla_v32_wide"
+    assert info["head_groups"] == -(-72 // heads) == (2 if heads == 64 else 3)
+    q, c0, i0, p0, kw = _case(rng, "v4", 3, 40, [33, 0, 97], [5, 31, 2], fp8=("fnuz", "ocp"), sink=True)
+    o, lse = _run(arch, q, c0, i0, p0, kw, scale=0.05, fp8=("fnuz", "ocp"), splits=2, return_lse=True)
+    assert_close(o, lse, q, c0, i0, p0, kw, "v4", ("fnuz", "ocp"), scale=0.05)
+    base = np.asarray(o).view(np.uint16)
+    for dev in (_device(arch, cus=3), _device(arch, cus=64, seed=5)):
+        again = _run(arch, q, c0, i0, p0, kw, device=dev, scale=0.05, fp8=("fnuz", "ocp"), splits=2)
+        assert np.array_equal(np.asarray(again).view(np.uint16), base)
+    assert op.plan_info(_device(arch), 3, 16, 200)["kernel"] == "sparse_mla_v4"   # 16 heads: one narrow group
+
+
 def test_split_count_is_a_function_of_host_shapes():
     assert op.split_count(4, 16, 4 * 640) == 4         # DSv4 CSA, B = 4: 20 tiles per token
     assert op.split_count(4, 16, 4 * 136) == 1         # HCA: 5 tiles, 7 round trips (2 splits: 9)
     assert op.split_count(1, 128, 2048) == 8           # V3.2 top-2048: 64 tiles, 8 head groups
+    assert op.group_heads(64, 128) == 64 and op.group_heads(32, 128) == 32 and op.group_heads(64, 16) == 16
+    assert op.split_count(4, 128, 4 * 2048, 64) == 8   # V3.2 on gfx9: 2 groups of 64, 16 splits allowed
     assert op.split_count(64, 128, 64 * 2048) == 1     # 512 workgroups without splitting
     assert op.split_count(512, 16, 512 * 640) == 1     # enough workgroups already
     assert op.split_count(3, 1, 0) == 1
@@ -395,22 +423,26 @@ def test_gather_loads_overlap_the_matrix_work(arch):
     count against the LDS waits too)."""
     from benchmarks.static import kernel_bodies
 
-    rounds = {"sparse_mla_v4": 5, "sparse_mla_v32": 6}          # Chunks<V32>::kRounds
     _, kernels = kernel_bodies(arch, "sparse_mla")
     for kern, body in kernels:
+        # Chunks<V32, threads>::kRounds: rows per round = threads / (FP8 chunks + 8 rope chunks)
+        nope = 32 if "v32" in kern.name else 28
+        rounds = -(-op.ROWS // (kern.max_flat_workgroup_size // (nope + 8)))
         assert not any(m.startswith("flat_") for m in body.mnemonics), kern.name
-        assert _prefetch_overlaps(body.insts(), rounds[kern.name]), f"{arch} {kern.name}: no loads in flight across QK"
+        assert _prefetch_overlaps(body.insts(), rounds), f"{arch} {kern.name}: no loads in flight across QK"
 
 
 def test_code_object_resources():
-    """Both kernels on every arch: no spills, no scratch, static LDS within the arch's workgroup limit."""
+    """Every kernel on every arch: no spills, no scratch, static LDS within the arch's workgroup limit;
+    the wide kernels at two waves per SIMD (gfx9: 512 threads) or more."""
     from hipskinny import registry
     from hipskinny.arch import ARCHS as INFO
 
     entries = registry.manifest()["code_objects"]
     for arch in ARCHS:
         kernels = {k["name"]: k for k in entries[f"{arch}/sparse_mla"]["kernels"]}
-        assert set(kernels) == {"sparse_mla_v4", "sparse_mla_v32"}
+        assert set(kernels) == {"sparse_mla_v4", "sparse_mla_v32", "sparse_mla_v4_wide", "sparse_mla_v32_wide"}
+        assert all(kernels[f"sparse_mla_{lay}_wide"]["occupancy"] >= 2 for lay in ("v4", "v32"))
         for k in kernels.values():
             assert k["vgpr_spill_count"] == k["sgpr_spill_count"] == k["private_segment_fixed_size"] == 0
             assert 0 < k["group_segment_fixed_size"] <= INFO[arch].lds_per_workgroup

@@ -67,7 +67,7 @@ print("RES", json.dumps(res))
 def test_device_operands_strided_and_in_place(fakehip_run):
     run = fakehip_run(DLPACK.format(tests=TESTS), env={"FAKEHIP_ARCH": "gfx942", "FAKEHIP_CU_COUNT": "3"})
     res = json.loads(run.stdout.split("RES ", 1)[1])
-    assert res["errors"] == [] and res["kernels"] == ["sparse_mla_v4"] and res["extra_below"]
+    assert res["errors"] == [] and res["kernels"] == ["sparse_mla_v4_wide"] and res["extra_below"]
     assert res["o"][0] == res["o"][1] and res["lse"][0] == res["lse"][1]
     rng = np.random.default_rng(21)
     q, c0, i0, p0, kw = _case(rng, "v4", 3, 18, [40, 0, 70], [9, 33, 1], bs0=61, pad=80, fp8=("fnuz", "ocp"),
