@@ -77,7 +77,32 @@ __device__ inline int slot_of(const int32_t* __restrict__ route, const Unit& un,
   return route[kMeta + un.start + min(n, un.count - 1)];
 }
 
-// A weight tile's rows of one expert: the loads and the chunk products, int4 or 16-bit.
+// The token rows a unit stages and multiplies: 1 for a unit of one slot when the kernel can
+// branch on it (ONE), else NP (rows past its count repeat the last one and are not written). So
+// the host can size NP for the experts with the most slots (each then read once) while the many
+// experts with one slot cost one row's products, not NP.
+template <int NP, bool ONE>
+__device__ inline int rows_used(const Unit& un) {
+  return NP > 1 && ONE && un.count == 1 ? 1 : NP;
+}
+
+// The 16-bit weights' products of one chunk for NP token rows.
+template <typename T, int NP, int Y>
+__device__ inline void chunk16(float (&acc)[NP][Y], const hs::u32x4 (&wv)[Y][4], const hs::u32x4* xs, int row_q, int c) {
+#pragma unroll
+  for (int d = 0; d < 4; ++d)
+#pragma unroll
+    for (int n = 0; n < NP; ++n) {
+      const hs::u32x4 xv = xs[n * row_q + 4 * c + d];
+#pragma unroll
+      for (int r = 0; r < Y; ++r)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[n][r] = hs::dot2<T>(wv[r][d][i], xv[i], acc[n][r]);
+    }
+}
+
+// A weight tile's rows of one expert: the loads and the chunk products, int4 or 16-bit, for
+// `used` token rows (rows_used: 1 or NP, wave-uniform; rows past it keep acc = 0).
 // The lane takes chunks li, li + L, ... of each row (li: its index in a group of L lanes). QUAD:
 // with G >= 128 a quad's first lane alone loads the group's scale and zero point (see
 // hs::int4::from_quad_leader); GEMM2 does without on gfx9 only (its row-block reduction leaves
@@ -85,7 +110,8 @@ __device__ inline int slot_of(const int32_t* __restrict__ route, const Unit& un,
 template <typename T, bool W4, int NP, int Y, int L = hs::kWave, bool QUAD = true>
 __device__ inline void tile_sums(float (&acc)[NP][Y], const void* __restrict__ w, const uint16_t* __restrict__ scales,
                                  const uint8_t* __restrict__ zeros, const uint32_t (&rows)[Y], int K, int log2_g,
-                                 const hs::u32x4* xs, const float* xsum, int li) {
+                                 const hs::u32x4* xs, const float* xsum, int li, int used) {
+  float(&acc1)[1][Y] = reinterpret_cast<float(&)[1][Y]>(acc);   // row 0 alone
 #pragma unroll
   for (int n = 0; n < NP; ++n)
 #pragma unroll
@@ -138,7 +164,11 @@ __device__ inline void tile_sums(float (&acc)[NP][Y], const void* __restrict__ w
       }
 #pragma unroll
       for (int r = 0; r < Y; ++r) sc[r] = hs::to_float<T>((uint16_t)sraw[r]);
-      hs::int4::chunk<T, NP, Y>(acc, wv, sc, z, xs, row_q, xsum, row_s, c, magic);
+      if constexpr (NP > 1) asm volatile("" : "+s"(used));   // tested per chunk: not hoisted into a lane mask
+      if (NP > 1 && used == 1)
+        hs::int4::chunk<T, 1, Y>(acc1, wv, sc, z, xs, row_q, xsum, row_s, c, magic);
+      else
+        hs::int4::chunk<T, NP, Y>(acc, wv, sc, z, xs, row_q, xsum, row_s, c, magic);
     }
   } else {
     const uint16_t* w16 = static_cast<const uint16_t*>(w);
@@ -148,16 +178,11 @@ __device__ inline void tile_sums(float (&acc)[NP][Y], const void* __restrict__ w
       for (int r = 0; r < Y; ++r)
 #pragma unroll
         for (int d = 0; d < 4; ++d) wv[r][d] = hs::load16_stream(w16 + (rv[r] * (uint32_t)K + kChunk * c + 8 * d));
-#pragma unroll
-      for (int d = 0; d < 4; ++d)
-#pragma unroll
-        for (int n = 0; n < NP; ++n) {
-          const hs::u32x4 xv = xs[n * row_q + 4 * c + d];
-#pragma unroll
-          for (int r = 0; r < Y; ++r)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) acc[n][r] = hs::dot2<T>(wv[r][d][i], xv[i], acc[n][r]);
-        }
+      if constexpr (NP > 1) asm volatile("" : "+s"(used));
+      if (NP > 1 && used == 1)
+        chunk16<T, 1, Y>(acc1, wv, xs, K >> 3, c);
+      else
+        chunk16<T, NP, Y>(acc, wv, xs, K >> 3, c);
     }
   }
 }
@@ -199,10 +224,11 @@ __device__ void gemm1(const uint16_t* __restrict__ x, const void* __restrict__ w
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     const int u = item / blocks, b = item - u * blocks;
     const Unit un = unit_of(route, P, u);
+    const int used = __builtin_amdgcn_readfirstlane(rows_used<NP, true>(un));
     __syncthreads();   // every wave is done reading the previous item's rows
     hs::int4::stage<T, NP, kThreads>(
         xs, xsum, [&](int n) { return x + (int64_t)(slot_of(route, un, n) / topk) * x_stride; },
-        perm == nullptr ? nullptr : perm + (int64_t)un.expert * H, 0, H, H, kmax);
+        perm == nullptr ? nullptr : perm + (int64_t)un.expert * H, 0, H, H, kmax, used);
     __syncthreads();
 
     // int4: the expert's rows by 32-bit row index from the stack's base (E * rows * K / 8 < 2^32,
@@ -218,7 +244,7 @@ __device__ void gemm1(const uint16_t* __restrict__ x, const void* __restrict__ w
         rws[YP + r] = row0 + (uint32_t)(I + min(i0 + r, I - 1));
       }
       float acc[NP][Y];
-      tile_sums<T, W4, NP, Y>(acc, we, scales, zeros, rws, H, log2_g, xs, xsum, lane);
+      tile_sums<T, W4, NP, Y>(acc, we, scales, zeros, rws, H, log2_g, xs, xsum, lane, used);
       float vg[Q], vu[Q];
 #pragma unroll
       for (int j = 0; j < Q; ++j) {
@@ -269,10 +295,13 @@ __device__ void gemm2(const void* __restrict__ w, const uint16_t* __restrict__ s
   for (int item = blockIdx.x; item < units * blocks; item += gridDim.x) {
     const int u = item / blocks, b = item - u * blocks;
     const Unit un = unit_of(route, P, u);
+    // (gfx9's bf16 NP = 2 kernels are two scalar registers short of the branch: both rows there)
+    constexpr bool kOne = !(HS_GFX9 && NP == 2 && hs::int4::kBf16<T>);
+    const int used = __builtin_amdgcn_readfirstlane(rows_used<NP, kOne>(un));
     __syncthreads();
     hs::int4::stage<T, NP, kThreads>(
         xs, xsum, [&](int n) { return act + (int64_t)slot_of(route, un, n) * I; },
-        perm == nullptr ? nullptr : perm + (int64_t)un.expert * I, 0, I, I, kmax);
+        perm == nullptr ? nullptr : perm + (int64_t)un.expert * I, 0, I, I, kmax, used);
     __syncthreads();
 
     const void* we = W4 ? w : expert_w<W4>(w, un.expert, H, I);
@@ -284,7 +313,7 @@ __device__ void gemm2(const void* __restrict__ w, const uint16_t* __restrict__ s
 #pragma unroll
       for (int r = 0; r < YT; ++r) rws[r] = row0 + (uint32_t)min(m0 + r, H - 1);
       float acc[NP][YT];
-      tile_sums<T, W4, NP, YT, L, !HS_GFX9>(acc, we, scales, zeros, rws, I, log2_g, xs, xsum, li);
+      tile_sums<T, W4, NP, YT, L, !HS_GFX9>(acc, we, scales, zeros, rws, I, log2_g, xs, xsum, li, used);
       float v[Q];
 #pragma unroll
       for (int j = 0; j < Q; ++j) v[j] = j < NP * YT ? acc[j / YT][j % YT] : 0.0f;

@@ -202,11 +202,17 @@ def expected_experts(n: int, k: int, e: int) -> float:
 
 
 def token_group(n: int, k: int, e: int) -> int:
-    """NP: the built group nearest (in ratio) to the expected slots per routed expert under uniform
-    routing (host-known shapes only). An expert with more slots than NP is read once per NP of
-    them; a unit with fewer computes rows it does not write."""
-    want = n * k / max(expected_experts(n, k, e), 1.0)
-    return min(GROUPS, key=lambda g: (abs(math.log2(g / want)), g))
+    """NP: the smallest built group that, under uniform routing, leaves at most half an expert (in
+    expectation) with more slots than NP (host-known shapes only). An expert's slots are
+    Binomial(N, k/E); one with more than NP is read once per NP of them. A unit of one slot
+    multiplies one row (kernels/fused_moe.hip `rows_used`), so a larger NP costs the many
+    one-slot experts nothing; a unit of 2 .. NP - 1 slots multiplies NP rows."""
+    p = min(k, e) / e
+    for g in GROUPS:
+        over = 1.0 - sum(math.comb(n, c) * p**c * (1.0 - p) ** (n - c) for c in range(min(g, n) + 1))
+        if e * over <= 0.5:
+            return g
+    return GROUPS[-1]
 
 
 def _plan(device: Device, tag: str, w4_13: bool, w4_2: bool, n: int, h: int, i: int, e: int, k: int

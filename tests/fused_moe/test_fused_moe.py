@@ -169,6 +169,29 @@ def test_int4_experts(arch, dt):
     assert_moe(y, x, w13, w2, tw, ids, int4=(True, True), corr13=s13 if corr else None, corr2=s2 if corr else None)
 
 
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+@pytest.mark.parametrize("dt", [F16, BF16], ids=["f16", "bf16"])
+def test_units_of_every_slot_count(arch, dt):
+    """Units holding 1 .. NP slots (a one-slot unit multiplies one row, the others NP rows), int4
+    experts: N = 8, k = 2 on 16 experts takes NP = 4 with experts of 4, 3, 2 and 1 slots; N = 4
+    takes NP = 2 with experts of 2 and 1 (gfx9's bf16 NP = 2 GEMM2 multiplies both rows)."""
+    fmt, sym, act, g = INT4[arch]
+    e, k, h, i = 16, 2, 256, 128
+    w13, p13, s13 = _stack(e, 2 * i, h, g, fmt, sym, act, dt, seed=3)
+    w2, p2, s2 = _stack(e, h, i, g, fmt, sym, act, dt, seed=6)
+    corr = dt == BF16
+    for ids, np_ in (([[0, 2], [0, 3], [0, 4], [0, 5], [1, 6], [1, 7], [1, 8], [2, 9]], 4),
+                     ([[5, 2], [5, 3], [11, 4], [12, 7]], 2)):
+        ids = np.array(ids, np.int32)
+        n = len(ids)
+        assert op.token_group(n, k, e) == np_
+        x = np.random.default_rng(n).standard_normal((n, h)).astype(dt)
+        tw = np.random.default_rng(n + 1).uniform(0.05, 1.0, (n, k)).astype(np.float32)
+        y = _run(arch, x, p13, p2, tw, ids)
+        assert_moe(y, x, w13, w2, tw, ids, int4=(True, True), corr13=s13 if corr else None,
+                   corr2=s2 if corr else None)
+
+
 def test_int4_and_16bit_mixed_and_group_sizes():
     """GEMM1 int4 (AWQ, asymmetric) with 16-bit w2, N = 16 (token groups of 2 or more)."""
     dt, e, k, h, i, n = F16, 8, 4, 256, 128, 16
@@ -256,13 +279,14 @@ def test_unrouted_experts_are_not_read():
     tw, ids = _routing(n, k, 8, seed=6)
     counts = []
     w13, w2 = _experts16(40, h, i, dt, seed=1)
-    for e in (8, 40):
+    assert op.token_group(n, k, 32) == op.token_group(n, k, 40) == 1    # the same launches for both stacks
+    for e in (32, 40):                   # the slots route to experts 0..7 only
         dev.launches.clear()
         y = _run(arch, x, w13[:e], w2[:e], tw, ids)
         stats = list(dev.launches)
         assert [s.kernel.split("_")[2] for s in stats] == ["route", "gemm1", "gemm2"]
         counts.append([dict(s.bytes_loaded) for s in stats[1:]])
-        if e == 8:
+        if e == 32:
             y8 = np.asarray(y)
     assert counts[0] == counts[1]
     np.testing.assert_array_equal(np.asarray(y).view(np.uint16), y8.view(np.uint16))
@@ -338,7 +362,8 @@ def test_out_and_plan_shapes():
                                            "fused_moe_gemm2_f16_w4_n1_s1"]
     info = op.plan_info(_dev("gfx942"), dt, 1, 2048, 768, 128, 8)
     assert info[2]["kernel"] == "fused_moe_gemm2_f16_w4_n1_s2"      # 24 chunks of I: two row groups per wave64
-    assert op.token_group(64, 8, 128) == 4 and op.token_group(1, 8, 128) == 1 and op.token_group(16, 8, 128) == 2
+    # Qwen3-30B-A3B (k = 8 of 128): NP from the slot counts' tail, at most half an expert over
+    assert [op.token_group(n, 8, 128) for n in (1, 2, 4, 16, 64)] == [1, 1, 2, 4, 8]
 
 
 def _bad(**over):

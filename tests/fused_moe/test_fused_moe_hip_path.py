@@ -51,7 +51,7 @@ def test_device_operands_in_place(fakehip_run):
     run = fakehip_run(DLPACK.format(tests=TESTS), env={"FAKEHIP_ARCH": "gfx1201", "FAKEHIP_CU_COUNT": "3"})
     res = json.loads(run.stdout.split("RES ", 1)[1])
     assert res["errors"] == []
-    assert res["kernels"] == ["fused_moe_route", "fused_moe_gemm1_f16_w4_n1", "fused_moe_gemm2_f16_w4_n1_s2"]
+    assert res["kernels"] == ["fused_moe_route", "fused_moe_gemm1_f16_w4_n2", "fused_moe_gemm2_f16_w4_n2_s2"]
     assert res["y"][0] == res["y"][1]
     e, k, h, i, n = 8, 2, 128, 64, 3
     w13, _, _ = _stack(e, 2 * i, h, 64, "awq", False, False, np.float16, seed=1)

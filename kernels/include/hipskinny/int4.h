@@ -51,10 +51,10 @@ __device__ inline void put_slot(hs::u32x4* xs, float* xsum, int kc, int n, int c
 
 template <typename T, int NP, int kThreads, typename Row>
 __device__ void stage(hs::u32x4* xs, float* xsum, Row row, const int32_t* __restrict__ perm, int k0, int len,
-                      int kc, uint32_t kmax) {
+                      int kc, uint32_t kmax, int rows = NP) {
   const int slots = len >> 3;
 #pragma unroll 1  // rolled: keeps N row addresses out of the main loop's registers
-  for (int n = 0; n < NP; ++n) {
+  for (int n = 0; n < min(NP, rows); ++n) {
     const uint16_t* xr = row(n);
     for (int c = threadIdx.x; c < slots; c += kThreads) {
       const int k = k0 + 8 * c;
