@@ -214,7 +214,11 @@ __device__ void gemm1(const uint16_t* __restrict__ x, const void* __restrict__ w
   constexpr int Q = hs::pow2_at_least(NP * YP);    // butterfly width (each of gate, up)
   static_assert(NP * YP <= hs::kWave, "one output per lane at the write");
   extern __shared__ hs::u32x4 xs[];
-  float* xsum = reinterpret_cast<float*>(xs + NP * (H >> 3));   // bf16 only
+  // bf16's chunk sums after the rows; their byte offset in a VGPR where gfx9 has no scalar
+  // register to spare (an offset from xs, so the accesses stay LDS ones)
+  uint32_t xsum_at = 16u * NP * (H >> 3);
+  if constexpr (HS_GFX9 && NP > 1) asm volatile("" : "+v"(xsum_at));
+  float* xsum = reinterpret_cast<float*>(reinterpret_cast<char*>(xs) + xsum_at);
   const int lane = threadIdx.x % hs::kWave, wave = threadIdx.x / hs::kWave;
   const int items = route[0] * blocks;
   const int rows = 2 * I;
@@ -236,6 +240,11 @@ __device__ void gemm1(const uint16_t* __restrict__ x, const void* __restrict__ w
     const void* we = W4 ? w : expert_w<W4>(w, un.expert, rows, H);
     const uint32_t row0 = W4 ? (uint32_t)(un.expert * rows) : 0u;
     const int i_end = min(I, (b + 1) * block_pairs);
+    // the token row this lane writes at the end of each tile, and its slot: read once per item
+    constexpr int kLanes = hs::kWave / Q;
+    const int jw = lane / kLanes, nw = jw / YP;
+    const bool writer = lane % kLanes == 0 && jw < NP * YP && nw < un.count;   // lanes that write act
+    const int slot_w = writer ? slot_of(route, un, nw) : 0;
     for (int i0 = b * block_pairs + wave * YP; i0 < i_end; i0 += kWaves * YP) {
       uint32_t rws[Y];
 #pragma unroll
@@ -253,10 +262,8 @@ __device__ void gemm1(const uint16_t* __restrict__ x, const void* __restrict__ w
       }
       const float gate = hs::reduce_scatter<hs::kWave / 2, Q>(vg, lane);
       const float up = hs::reduce_scatter<hs::kWave / 2, Q>(vu, lane);
-      constexpr int kLanes = hs::kWave / Q;
-      const int j = lane / kLanes, n = j / YP, i = i0 + j % YP;
-      if (lane % kLanes == 0 && j < NP * YP && n < un.count && i < i_end)
-        act[(int64_t)slot_of(route, un, n) * I + i] = silu_mul<T>(gate, up);
+      const int i = i0 + jw % YP;
+      if (writer && i < i_end) act[(int64_t)slot_w * I + i] = silu_mul<T>(gate, up);
     }
   }
 }
@@ -277,7 +284,11 @@ __device__ void gemm2(const void* __restrict__ w, const uint16_t* __restrict__ s
   static_assert(NP * YT <= L, "one output per lane at the write");
   extern __shared__ hs::u32x4 xs[];
   __shared__ uint32_t ticket;
-  float* xsum = reinterpret_cast<float*>(xs + NP * (I >> 3));   // bf16 only
+  // bf16's chunk sums after the rows (offset in a VGPR as in gemm1 at NP = 2; at NP = 4 and 8
+  // the compiler spills with it there)
+  uint32_t xsum_at = 16u * NP * (I >> 3);
+  if constexpr (HS_GFX9 && NP == 2) asm volatile("" : "+v"(xsum_at));
+  float* xsum = reinterpret_cast<float*>(reinterpret_cast<char*>(xs) + xsum_at);
   const int lane = threadIdx.x % hs::kWave, wave = threadIdx.x / hs::kWave;
   const int sg = lane / L, li = lane % L;
   const int units = route[0];
@@ -307,6 +318,12 @@ __device__ void gemm2(const void* __restrict__ w, const uint16_t* __restrict__ s
     const void* we = W4 ? w : expert_w<W4>(w, un.expert, H, I);
     const uint32_t row0 = W4 ? (uint32_t)(un.expert * H) : 0u;
     const int h0 = b * block_rows, h_end = min(H, h0 + block_rows);
+    // the token row this lane writes at the end of each tile, its slot and weight: read once per item
+    constexpr int kLanes = L / Q;
+    const int jw = li / kLanes, nw = jw / YT;
+    const bool writer = li % kLanes == 0 && jw < NP * YT && nw < un.count;   // lanes that write part
+    const int slot_w = writer ? slot_of(route, un, nw) : 0;
+    const float wt = writer ? wts[slot_w] : 0.0f;
     for (int w0 = h0 + wave * S * YT; w0 < h_end; w0 += kWaves * S * YT) {
       const int m0 = w0 + sg * YT;
       uint32_t rws[YT];
@@ -318,12 +335,8 @@ __device__ void gemm2(const void* __restrict__ w, const uint16_t* __restrict__ s
 #pragma unroll
       for (int j = 0; j < Q; ++j) v[j] = j < NP * YT ? acc[j / YT][j % YT] : 0.0f;
       const float sum = hs::reduce_scatter<L / 2, Q>(v, lane);   // within the row group
-      constexpr int kLanes = L / Q;
-      const int j = li / kLanes, n = j / YT, h = m0 + j % YT;
-      if (li % kLanes == 0 && j < NP * YT && n < un.count && h < h_end) {
-        const int p = slot_of(route, un, n);
-        part[(int64_t)p * H + h] = wts[p] * sum;
-      }
+      const int h = m0 + jw % YT;
+      if (writer && h < h_end) part[(int64_t)slot_w * H + h] = wt * sum;
     }
 
     // Count this item in its row block; the block's last item sums the block's rows.
@@ -421,7 +434,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 #define HS_MOE_NP(T, TAG, W4, WTAG, NP, YP, YT) \
   HS_MOE1(T, TAG, W4, WTAG, NP, YP) HS_MOE2(T, TAG, W4, WTAG, NP, YT, 1) HS_MOE2(T, TAG, W4, WTAG, NP, YT, 2)
 #define HS_MOE_ALL(T, TAG, W4, WTAG)                                                                  \
-  HS_MOE_NP(T, TAG, W4, WTAG, 1, 2, 4) HS_MOE_NP(T, TAG, W4, WTAG, 2, 2, 2) HS_MOE_NP(T, TAG, W4, WTAG, 4, 1, 2) \
+  HS_MOE_NP(T, TAG, W4, WTAG, 1, 2, 4) HS_MOE_NP(T, TAG, W4, WTAG, 2, 2, 4) HS_MOE_NP(T, TAG, W4, WTAG, 4, 2, 2) \
   HS_MOE_NP(T, TAG, W4, WTAG, 8, 1, 1)
 
 HS_MOE_ALL(hs::f16, f16, true, w4)

@@ -55,8 +55,8 @@ MAX_TOPK = 16
 COUNTERS = 1024           # GEMM2 row blocks at most (the counter words before the route)
 META_WORDS = 4
 GROUPS = (1, 2, 4, 8)     # token rows per unit (NP)
-GEMM1_PAIRS = {1: 2, 2: 2, 4: 1, 8: 1}   # gate/up row pairs per wave tile, by NP (kernels/fused_moe.hip)
-GEMM2_ROWS = {1: 4, 2: 2, 4: 2, 8: 1}    # rows per row group of a wave tile, by NP
+GEMM1_PAIRS = {1: 2, 2: 2, 4: 2, 8: 1}   # gate/up row pairs per wave tile, by NP (kernels/fused_moe.hip)
+GEMM2_ROWS = {1: 4, 2: 4, 4: 2, 8: 1}    # rows per row group of a wave tile, by NP
 # One workgroup per CU, as upstream's kernels: each stages its unit's x once per item, and fewer,
 # larger items stage less.
 GROUPS_PER_CU = 1
