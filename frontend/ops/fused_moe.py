@@ -54,9 +54,9 @@ MAX_EXPERTS = 512
 MAX_TOPK = 16
 COUNTERS = 1024           # GEMM2 row blocks at most (the counter words before the route)
 META_WORDS = 4
-GROUPS = (1, 2, 4, 8)     # token rows per unit (NP)
-GEMM1_PAIRS = {1: 2, 2: 2, 4: 2, 8: 1}   # gate/up row pairs per wave tile, by NP (kernels/fused_moe.hip)
-GEMM2_ROWS = {1: 4, 2: 4, 4: 2, 8: 1}    # rows per row group of a wave tile, by NP
+GROUPS = (1, 2, 4)        # token rows per unit (NP; kernels/fused_moe.hip builds no NP = 8)
+GEMM1_PAIRS = {1: 2, 2: 2, 4: 2}   # gate/up row pairs per wave tile, by NP (kernels/fused_moe.hip)
+GEMM2_ROWS = {1: 4, 2: 4, 4: 2}    # rows per row group of a wave tile, by NP
 # One workgroup per CU, as upstream's kernels: each stages its unit's x once per item, and fewer,
 # larger items stage less.
 GROUPS_PER_CU = 1
@@ -206,7 +206,7 @@ def token_group(n: int, k: int, e: int) -> int:
     expectation) with more slots than NP (host-known shapes only). An expert's slots are
     Binomial(N, k/E); one with more than NP is read once per NP of them. A unit of one slot
     multiplies one row (kernels/fused_moe.hip `rows_used`), so a larger NP costs the many
-    one-slot experts nothing; a unit of 2 .. NP - 1 slots multiplies NP rows."""
+    one-slot experts nothing; a unit of 2 .. NP - 1 slots multiplies NP rows. At most 4 (GROUPS)."""
     p = min(k, e) / e
     for g in GROUPS:
         over = 1.0 - sum(math.comb(n, c) * p**c * (1.0 - p) ** (n - c) for c in range(min(g, n) + 1))
