@@ -118,14 +118,15 @@ def _by_buffer(launch: dict[int, traffic.Traffic], dev: Any, slots: int, h: int,
     LaunchStats counts them, distinct = 4-byte words touched. Buffers are the op's pooled slots
     (host operands are staged into them), the scratch slot split into its regions by
     fused_moe.scratch_bytes' layout."""
-    names = {ptr: name.removeprefix("fused_moe.") for name, ptr in scratch.pool(dev, 0).addresses().items()}
+    prefix = f"{op.FAMILY}."   # the op's slot names: fused_moe.<operand>
+    names = {ptr: name.removeprefix(prefix) for name, ptr in scratch.pool(dev, 0).addresses().items()}
     route = 4 * (op.COUNTERS + -(-(op.META_WORDS + 4 * slots) // 4) * 4)
     act = 2 * -(-(slots * i) // 8) * 8
     regions = ((0, route, "route"), (route, route + act, "act"), (route + act, route + act + 4 * slots * h, "partials"))
     out: dict[str, list[int]] = {}
     for base, t in launch.items():
         name = names.get(base, "other")
-        parts = [(lo, hi, r) for lo, hi, r in regions] if name == op.META_SLOT.removeprefix("fused_moe.") else \
+        parts = [(lo, hi, r) for lo, hi, r in regions] if name == op.META_SLOT.removeprefix(prefix) else \
             [(0, t.size, name)]
         for lo, hi, region in parts:
             req, dist = t.region(lo, hi)
@@ -178,7 +179,7 @@ def excess(row: dict[str, Any]) -> dict[str, float]:
     for name, bufs, how in _EXCESS:
         got[name] = float(sum((b[0] - b[1]) if how == "again" else b[0]
                               for part in ("gemm1", "gemm2") for key, b in row["parts"][part]["buffers"].items()
-                              if key.removeprefix("fused_moe.") in bufs))   # rows stored with the slot's prefix
+                              if key in bufs))
     p = row["parts"]
     got["routing launch"] = float(p["call"]["bytes"] - p["gemm1"]["bytes"] - p["gemm2"]["bytes"])
     total = p["call"]["bytes"] - row["min_bytes"]
