@@ -33,6 +33,7 @@
 // added to the accumulator; a fixed xor butterfly reduces across lanes. Results are bitwise
 // the same for any grid, YTILE, kc or CU count. The codebook (and code2) sit in LDS: lanes
 // reading different entries hit different banks, equal entries broadcast.
+#include "hipskinny/codebook.h"
 #include "hipskinny/common.h"
 #include "hipskinny/lane_split.h"
 #include "hipskinny/loads.h"
@@ -64,32 +65,6 @@ __device__ inline void widen8(hs::u32x4 q, float (&v)[8]) {
   }
 }
 
-// A row's block scale, kept while the lane's chunks stay in one block: a lane's next chunk
-// is a wave's worth of chunks further, inside the same block only for large blocksizes, and
-// nested absmax2 changes every 256 blocks. Reloading only on a change saves most of those
-// loads (2 to 5 bytes per 16 weight bytes otherwise).
-struct ScaleCache {
-  int64_t block = -1, block2 = -1;
-  float scale = 0.0f, absmax2 = 0.0f;
-
-  __device__ inline float get(const void* __restrict__ absmax, const float* __restrict__ absmax2_g,
-                              const float* code2, float offset, int64_t b, bool nested) {
-    if (b != block) {
-      block = b;
-      if (!nested) {
-        scale = static_cast<const float*>(absmax)[b];
-      } else {
-        if ((b >> 8) != block2) {
-          block2 = b >> 8;
-          absmax2 = absmax2_g[block2];
-        }
-        scale = __builtin_fmaf(code2[static_cast<const uint8_t*>(absmax)[b]], absmax2, offset);
-      }
-    }
-    return scale;
-  }
-};
-
 // The lane-split body (hipskinny/lane_split.h): x staged as it is, the codebook (and the nested
 // map) in LDS, each 32-column chunk scaled by its block's absmax.
 template <typename T, int NP, int YTILE>
@@ -106,7 +81,9 @@ struct Matmul4bit : hs::lane_split::Body {
   int64_t x_stride, bias_stride;
   int kc, log2_bs, flags;
   float offset;
-  int64_t row_blocks;   // absmax blocks per row
+  uint32_t row_blocks;  // absmax blocks per row
+  uint32_t last2;       // nested: the last absmax2 entry
+  bool two_entries;     // nested: row_blocks <= 256 (see scale)
   int row_q;            // 16-byte LDS slots per staged token row
   float* code;    // LDS: the 16-entry codebook
   float* code2;   // LDS: the nested map's 256 entries
@@ -119,44 +96,63 @@ struct Matmul4bit : hs::lane_split::Body {
   }
   HS_BODY void stage(hs::u32x4* xs, int k0, int len) const { stage_x<NP>(xs, x, x_stride, k0, len, kc); }
 
+  // A wave's rows (uniform: their addresses and nested absmax2 candidates sit in SGPRs).
   struct Rows {
-    const uint8_t* w[YTILE];
-    int64_t b[YTILE];
-    ScaleCache cache[YTILE];
+    const uint8_t* w[YTILE];   // row r's packed bytes
+    uint32_t b[YTILE];         // its first block (flat index; M * K < 2^31, so blocks < 2^26)
+    uint32_t b2[YTILE];        // nested: the first block of the absmax2 entry after its first one
+    float a2[YTILE][2];        // nested: those two entries' absmax2
   };
   HS_BODY void rows(Rows& rows, int m0) const {
+    const bool nested = (flags & kNested) != 0;
 #pragma unroll
     for (int r = 0; r < YTILE; ++r) {
-      const int64_t m = min(m0 + r, M - 1);
-      rows.w[r] = w + m * (K / 2);
+      const uint32_t m = __builtin_amdgcn_readfirstlane(min(m0 + r, M - 1));
+      rows.w[r] = w + (int64_t)m * (K / 2);
       rows.b[r] = m * row_blocks;
-      rows.cache[r] = ScaleCache{};
+      rows.b2[r] = ((rows.b[r] >> 8) + 1) << 8;
+      if (nested && two_entries) {
+        rows.a2[r][0] = absmax2[rows.b[r] >> 8];
+        rows.a2[r][1] = absmax2[min((rows.b[r] >> 8) + 1, last2)];
+      }
     }
   }
 
-  // Row r's block scale for column k (ScaleCache: reloaded only when the block changes).
-  HS_BODY float scale(Rows& rows, int r, int k, bool nested) const {
-    return rows.cache[r].get(absmax, absmax2, code2, offset, rows.b[r] + (k >> log2_bs), nested);
-  }
+  // How a chunk's block scale is found (uniform per launch, one copy of the chunk loop each).
+  enum Scales { kPlain, kNestedTwo, kNestedLoad };
 
   HS_BODY void pass(Rows& rows, float (&acc)[NP][YTILE], const hs::u32x4* xs, int k0, int len, int lane) const {
-    const bool nested = (flags & kNested) != 0;
-    // Every row's weight load before the scale lookups' branches (fewer registers, except for the
-    // 4-row tiles on gfx9, which keep each row's load next to its lookup).
-    constexpr bool kScalesAfterLoads = !HS_GFX9 || YTILE == 1;
+    if (!(flags & kNested)) chunks<kPlain>(rows, acc, xs, k0, len, lane);
+    else if (two_entries) chunks<kNestedTwo>(rows, acc, xs, k0, len, lane);
+    else chunks<kNestedLoad>(rows, acc, xs, k0, len, lane);
+  }
+
+  // A lane's chunks of the pass. Each chunk's scale is loaded with its weights and decoded after
+  // its sums, so neither waits for the other: a lane's chunks are a wave's worth of columns apart,
+  // in one block only for the largest blocksizes, so each loads its own (plain absmax, or the
+  // nested code). Nested, a row of at most 256 blocks spans at most two absmax2 entries, both read
+  // per row (kNestedTwo); longer rows load the chunk's entry too (kNestedLoad).
+  template <int S>
+  HS_BODY void chunks(const Rows& rows, float (&acc)[NP][YTILE], const hs::u32x4* xs, int k0, int len,
+                      int lane) const {
     const int full = len / kChunk;
     for (int c = lane; c < full; c += hs::kWave) {
       const int k = k0 + kChunk * c;
+      const uint32_t kb = (uint32_t)k >> log2_bs;
       hs::u32x4 wv[YTILE];
-      float sc[YTILE];
+      float raw[YTILE];      // plain: the scale; nested: absmax2 (kNestedLoad)
+      uint32_t q[YTILE];     // nested: the absmax code
 #pragma unroll
       for (int r = 0; r < YTILE; ++r) {
-        wv[r] = hs::load16_stream(rows.w[r] + k / 2);
-        if constexpr (!kScalesAfterLoads) sc[r] = scale(rows, r, k, nested);
-      }
-      if constexpr (kScalesAfterLoads) {
-#pragma unroll
-        for (int r = 0; r < YTILE; ++r) sc[r] = scale(rows, r, k, nested);
+        const uint32_t b = rows.b[r] + kb;
+        wv[r] = hs::load16_stream(rows.w[r] + (uint32_t)(k / 2));
+        if constexpr (S == kPlain) {
+          raw[r] = static_cast<const float*>(absmax)[b];
+        } else {
+          q[r] = static_cast<const uint8_t*>(absmax)[b];
+          if constexpr (S == kNestedLoad) raw[r] = absmax2[b >> 8];
+          else raw[r] = b < rows.b2[r] ? rows.a2[r][0] : rows.a2[r][1];
+        }
       }
       float s[NP][YTILE];
 #pragma unroll
@@ -169,21 +165,7 @@ struct Matmul4bit : hs::lane_split::Body {
       for (int d = 0; d < 4; ++d) {
         float v[YTILE][8];
 #pragma unroll
-        for (int r = 0; r < YTILE; ++r) {
-          // Every byte's nibbles as codebook byte offsets at once (two operations for four
-          // bytes), then one extraction per lookup.
-          uint32_t hi = (wv[r][d] >> 2) & 0x3c3c3c3cu, lo = (wv[r][d] << 2) & 0x3c3c3c3cu;
-          // Opaque to the compiler, which would otherwise fold the masks back into a shift and
-          // an and per lookup.
-          asm("" : "+v"(hi), "+v"(lo));
-          const char* cb = reinterpret_cast<const char*>(code);
-#pragma unroll
-          for (int b = 0; b < 4; ++b) {
-            // high nibble: the lower column
-            v[r][2 * b] = *reinterpret_cast<const float*>(cb + ((hi >> (8 * b)) & 0xffu));
-            v[r][2 * b + 1] = *reinterpret_cast<const float*>(cb + ((lo >> (8 * b)) & 0xffu));
-          }
-        }
+        for (int r = 0; r < YTILE; ++r) hs::codebook::values(code, wv[r][d], v[r]);
 #pragma unroll
         for (int n = 0; n < NP; ++n) {
           float xv[8];
@@ -193,16 +175,16 @@ struct Matmul4bit : hs::lane_split::Body {
 #pragma unroll
             for (int e = 0; e < 8; ++e) s[n][r] = __builtin_fmaf(xv[e], v[r][e], s[n][r]);
         }
-#if !HS_GFX9
         // One dword's lookups live at a time (left to itself the scheduler may hoist the next
-        // dword's and spill on gfx11/12 at N = 7, 8).
+        // dword's: spills on gfx11/12 at N = 7, 8, and on gfx9 a wave per SIMD lost to registers).
         __builtin_amdgcn_sched_barrier(0);
-#endif
       }
 #pragma unroll
-      for (int n = 0; n < NP; ++n)
+      for (int r = 0; r < YTILE; ++r) {
+        const float sc = S == kPlain ? raw[r] : __builtin_fmaf(code2[q[r]], raw[r], offset);
 #pragma unroll
-        for (int r = 0; r < YTILE; ++r) acc[n][r] = __builtin_fmaf(s[n][r], sc[r], acc[n][r]);
+        for (int n = 0; n < NP; ++n) acc[n][r] = __builtin_fmaf(s[n][r], sc, acc[n][r]);
+      }
     }
   }
 
@@ -223,9 +205,11 @@ __device__ void matmul_4bit(const uint16_t* __restrict__ x, const uint8_t* __res
   __shared__ float code[16];
   __shared__ float code2[256];
   const float offset = (flags & kNested) ? *offset_p : 0.0f;
+  const uint32_t row_blocks = (uint32_t)K >> log2_bs;
   hs::lane_split::run<NP, YTILE>(Matmul4bit<T, NP, YTILE>{{}, x, w, absmax, absmax2, code2_g, code_g, bias, y, M, K,
                                                           x_stride, bias_stride, kc, log2_bs, flags, offset,
-                                                          K >> log2_bs, kc >> 3, code, code2},
+                                                          row_blocks, ((uint32_t)M * row_blocks - 1) >> 8,
+                                                          row_blocks <= 256, kc >> 3, code, code2},
                                  M, K, kc);
 }
 

@@ -40,6 +40,7 @@
 //
 // Bounds: as hipskinny/splitk4.h; K a multiple of 32 (of the blocksize), pieces past K decode to
 // zero.
+#include "hipskinny/codebook.h"
 #include "hipskinny/common.h"
 #include "hipskinny/splitk4.h"
 
@@ -49,40 +50,16 @@ using namespace hs::splitk;
 
 enum Flags : int { kNested = 1 };  // `flags` bits, copied into the manifest (launch_flags) for the planner
 
-// Codebook byte offsets (nibble * 4) of byte B of w: hi holds the high nibbles, lo the low ones,
-// given as prepared by decode.
-template <int B>
-__device__ inline uint32_t nibble_offset(uint32_t prepared) {
-#if HS_GFX9
-  // One SDWA and per lookup on the shifted word: its byte B masked to the nibble's bits.
-  uint32_t a;
-  asm("v_and_b32_sdwa %0, 60, %1 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:DWORD src1_sel:BYTE_%c2"
-      : "=v"(a) : "v"(prepared), "i"(B));
-  return a;
-#else
-  return (prepared >> (8 * B)) & 0xffu;   // prepared is masked already
-#endif
-}
-
 // Eight weights (one dword: bytes 0..3, high nibble first) as four dwords of T pairs.
 template <typename T>
 __device__ inline void decode(uint32_t w, float s, const float* code, uint32_t (&d)[4]) {
-#if HS_GFX9
-  // The nibbles' codebook byte offsets: bits 4..7 (2..5) of each byte of w >> 2 (w << 2).
-  const uint32_t hi = w >> 2, lo = w << 2;
-#else
-  // Every nibble as a codebook byte offset at once, then one extraction per lookup; opaque so
-  // that the masks are not folded back into each lookup.
-  uint32_t hi = (w >> 2) & 0x3c3c3c3cu, lo = (w << 2) & 0x3c3c3c3cu;
-  asm("" : "+v"(hi), "+v"(lo));
-#endif
-  const char* cb = reinterpret_cast<const char*>(code);
-  const auto lookup = [&](uint32_t off) { return *reinterpret_cast<const float*>(cb + off); };
-  // High nibble = the lower column. gfx9 multiplies a pair at once (v_pk_mul_f32).
-  d[0] = pack2<T>((float2v){lookup(nibble_offset<0>(hi)), lookup(nibble_offset<0>(lo))} * s);
-  d[1] = pack2<T>((float2v){lookup(nibble_offset<1>(hi)), lookup(nibble_offset<1>(lo))} * s);
-  d[2] = pack2<T>((float2v){lookup(nibble_offset<2>(hi)), lookup(nibble_offset<2>(lo))} * s);
-  d[3] = pack2<T>((float2v){lookup(nibble_offset<3>(hi)), lookup(nibble_offset<3>(lo))} * s);
+  float v[8];
+  hs::codebook::values(code, w, v);
+  // gfx9 multiplies a pair at once (v_pk_mul_f32).
+  d[0] = pack2<T>((float2v){v[0], v[1]} * s);
+  d[1] = pack2<T>((float2v){v[2], v[3]} * s);
+  d[2] = pack2<T>((float2v){v[4], v[5]} * s);
+  d[3] = pack2<T>((float2v){v[6], v[7]} * s);
 }
 
 // The weight policy of hipskinny/splitk4.h for bitsandbytes' format: per tile and piece the 16

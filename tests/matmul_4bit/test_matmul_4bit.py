@@ -85,8 +85,10 @@ def _weights(m, k, seed, blocksize, quant_type, nested):
 
 # (N, M, K, blocksize, CUs): several blocks per row at blocksizes 32/64/128, a block spanning
 # the whole row (4096), K streamed through LDS (8 x 8192 x 2 bytes > 64 KiB), M not a
-# multiple of the tiles.
-CASES = [(1, 37, 320, 32, 2), (3, 50, 256, 64, 3), (8, 21, 8192, 4096, 2), (5, 70, 384, 128, 2)]
+# multiple of the tiles, rows of more than 256 blocks (nested: past the two absmax2 entries a
+# row's scales otherwise take them from).
+CASES = [(1, 37, 320, 32, 2), (3, 50, 256, 64, 3), (8, 21, 8192, 4096, 2), (5, 70, 384, 128, 2),
+         (2, 9, 8256, 32, 2)]
 
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
