@@ -40,6 +40,21 @@ __device__ inline u32x4 load16_stream(const void* p) {
 }
 __device__ inline u32x4 load16(const void* p) { return *reinterpret_cast<const u32x4*>(p); }
 
+// Wait until every vector-memory load this wave issued has returned. Where loads and their uses
+// sit under the same condition in separate blocks, the compiler's wait insertion cannot tell that
+// a use always follows its load and may assume a load still in flight when the registers are
+// reused, waiting before each later load; one explicit wait where all of them have been used
+// clears that (it costs nothing there).
+__device__ inline void wait_loads() {
+#if HS_GFX9
+  __builtin_amdgcn_s_waitcnt(0x0f70);   // vmcnt(0): bits 3:0 and 15:14; expcnt, lgkmcnt at their maximum
+#elif defined(__gfx1201__)
+  // (no builtin for s_wait_loadcnt in clang-22, and one in inline asm is invisible to the pass)
+#else
+  __builtin_amdgcn_s_waitcnt(0x03f7);   // gfx11 vmcnt(0): bits 15:10; expcnt, lgkmcnt at their maximum
+#endif
+}
+
 // A workgroup barrier that orders LDS only. __syncthreads() fences every address space, which on
 // gfx11/gfx12 (WGP mode: a workgroup spans two CUs' caches) makes each wave wait for all its
 // global loads at the barrier; with this one, loads issued before it (a prefetch) stay in flight.

@@ -285,6 +285,7 @@ __device__ inline bool finish_shards(accv (&acc)[kTiles][NT], void* xs, float* _
 #pragma unroll
           for (int g = 0; g < kPart; ++g)
             if (sh + s < shards && j0 + g < kTileCount && live) acc[(j0 + g) / NT][(j0 + g) % NT] += v[s][g];
+        wait_loads();   // (hipskinny/common.h: no wait before each of the next part's loads)
         __builtin_amdgcn_sched_barrier(0);   // and the next part's loads after these adds (registers)
       }
     }

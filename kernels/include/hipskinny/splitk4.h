@@ -288,24 +288,29 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
     // loaded one group ahead (across passes too), so their latency overlaps a group's decode
     // and matrix work; only the raw bytes of two groups are ever in registers.
     const int groups = (ke - ks + 127) / 128;
-    typename W::Raw next;
-    if (active) wt.load(next, row, ks, K, lane);
-#pragma unroll 1
-    for (int g = 0; g < groups; ++g) {
+    // Two raw buffers in turn (a copy of the next group's registers into the current ones per
+    // group is about 20 moves: a tenth of the group's VALU work).
+    typename W::Raw raw[2];
+    if (active) wt.load(raw[0], row, ks, K, lane);
+    const auto step = [&](int g, const typename W::Raw& cur, typename W::Raw& next) {
       const int k0 = ks + 128 * g;
       if (g % kGroupsPerPass == 0) {
         __syncthreads();   // every wave is done with the previous pass (or unit); tables are written
         stage<NT, KC, PERM>(xs, x, perm, x_stride, N, k0, min(KC, ke - k0), K);
         __syncthreads();
       }
-      if (!active) continue;
-      const typename W::Raw cur = next;
+      if (!active) return;
       if (g + 1 < groups) wt.load(next, row, k0 + 128, K, lane);
       const int c0 = 16 * (g % kGroupsPerPass);
       if (k0 + 128 > K)
         group<T, true, NT, KC>(acc, wt, cur, xs, k0, c0, K, lane);
       else
         group<T, false, NT, KC>(acc, wt, cur, xs, k0, c0, K, lane);
+    };
+#pragma unroll 1
+    for (int g = 0; g < groups; g += 2) {
+      step(g, raw[0], raw[1]);
+      if (g + 1 < groups) step(g + 1, raw[1], raw[0]);
     }
 
     if (shards > 1 && !finish_shards<NT, false>(acc, xs, partials, counters, u, block, shards, N)) continue;
