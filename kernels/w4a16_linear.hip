@@ -202,43 +202,90 @@ __device__ void w4a16_linear(const uint16_t* __restrict__ x, const uint32_t* __r
 // M * K / 8 words, 32-bit word indices (M * K / 8 < 2^32, checked by the op). Each output element is
 // written exactly once when perm is a permutation of 0..K-1. A GPU perm is never checked: an
 // entry outside [0, K) writes column K - 1 (one unsigned min per store), never outside the row.
+// The loop of one variant (zero points or not, act-order or not: uniform per launch, so the loop
+// holds no branch around a load and a word's loads all go out before any of them is waited for).
+template <typename T, bool ZEROS, bool PERM>
+__device__ void dequantize_words(const uint32_t* __restrict__ w, const uint16_t* __restrict__ scales,
+                                 const uint8_t* __restrict__ zeros, const int32_t* __restrict__ perm,
+                                 uint16_t* __restrict__ out, int M, int K, int G) {
+  const uint32_t words = (uint32_t)(K >> 3), groups = (uint32_t)(K / G), total = (uint32_t)M * words;
+  const uint32_t step = gridDim.x * kThreads;
+  // The word's row and column follow the grid stride by additions (two divisions per thread, none
+  // per word); its group by a shift when G is a power of two (the usual 32..128), else a division.
+  const uint32_t step_m = step / words, step_j = step - step_m * words;
+  const bool pow2 = (G & (G - 1)) == 0;
+  const int log2_g = __builtin_ctz((uint32_t)G);
+  uint32_t i = blockIdx.x * kThreads + threadIdx.x;
+  uint32_t m = i / words, j = i - m * words;
+  // i + step may pass 2^32 when total is near it: the loop ends before adding past total.
+  for (; i < total; i = total - i > step ? i + step : total) {
+    const uint32_t gi = m * groups + (groups == 1 ? 0u : pow2 ? (8 * j) >> log2_g : (8 * j) / (uint32_t)G);
+    const uint16_t sbits = scales[gi];
+    const int z = ZEROS ? (int)zeros[gi] : 8;
+    const uint32_t q = w[i];
+    hs::u32x4 p0, p1;
+    if constexpr (PERM) {
+      p0 = hs::load16(perm + 8 * j);
+      p1 = hs::load16(perm + 8 * j + 4);
+    }
+    // Column pairs (2c, 2c + 1) sit in nibbles c and c + 4: one dword of the output each.
+    uint32_t d[4];
+    if constexpr (std::is_same<T, hs::f16>::value) {
+      // In fp16 pairs: 1024 + nibble by its bits, minus 1024 + z (exact), times the scale (the
+      // exact product rounded once, as T(fp32 product) would round it).
+      const hs::half2v s2 = __builtin_bit_cast(hs::half2v, (uint32_t)sbits * 0x10001u);
+      const _Float16 zb = (_Float16)(1024 + z);
+      const hs::half2v z2 = {zb, zb};
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const uint32_t bits = ((q >> (4 * c)) & 0x000f000fu) | 0x64006400u;
+        d[c] = __builtin_bit_cast(uint32_t, (__builtin_bit_cast(hs::half2v, bits) - z2) * s2);
+      }
+    } else {
+      const float s = hs::to_float<T>(sbits);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        uint32_t v[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float p = (float)((int)((q >> (4 * c + 16 * h)) & 15u) - z) * s;
+          asm("" : "+v"(p));   // the fp32 product, then one rounding (not a fused mixed-precision op)
+          v[h] = hs::from_float<T>(p);
+        }
+        d[c] = v[0] | v[1] << 16;
+      }
+    }
+    uint16_t* row = out + (uint64_t)m * (uint32_t)K;
+    if constexpr (!PERM) {
+      *reinterpret_cast<hs::u32x4*>(row + 8 * j) = hs::u32x4{d[0], d[1], d[2], d[3]};
+    } else {
+      const uint32_t kmax = (uint32_t)K - 1u;
+      const uint32_t dst[8] = {p0[0], p0[1], p0[2], p0[3], p1[0], p1[1], p1[2], p1[3]};
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        row[min(dst[2 * c], kmax)] = (uint16_t)d[c];
+        row[min(dst[2 * c + 1], kmax)] = (uint16_t)(d[c] >> 16);
+      }
+    }
+    j += step_j;
+    m += step_m;
+    if (j >= words) {
+      j -= words;
+      ++m;
+    }
+  }
+}
+
 template <typename T>
 __device__ void dequantize(const uint32_t* __restrict__ w, const uint16_t* __restrict__ scales,
                            const uint8_t* __restrict__ zeros, const int32_t* __restrict__ perm,
                            uint16_t* __restrict__ out, int M, int K, int G) {
-  const uint32_t words = (uint32_t)(K >> 3), groups = (uint32_t)(K / G), total = (uint32_t)M * words;
-  const uint32_t step = gridDim.x * kThreads;
-  // i + step may pass 2^32 when total is near it: the loop ends before adding past total.
-  for (uint32_t i = blockIdx.x * kThreads + threadIdx.x; i < total; i = total - i > step ? i + step : total) {
-    const uint32_t m = i / words, j = i - m * words;
-    const uint32_t q = w[i];
-    const uint32_t gi = m * groups + (8 * j) / (uint32_t)G;
-    const float s = hs::to_float<T>(scales[gi]);
-    const int z = zeros != nullptr ? (int)zeros[gi] : 8;
-    uint32_t v[8];
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      // column 8j + c sits in nibble ORDER^-1[c]: pairs (c, c + 1) in nibbles c / 2 and c / 2 + 4
-      const int nib = (int)((q >> (4 * (c >> 1) + 16 * (c & 1))) & 15u);
-      float p = (float)(nib - z) * s;
-      // Opaque: fp16 would otherwise get v_fma_mixlo_f16(s, q - z, +0), which turns the -0 of
-      // q == z under a negative scale into +0 (the fp32 product rounded once keeps -0).
-      asm("" : "+v"(p));
-      v[c] = hs::from_float<T>(p);
-    }
-    uint16_t* row = out + (uint64_t)m * (uint32_t)K;
-    if (perm == nullptr) {
-      *reinterpret_cast<hs::u32x4*>(row + 8 * j) =
-          hs::u32x4{v[0] | v[1] << 16, v[2] | v[3] << 16, v[4] | v[5] << 16, v[6] | v[7] << 16};
-    } else {
-      const hs::u32x4 p0 = hs::load16(perm + 8 * j), p1 = hs::load16(perm + 8 * j + 4);
-      const uint32_t kmax = (uint32_t)K - 1u;
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        row[min(p0[c], kmax)] = (uint16_t)v[c];
-        row[min(p1[c], kmax)] = (uint16_t)v[c + 4];
-      }
-    }
+  if (zeros != nullptr) {
+    if (perm != nullptr) dequantize_words<T, true, true>(w, scales, zeros, perm, out, M, K, G);
+    else dequantize_words<T, true, false>(w, scales, zeros, perm, out, M, K, G);
+  } else {
+    if (perm != nullptr) dequantize_words<T, false, true>(w, scales, zeros, perm, out, M, K, G);
+    else dequantize_words<T, false, false>(w, scales, zeros, perm, out, M, K, G);
   }
 }
 

@@ -45,17 +45,18 @@ def _dev(arch: str, cus: int) -> EmulatedDevice:
     return EmulatedDevice(arch, cus)
 
 
-def _layer(m, k, g, fmt, symmetric, act_order, dt, seed):
+def _layer(m, k, g, fmt, symmetric, act_order, dt, seed, scale=1.0):
     """Checkpoint tensors from random codes (true zeros 1..16 for v1 GPTQ, 0..15 otherwise; AWQ
     symmetric: every stored zero 8) and the prepared weight with scales in x's dtype (values that
-    fp16 and bf16 both hold exactly, so the prepared scales equal the checkpoint's)."""
+    fp16 and bf16 both hold exactly, so the prepared scales equal the checkpoint's; with a `scale`
+    below 2^-10, fp16 only: subnormal fp16 scales)."""
     rng = np.random.default_rng(seed)
     gs = k if g == -1 else g
     codes = rng.integers(0, 16, (m, k))
     lo = 1 if fmt == "gptq" else 0
     zeros = None if symmetric else rng.integers(lo, lo + 16, (m, k // gs))
     scales = (rng.uniform(0.002, 0.02, (m, k // gs)) * rng.choice([-1, 1], (m, k // gs))).astype(BF16)
-    scales = scales.astype(np.float16)
+    scales = (scales.astype(np.float32) * scale).astype(np.float16)
     g_idx = (rng.permutation(k) // gs).astype(np.int32) if act_order else None
     ckpt = w4a16.pack_checkpoint(codes, zeros, scales, fmt=fmt, group_size=g, g_idx=g_idx)
     return ckpt, w4a16.prepare(**ckpt, fmt=fmt, group_size=g, dtype=dt)
@@ -211,6 +212,30 @@ def test_dequantized_weights_are_the_checkpoint_values_rounded_once():
         dev.copy_to_host(got, pool.buffer(op.ROUTE_SLOT, got.nbytes), got.nbytes)
         want = w4a16.dequantize_checkpoint(**ckpt, fmt="gptq", group_size=64).astype(dt)
         np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+# (fmt, symmetric, act_order, group size, K, scale): AWQ zero points, GPTQ act-order, symmetric,
+# per-channel scales of a K that is not a power of two (one group of 192 columns), subnormal fp16
+# scales and products.
+ROUTE_VARIANTS = [("awq", False, False, 128, 256, 1.0), ("gptq", False, True, 64, 256, 1.0),
+                  ("gptq", True, False, 32, 256, 1.0), ("awq", False, False, -1, 192, 1.0),
+                  ("gptq", False, False, 64, 256, 2.0**-12)]
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+def test_dequantize_kernel_bitwise_every_arch(arch):
+    """The dequantize kernel's weights, every variant of its loop on every arch: T(s * (q - z)) in
+    the checkpoint's column order, bit for bit (signed zeros included: negative scales and q == z)."""
+    dev = _dev(arch, 2)
+    for i, (fmt, symmetric, act_order, g, k, scale) in enumerate(ROUTE_VARIANTS):
+        for dt in (F16, BF16) if scale == 1.0 else (F16,):
+            ckpt, prepared = _layer(24, k, g, fmt, symmetric, act_order, dt, seed=10 + i, scale=scale)
+            with hipskinny.on_device(dev):
+                w4a16.linear(np.zeros((12, k), dt), prepared, fused=False)
+            got = np.empty((24, k), dt)
+            dev.copy_to_host(got, scratch.pool(dev, 0).buffer(op.ROUTE_SLOT, got.nbytes), got.nbytes)
+            want = w4a16.dequantize_checkpoint(**ckpt, fmt=fmt, group_size=g).astype(dt)
+            np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16), err_msg=f"{fmt} {g} {dt}")
 
 
 def test_route_error_messages():
