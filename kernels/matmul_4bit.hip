@@ -220,6 +220,55 @@ __device__ void matmul_4bit(const uint16_t* __restrict__ x, const uint8_t* __res
 // (one 16-byte store) per step of a grid-stride loop over (row, 8-column group). When K is a
 // multiple of 8 their 8 codes are one aligned dword in one block; otherwise each element finds
 // its own byte, nibble and block (rows then start mid-byte and blocks straddle rows).
+// One copy of the loop per (nested absmax, K a multiple of 8): uniform per launch, so no branch
+// around a load inside it.
+template <typename T, bool NESTED, bool K8>
+__device__ void dequantize_groups(const uint8_t* __restrict__ w, const void* __restrict__ absmax,
+                                  const float* __restrict__ absmax2, const float* code2, float offset,
+                                  const float* code, uint16_t* __restrict__ out, int M, int K, int pitch,
+                                  int log2_bs) {
+  const auto scale = [&](uint32_t b) {
+    return NESTED ? __builtin_fmaf(code2[static_cast<const uint8_t*>(absmax)[b]], absmax2[b >> 8], offset)
+                  : static_cast<const float*>(absmax)[b];
+  };
+  // 32-bit indices (M * K < 2^31, checked by the op); the row and column follow the grid stride by
+  // additions (two divisions per thread, none per step).
+  const uint32_t groups = (uint32_t)pitch >> 3, total = (uint32_t)M * groups;
+  const uint32_t step = gridDim.x * kThreads, step_m = step / groups, step_g = step - step_m * groups;
+  uint32_t i = blockIdx.x * kThreads + threadIdx.x;
+  uint32_t m = i / groups, gcol = i - m * groups;
+  for (; i < total; i = total - i > step ? i + step : total) {
+    const int k = 8 * (int)gcol;
+    const uint32_t e = m * (uint32_t)K + (uint32_t)k;
+    uint16_t v[8];
+    if constexpr (K8) {
+      const uint32_t q = *reinterpret_cast<const uint32_t*>(w + (e >> 1));
+      const float s = scale(e >> log2_bs);
+      float c[8];
+      hs::codebook::values(code, q, c);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = hs::from_float<T>(c[j] * s);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const uint32_t f = e + j;
+        const uint32_t byte = w[f >> 1];
+        const uint32_t nib = (f & 1) ? (byte & 15u) : (byte >> 4);
+        v[j] = k + j < K ? hs::from_float<T>(code[nib] * scale(f >> log2_bs)) : (uint16_t)0;
+      }
+    }
+    *reinterpret_cast<hs::u32x4*>(out + (uint64_t)m * (uint32_t)pitch + k) =
+        hs::u32x4{v[0] | (uint32_t)v[1] << 16, v[2] | (uint32_t)v[3] << 16, v[4] | (uint32_t)v[5] << 16,
+                  v[6] | (uint32_t)v[7] << 16};
+    gcol += step_g;
+    m += step_m;
+    if (gcol >= groups) {
+      gcol -= groups;
+      ++m;
+    }
+  }
+}
+
 template <typename T>
 __device__ void dequantize(const uint8_t* __restrict__ w, const void* __restrict__ absmax,
                            const float* __restrict__ absmax2, const float* __restrict__ code2_g,
@@ -232,37 +281,13 @@ __device__ void dequantize(const uint8_t* __restrict__ w, const void* __restrict
   if (nested) code2[threadIdx.x] = code2_g[threadIdx.x];
   __syncthreads();
   const float offset = nested ? *offset_p : 0.0f;
-  auto scale = [&](int64_t b) {
-    return nested ? __builtin_fmaf(code2[static_cast<const uint8_t*>(absmax)[b]], absmax2[b >> 8], offset)
-                  : static_cast<const float*>(absmax)[b];
-  };
-  const int groups = pitch >> 3;
-  const int64_t total = (int64_t)M * groups;
-  for (int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x; i < total; i += (int64_t)gridDim.x * kThreads) {
-    const int m = (int)(i / groups), k = 8 * (int)(i % groups);
-    const int64_t e = (int64_t)m * K + k;
-    uint16_t v[8];
-    if ((K & 7) == 0) {
-      const uint32_t q = *reinterpret_cast<const uint32_t*>(w + (e >> 1));
-      const float s = scale(e >> log2_bs);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        // byte j / 2 of the dword, high nibble first
-        const uint32_t nib = (q >> (8 * (j >> 1) + ((j & 1) ? 0 : 4))) & 15u;
-        v[j] = hs::from_float<T>(code[nib] * s);
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int64_t f = e + j;
-        const uint32_t byte = w[f >> 1];
-        const uint32_t nib = (f & 1) ? (byte & 15u) : (byte >> 4);
-        v[j] = k + j < K ? hs::from_float<T>(code[nib] * scale(f >> log2_bs)) : (uint16_t)0;
-      }
-    }
-    *reinterpret_cast<hs::u32x4*>(out + (int64_t)m * pitch + k) =
-        hs::u32x4{v[0] | (uint32_t)v[1] << 16, v[2] | (uint32_t)v[3] << 16, v[4] | (uint32_t)v[5] << 16,
-                  v[6] | (uint32_t)v[7] << 16};
+  const bool k8 = (K & 7) == 0;
+  if (nested) {
+    if (k8) dequantize_groups<T, true, true>(w, absmax, absmax2, code2, offset, code, out, M, K, pitch, log2_bs);
+    else dequantize_groups<T, true, false>(w, absmax, absmax2, code2, offset, code, out, M, K, pitch, log2_bs);
+  } else {
+    if (k8) dequantize_groups<T, false, true>(w, absmax, absmax2, code2, offset, code, out, M, K, pitch, log2_bs);
+    else dequantize_groups<T, false, false>(w, absmax, absmax2, code2, offset, code, out, M, K, pitch, log2_bs);
   }
 }
 

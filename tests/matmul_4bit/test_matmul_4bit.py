@@ -20,7 +20,7 @@ import pytest
 
 import hipskinny
 from benchmarks.choices import override
-from hipskinny import InputTypeError, InputValueError, bnb
+from hipskinny import InputTypeError, InputValueError, bnb, scratch
 from hipskinny.arch import SHIPPED_ARCHS
 from hipskinny.emulator import EmulatedDevice
 from hipskinny.ops import _linear
@@ -205,6 +205,24 @@ def test_dequantize_route(arch):
         assert y.shape == (n, m) and y.dtype == dt
         assert kernels[0].startswith("dequantize_4bit_") and kernels[1].startswith("skinny_gemm_"), kernels
         assert_route_bound(y, x, route_weights(packed, st, dt), bias)
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+def test_dequantize_kernel_bitwise(arch):
+    """The dequantize kernel's 16-bit weights in the route's pooled buffer, each of its loop's
+    variants (nested or plain absmax; K a multiple of 8 or not), bit for bit: T(code[q] * scale)
+    with the fp32 product rounded once; columns K..pitch zero."""
+    dev = _dev(arch, 2)
+    for i, (m, k, bs, nested, dt) in enumerate([(20, 512, 64, True, F16), (13, 320, 32, False, BF16),
+                                                (9, 100, 32, True, BF16), (11, 68, 64, False, F16)]):
+        packed, st = _weights(m, k, 40 + i, bs, "nf4", nested)
+        with hipskinny.on_device(dev):
+            bnb.matmul_4bit(np.zeros((3, k), dt), packed, st, fused=False)
+        pitch = -(-k // 8) * 8
+        got = np.empty((m, pitch), dt)
+        dev.copy_to_host(got, scratch.pool(dev, 0).buffer(op.ROUTE_SLOT, got.nbytes), got.nbytes)
+        np.testing.assert_array_equal(got[:, :k].view(np.uint16), route_weights(packed, st, dt).view(np.uint16))
+        assert not got[:, k:].view(np.uint16).any()
 
 
 # (N, M, K, blocksize, CUs): one token tile (8 shards of 128 columns), two (K = 544: the last
