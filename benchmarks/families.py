@@ -107,24 +107,31 @@ than the fused kernels at N = 16 and 64 on every arch and shape (large layers: 3
 1..64 on every arch, the route only above (and K not a multiple of the blocksize).
 
 **Targets (large layers) and where they stand.** Predicted time <= 0.3 x fp16 `skinny_gemm`
-("Against the baseline op"): met on gfx11/gfx12 at N = 1 and 4 (medians 0.28-0.29); **missed** on
-CDNA: gfx942 0.34 (N = 1) and 0.42 (N = 4), gfx950 0.35 and 0.66 (VALU-bound at N = 4); at N = 16
-and 64 (the split-K kernel, no target set) 0.37-0.52. Traffic ratio <= 1.05 at N <= 4 (codes,
-absmax bytes and the codebooks count in the minimum): **missed**, medians 1.12-1.15 on gfx11/gfx12
-and 1.36-1.50 on gfx942/gfx950: every workgroup stages x (N x K x 2 bytes, two workgroups per CU
-at N = 1) and the requested-bytes ratio counts those re-reads, L2 hits on hardware; against
-half-byte weights that share is four times fp16's. VALU per weight byte below the balance point:
-met on gfx11/gfx12 at N <= 4 (0.21 / 0.41 against 0.50-0.91); gfx942 N = 1 at the balance (median
-0.108, max 0.128 against 0.120); **missed** on gfx950 at N = 1 (0.105 against 0.077) and on CDNA at
-N = 4 (0.22 against 0.120 / 0.077). Main loop at N = 1 (gfx942 listing, YTILE 4): 311 VALU per 4
-rows x 16 weight bytes = 78 per row: 4 to turn a dword's nibbles into codebook offsets, 8
-extractions, 4 packed fp32 FMAs per dword, x widened once for the 4 rows, the scale per chunk --
-a codebook lookup per weight (LDS) costs an extraction each, which is what keeps CDNA above its
-balance; the next step is a byte-pair table (one lookup per byte giving both codes for a packed
-FMA) or the matrix units' fp8 path. The split-K kernel (N = 9..64) widens each weight in
-registers: about 100 (fp16) / 150 (bf16) VALU per 16 weight bytes per row on gfx942, 85 on gfx950,
-180 / 230 on gfx11 (the half exchange for WMMA), shared by all N tokens (0.11-0.13 VALU/B on CDNA
-at N = 16 and 64).
+("Against the baseline op"): met on gfx11/gfx12 at N = 1 and 4 (medians 0.26) and on CDNA at N = 4
+(gfx942 0.26, gfx950 0.30); **missed** on CDNA at N = 1 (gfx942 0.32, gfx950 0.34); at N = 16 and
+64 (the split-K kernel, no target set) 0.26-0.48. Traffic ratio <= 1.05 at N <= 4 (codes, absmax
+bytes and the codebooks count in the minimum): **missed**, medians 1.03-1.13 on gfx11/gfx12 and
+1.40-1.44 on gfx942/gfx950: every workgroup stages x (N x K x 2 bytes) and the requested-bytes
+ratio counts those re-reads, L2 hits on hardware (the DRAM ratio of these rows is 1.00-1.08);
+against half-byte weights that share is four times fp16's. VALU per weight byte below the balance
+point: met on gfx11/gfx12 at N <= 4 (medians 0.18-0.38 against 0.50-0.91) and on gfx942 at N = 1
+(0.090, max 0.119, against 0.120); **missed** on gfx950 (N = 1 0.092, the split-K kernel at N = 4
+0.093, against 0.077), where the two VALU-bound N = 1 rows (the gate_up_proj and the lm_heads) stand
+1.02-1.09x their floor. Main loop at N = 1 (gfx942 listing, YTILE 4, nested absmax): 292 VALU per 4
+rows x 16 weight bytes = 73 per row: two shifts per dword and one SDWA `and` per lookup to turn the
+nibbles into codebook offsets (`hipskinny/codebook.h`), 4 packed fp32 FMAs per dword, x widened once
+for the 4 rows, the scale per chunk (the row's two absmax2 entries selected, one FMA). The split-K
+kernel (N = 9..64, and N = 2..8 of large layers on CDNA) widens each weight in registers: about 100
+(fp16) / 150 (bf16) VALU per 16 weight bytes per row on gfx942, 85 on gfx950, 180 / 230 on gfx11
+(the half exchange for WMMA), shared by all N tokens.
+
+**gfx950 at N = 64 is LDS-bound (1.65-1.72x the floor).** A codebook lookup reads 4 LDS bytes per
+nibble (8 per weight byte, whatever the table's layout: a byte-pair table reads 8 bytes per byte),
+and each wave reads all of x for its 32 rows (4N / 32 = 8 LDS bytes per weight byte at N = 64).
+gfx950's LDS moves 9.8 bytes per DRAM byte (78.6 TB/s against 8 TB/s), so the lookups alone take
+0.82x the memory time and x as much again; within 1.15x would need x shared by 80+ rows per wave
+(the split-K tile holds 32; 64 would give about 1.2x). The 16-bit routes avoid the lookups but move
+4.5 bytes per weight.
 """
 
 

@@ -83,7 +83,7 @@ struct Matmul4bit : hs::lane_split::Body {
   float offset;
   uint32_t row_blocks;  // absmax blocks per row
   uint32_t last2;       // nested: the last absmax2 entry
-  bool two_entries;     // nested: row_blocks <= 256 (see scale)
+  bool two_entries;     // nested: row_blocks <= 256 (see chunks)
   int row_q;            // 16-byte LDS slots per staged token row
   float* code;    // LDS: the 16-entry codebook
   float* code2;   // LDS: the nested map's 256 entries
@@ -140,7 +140,7 @@ struct Matmul4bit : hs::lane_split::Body {
       const int k = k0 + kChunk * c;
       const uint32_t kb = (uint32_t)k >> log2_bs;
       hs::u32x4 wv[YTILE];
-      float raw[YTILE];      // plain: the scale; nested: absmax2 (kNestedLoad)
+      float raw[YTILE];      // plain: the scale; nested: the chunk's absmax2
       uint32_t q[YTILE];     // nested: the absmax code
 #pragma unroll
       for (int r = 0; r < YTILE; ++r) {

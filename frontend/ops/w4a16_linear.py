@@ -43,9 +43,9 @@ Crossover (``fused=None``): the fused kernels for N = 1..64 on every arch, the r
 where no fused kernel applies). From the report's rows at N = 16 and 64 (`w4a16_linear` against
 its variant `w4a16_linear:dequantize`, all 9 shapes x 5 archs, f16): the route moves 2.4-6.1x the
 fused split-K kernel's bytes at N = 16 and 1.9-3.6x at N = 64 (large layers: medians 5.4-6.0x and
-2.8-3.5x), and both are memory-bound there (except the fused kernel on gfx1100 at N = 64 on three
-shapes, matrix-bound, and the route on gfx950 at N = 64, VALU-bound): it writes and reads back the
-16-bit weights (4.5 bytes per weight against 0.5).
+2.8-3.5x), and both are memory- or latency-bound there (except the fused kernel on gfx1100 at N =
+64 on three shapes, matrix-bound): it writes and reads back the 16-bit weights (4.5 bytes per weight
+against 0.5).
 
 The act-order ``perm`` indexes x (fused kernels) and W's columns (the route), so it must be a
 permutation of 0..K-1: a host perm is checked on every call before anything is launched
