@@ -294,11 +294,14 @@ __device__ void gemm2(const void* __restrict__ w, const uint16_t* __restrict__ s
   const int sg = lane / L, li = lane % L;
   const int units = route[0];
   // perm's clamp I - 1 (hipskinny/int4.h) and the topk weights' address in VGPRs: gfx9 has no
-  // scalar register to spare here (the weights are read once per output).
+  // scalar register to spare here (the weights are read once per output). The address comes
+  // back out of the asm as a generic pointer: cast to the global address space, or the reads
+  // through it are flat loads (which also count against the LDS wait counter).
   uint32_t kmax = I - 1;
   asm volatile("" : "+v"(kmax));
-  const float* wts = weights;
-  asm volatile("" : "+v"(wts));
+  const float* wts_v = weights;
+  asm volatile("" : "+v"(wts_v));
+  const auto wts = (const __attribute__((address_space(1))) float*)wts_v;
 
   if (units == 0) {   // no valid slot: every output is an empty sum
     for (int i = blockIdx.x * kThreads + threadIdx.x; i < N * H; i += gridDim.x * kThreads) out[i] = 0;
