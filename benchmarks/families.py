@@ -116,8 +116,8 @@ ratio counts those re-reads, L2 hits on hardware (the DRAM ratio of these rows i
 against half-byte weights that share is four times fp16's. VALU per weight byte below the balance
 point: met on gfx11/gfx12 at N <= 4 (medians 0.18-0.38 against 0.50-0.91) and on gfx942 at N = 1
 (0.090, max 0.119, against 0.120); **missed** on gfx950 (N = 1 0.092, the split-K kernel at N = 4
-0.093, against 0.077), where the two VALU-bound N = 1 rows (the gate_up_proj and the lm_heads) stand
-1.02-1.09x their floor. Main loop at N = 1 (gfx942 listing, YTILE 4, nested absmax): 292 VALU per 4
+0.093, against 0.077), where the two VALU-bound N = 1 rows (Llama's gate_up_proj, Qwen's lm_head)
+stand 1.02 and 1.09x their floor. Main loop at N = 1 (gfx942 listing, YTILE 4, nested absmax): 292 VALU per 4
 rows x 16 weight bytes = 73 per row: two shifts per dword and one SDWA `and` per lookup to turn the
 nibbles into codebook offsets (`hipskinny/codebook.h`), 4 packed fp32 FMAs per dword, x widened once
 for the 4 rows, the scale per chunk (the row's two absmax2 entries selected, one FMA). The split-K
