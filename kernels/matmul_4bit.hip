@@ -231,14 +231,14 @@ __device__ void dequantize_groups(const uint8_t* __restrict__ w, const void* __r
     return NESTED ? __builtin_fmaf(code2[static_cast<const uint8_t*>(absmax)[b]], absmax2[b >> 8], offset)
                   : static_cast<const float*>(absmax)[b];
   };
-  // 32-bit indices (M * K < 2^31, checked by the op); the row and column follow the grid stride by
-  // additions (two divisions per thread, none per step).
+  // 32-bit indices (M * K < 2^31, checked by the op); the row and 8-column group by hs::RowCol.
   const uint32_t groups = (uint32_t)pitch >> 3, total = (uint32_t)M * groups;
-  const uint32_t step = gridDim.x * kThreads, step_m = step / groups, step_g = step - step_m * groups;
+  const uint32_t step = gridDim.x * kThreads;
   uint32_t i = blockIdx.x * kThreads + threadIdx.x;
-  uint32_t m = i / groups, gcol = i - m * groups;
-  for (; i < total; i = total - i > step ? i + step : total) {
-    const int k = 8 * (int)gcol;
+  hs::RowCol at(i, step, groups);
+  for (; i < total; i = total - i > step ? i + step : total, at.advance()) {
+    const uint32_t m = at.row;
+    const int k = 8 * (int)at.col;
     const uint32_t e = m * (uint32_t)K + (uint32_t)k;
     uint16_t v[8];
     if constexpr (K8) {
@@ -260,12 +260,6 @@ __device__ void dequantize_groups(const uint8_t* __restrict__ w, const void* __r
     *reinterpret_cast<hs::u32x4*>(out + (uint64_t)m * (uint32_t)pitch + k) =
         hs::u32x4{v[0] | (uint32_t)v[1] << 16, v[2] | (uint32_t)v[3] << 16, v[4] | (uint32_t)v[5] << 16,
                   v[6] | (uint32_t)v[7] << 16};
-    gcol += step_g;
-    m += step_m;
-    if (gcol >= groups) {
-      gcol -= groups;
-      ++m;
-    }
   }
 }
 

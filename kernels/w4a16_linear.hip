@@ -209,16 +209,17 @@ __device__ void dequantize_words(const uint32_t* __restrict__ w, const uint16_t*
                                  const uint8_t* __restrict__ zeros, const int32_t* __restrict__ perm,
                                  uint16_t* __restrict__ out, int M, int K, int G) {
   const uint32_t words = (uint32_t)(K >> 3), groups = (uint32_t)(K / G), total = (uint32_t)M * words;
+  const uint32_t magic = hs::int4::magic_const<T>();
   const uint32_t step = gridDim.x * kThreads;
-  // The word's row and column follow the grid stride by additions (two divisions per thread, none
-  // per word); its group by a shift when G is a power of two (the usual 32..128), else a division.
-  const uint32_t step_m = step / words, step_j = step - step_m * words;
+  // The word's row and column by hs::RowCol; its group by a shift when G is a power of two (the
+  // usual 32..128), else a division.
   const bool pow2 = (G & (G - 1)) == 0;
   const int log2_g = __builtin_ctz((uint32_t)G);
   uint32_t i = blockIdx.x * kThreads + threadIdx.x;
-  uint32_t m = i / words, j = i - m * words;
+  hs::RowCol at(i, step, words);
   // i + step may pass 2^32 when total is near it: the loop ends before adding past total.
-  for (; i < total; i = total - i > step ? i + step : total) {
+  for (; i < total; i = total - i > step ? i + step : total, at.advance()) {
+    const uint32_t m = at.row, j = at.col;
     const uint32_t gi = m * groups + (groups == 1 ? 0u : pow2 ? (8 * j) >> log2_g : (8 * j) / (uint32_t)G);
     const uint16_t sbits = scales[gi];
     const int z = ZEROS ? (int)zeros[gi] : 8;
@@ -231,16 +232,14 @@ __device__ void dequantize_words(const uint32_t* __restrict__ w, const uint16_t*
     // Column pairs (2c, 2c + 1) sit in nibbles c and c + 4: one dword of the output each.
     uint32_t d[4];
     if constexpr (std::is_same<T, hs::f16>::value) {
-      // In fp16 pairs: 1024 + nibble by its bits, minus 1024 + z (exact), times the scale (the
-      // exact product rounded once, as T(fp32 product) would round it).
+      // The fused kernels' exact packed (q - z) pairs (hipskinny/int4.h), times the scale in fp16:
+      // the exact product rounded once, as T(fp32 product) would round it.
       const hs::half2v s2 = __builtin_bit_cast(hs::half2v, (uint32_t)sbits * 0x10001u);
-      const _Float16 zb = (_Float16)(1024 + z);
-      const hs::half2v z2 = {zb, zb};
+      const _Float16 zl = (_Float16)(-1024 - z), zh = (_Float16)(-64 - z);
+      uint32_t p[4];
+      hs::int4::dequant_f16(q, magic, hs::half2v{zl, zl}, hs::half2v{zh, zh}, p);
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const uint32_t bits = ((q >> (4 * c)) & 0x000f000fu) | 0x64006400u;
-        d[c] = __builtin_bit_cast(uint32_t, (__builtin_bit_cast(hs::half2v, bits) - z2) * s2);
-      }
+      for (int c = 0; c < 4; ++c) d[c] = __builtin_bit_cast(uint32_t, __builtin_bit_cast(hs::half2v, p[c]) * s2);
     } else {
       const float s = hs::to_float<T>(sbits);
 #pragma unroll
@@ -266,12 +265,6 @@ __device__ void dequantize_words(const uint32_t* __restrict__ w, const uint16_t*
         row[min(dst[2 * c], kmax)] = (uint16_t)d[c];
         row[min(dst[2 * c + 1], kmax)] = (uint16_t)(d[c] >> 16);
       }
-    }
-    j += step_j;
-    m += step_m;
-    if (j >= words) {
-      j -= words;
-      ++m;
     }
   }
 }

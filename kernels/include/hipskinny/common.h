@@ -40,6 +40,24 @@ __device__ inline u32x4 load16_stream(const void* p) {
 }
 __device__ inline u32x4 load16(const void* p) { return *reinterpret_cast<const u32x4*>(p); }
 
+// A grid-stride loop's position in a row-major [rows, cols] index space: the row and column
+// follow the stride by additions (two divisions per thread, at the start; none per step).
+struct RowCol {
+  uint32_t row, col, step_row, step_col, cols;
+
+  __device__ inline RowCol(uint32_t i, uint32_t step, uint32_t cols_)
+      : row(i / cols_), col(i - (i / cols_) * cols_), step_row(step / cols_), step_col(step - (step / cols_) * cols_),
+        cols(cols_) {}
+  __device__ inline void advance() {
+    col += step_col;
+    row += step_row;
+    if (col >= cols) {
+      col -= cols;
+      ++row;
+    }
+  }
+};
+
 // Wait until every vector-memory load this wave issued has returned. Where loads and their uses
 // sit under the same condition in separate blocks, the compiler's wait insertion cannot tell that
 // a use always follows its load and may assume a load still in flight when the registers are
