@@ -214,11 +214,12 @@ def test_dequantized_weights_are_the_checkpoint_values_rounded_once():
         np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
 
 
-# (fmt, symmetric, act_order, group size, K, scale): AWQ zero points, GPTQ act-order, symmetric,
-# per-channel scales of a K that is not a power of two (one group of 192 columns), subnormal fp16
-# scales and products.
+# (fmt, symmetric, act_order, group size, K, scale): AWQ zero points, GPTQ act-order, symmetric
+# (no zero points) with and without act-order -- the kernel's four loops -- per-channel scales of a
+# K that is not a power of two (one group of 192 columns), subnormal fp16 scales and products.
 ROUTE_VARIANTS = [("awq", False, False, 128, 256, 1.0), ("gptq", False, True, 64, 256, 1.0),
-                  ("gptq", True, False, 32, 256, 1.0), ("awq", False, False, -1, 192, 1.0),
+                  ("gptq", True, False, 32, 256, 1.0), ("gptq", True, True, 64, 256, 1.0),
+                  ("awq", False, False, -1, 192, 1.0),
                   ("gptq", False, False, 64, 256, 2.0**-12)]
 
 
