@@ -84,6 +84,7 @@ struct Int4 {
 
   // A piece past K loads the row's last piece instead (in bounds; the skeleton zeroes it).
   __device__ inline void load(Raw& r, const Row (&rows)[kTiles], int k0, int K, int lane) const {
+    const uint8_t* zero_bytes = zero_p != nullptr ? zero_p : reinterpret_cast<const uint8_t*>(scale_p);
 #pragma unroll
     for (int j = 0; j < kPieces; ++j) {
       const uint32_t k = min(k0 + 32 * (lane >> 4) + 32 * kGroups * j, K - 32);
@@ -92,7 +93,10 @@ struct Int4 {
       for (int t = 0; t < kTiles; ++t) {
         r.w[t][j] = hs::load16_stream(w + (rows[t].w + (k >> 3)));
         r.s[t][j] = scale_p[rows[t].g + g];
-        r.z[t][j] = zero_p != nullptr ? (uint32_t)zero_p[rows[t].g + g] : 8u;
+        // Without zero points the byte comes from the scale table (in bounds, a cache hit) and is
+        // replaced by 8: a load under a branch would make the pipeline wait for every load.
+        const uint32_t zb = zero_bytes[rows[t].g + g];
+        r.z[t][j] = zero_p != nullptr ? zb : 8u;
       }
     }
   }

@@ -4,6 +4,7 @@ import gc
 import os
 
 import paths
+import pytest
 
 paths.importable()      # test modules import helpers from other families' test modules by name
 
@@ -63,3 +64,12 @@ if _LAUNCH_LOG:
 
     def pytest_runtest_setup(item):
         _current["test"] = item.nodeid
+
+
+@pytest.fixture
+def keep_shards(monkeypatch):
+    """Lifts the planner's cap on split-K partials (``_linear.PARTIAL_SHARE``) so that the small shapes
+    an emulated test can afford still split K and exercise the shard reduction; the cap itself is
+    tested at real shapes (tests/skinny_gemm/test_skinny_gemm_splitk.py)."""
+    from hipskinny.ops import _linear
+    monkeypatch.setattr(_linear, "PARTIAL_SHARE", 1e9)

@@ -42,9 +42,12 @@ Configuration rules, larger N:
   ``S`` is the smallest count that gives `splitk_units` work units of 128 features: the
   flagship's bandwidth x DRAM latency over SPLITK_UNIT_BYTES (arch facts, *not* this device:
   results must not depend on the CU count), limited so that a shard has at least ``128 * NT``
-  columns (each shard's fp32 partial tile, written once and read once, then costs at most half
-  its weight bytes; on hardware the partials mostly stay in L2) and at most one shard per 128
-  columns.
+  columns, at most one shard per 128 columns, and -- for the families whose kernels load their
+  groups ahead (`splitk.h` pipelined: matmul_4bit, w4a16_linear) -- so that all shards' fp32
+  partial tiles (the token rows the kernel publishes, `partial_rows`) stay within PARTIAL_SHARE of
+  the call's unavoidable bytes (`partial_shards`: weights at the op's bits per element, x, y).
+  skinny_gemm's and fp8_linear's kernels still wait for each group's loads, so fewer shards would
+  lengthen their chains: no cap for them yet.
   ``S = 1`` skips the partials entirely. (Why these sizes: per weight byte, a unit of R
   features and L columns re-reads x for ``16 * NT / R`` bytes and moves ``64 * NT / L``
   bytes of partials; for a given number of units (R * L fixed) the sum is smallest at
@@ -95,6 +98,13 @@ MAX_SPLITK_GROUPS_PER_CU = 4
 # no longer waits behind fp32 partials it does not need (Qwen3 o_proj fp8 N = 64 on gfx1151: 43.19 ->
 # 35.87 µs predicted), the router (one row block) still splits.
 SPLITK_UNIT_BYTES = 8192
+# Shard partials, at most this share of a call's unavoidable bytes (weights, x, y): every shard's fp32
+# tile is written once and read back from cache, and the cache model charges the written lines as
+# DRAM writes (dirty when the launch ends). Without the cap a small layer split 16 ways moved up to
+# twice its bytes (4-bit Qwen3 router N = 16: dram_ratio 1.96); the kernels' groups loaded several
+# ahead (`splitk.h` pipelined) keep the longer shards' chains short. 5%: the ratio stays <= 1.10
+# with the rest of a launch's excess (x re-read past L2, counters, the last partial lines).
+PARTIAL_SHARE = 0.05
 # Lane-split workgroups per CU, at most: benchmarks.choices predicts 4 at least as fast as 2 on every
 # row it sweeps, up to 30% faster where a wave's chain of round trips bounds the time (fp8_linear
 # Llama qkv N = 4 on gfx950: 6.19 -> 4.33 us); registers and LDS cap it below that for many kernels.
@@ -203,26 +213,57 @@ def small_n_splitk(op: str, arch: str, n: int, m: int, k: int) -> bool:
     return op in SMALL_N_SPLITK_OPS and work is not None and 2 <= n <= MAX_N and n * m * k >= work
 
 
-def shard_len(info: ArchInfo, nt: int, m: int, k: int) -> int:
-    """K columns per split-K shard (see the module docstring); a multiple of 128."""
+def partial_rows(info: ArchInfo, n: int, nt: int) -> int:
+    """Token rows of a work unit's fp32 tile that the kernel publishes (``splitk.h``'s finish_shards):
+    with one token tile a lane whose first result row is past N publishes nothing -- on gfx9 rows
+    come in fours per lane (4 * ceil(N / 4)), on gfx12 in eights (8 at N <= 8), gfx11's lanes
+    interleave rows 2r + lane / 16 (all 16)."""
+    if nt > 1:
+        return 16 * nt
+    if info.name.startswith("gfx9"):
+        return 4 * -(-n // 4)
+    if info.name.startswith("gfx12"):
+        return 8 if n <= 8 else 16
+    return 16
+
+
+def partial_shards(info: ArchInfo, n: int, nt: int, m: int, k: int, weight_bits: int, x_bytes: int) -> int:
+    """The most shards whose fp32 partials stay within PARTIAL_SHARE of the call's unavoidable bytes
+    (weights at ``weight_bits`` per element, x at ``x_bytes``, the 16-bit output); at least 1."""
+    unavoidable = m * k * weight_bits / 8 + n * k * x_bytes + 2 * n * m
+    per_shard = -(-m // SPLITK_ROWS) * SPLITK_ROWS * partial_rows(info, n, nt) * 4
+    return max(1, int(PARTIAL_SHARE * unavoidable // per_shard))
+
+
+def shard_len(info: ArchInfo, nt: int, m: int, k: int, *, n: int | None = None, weight_bits: int | None = None,
+              x_bytes: int = 2) -> int:
+    """K columns per split-K shard for N tokens (default 16 * nt) of x at ``x_bytes`` per element (see
+    the module docstring); a multiple of 128. ``weight_bits`` (the weights' bits per element) caps the
+    partials (`partial_shards`); None: no cap."""
+    n = 16 * nt if n is None else n
     groups = -(-k // SPLITK_GROUP)
     blocks = -(-m // SPLITK_ROWS)
     wanted = math.ceil(splitk_units(info) / blocks)
     most = max(1, min(groups, k // (SPLITK_GROUP * nt)))
+    if weight_bits is not None:
+        most = min(most, partial_shards(info, n, nt, m, k, weight_bits, x_bytes))
     shards = max(1, min(wanted, most))
     return SPLITK_GROUP * -(-groups // shards)
 
 
 def splitk_plan(device: Device, family: str, kernel_name: Callable[[int, bool], str], n: int, m: int, k: int, *,
-                lds: int = SPLITK_LDS, atomic: bool = False) -> LaunchPlan:
+                lds: int = SPLITK_LDS, atomic: bool = False, weight_bits: int | None = None,
+                x_bytes: int = 2) -> LaunchPlan:
     """The split-K configuration every split-K family shares (this module's, fp8_linear's and the
     4-bit ones'): token tiles for N, shards from the arch's flagship CU count (never the device's:
     the same bits on every GPU), a persistent grid of this device's CUs x the workgroups per CU
     the kernel's registers and ``lds`` allow. ``kernel_name(token_tiles, atomic)`` names the kernel
-    in ``family``; ``atomic`` asks for the atomic variant when there is more than one shard."""
+    in ``family``; ``atomic`` asks for the atomic variant when there is more than one shard;
+    ``weight_bits`` and ``x_bytes`` (the operands' sizes) cap the shards' partials (PARTIAL_SHARE), for
+    the families whose kernels load groups ahead; None: no cap."""
     info = device.arch
     nt = token_tiles(n)
-    length = shard_len(info, nt, m, k)
+    length = shard_len(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes)
     shards = -(-k // length)
     blocks = -(-m // SPLITK_ROWS)
     use_atomic = atomic and shards > 1

@@ -126,7 +126,7 @@ class QuantizedLinear:
         if n > MAX_N or lin.small_n_splitk(self.op, device.arch.name, n, m, k):
             splitk = f"{self.op}_splitk"
             return self.plans.get(("splitk", *key), lambda: lin.splitk_plan(
-                device, splitk, lambda nt, _: f"{splitk}_{tag}_t{nt}", n, m, k))
+                device, splitk, lambda nt, _: f"{splitk}_{tag}_t{nt}", n, m, k, weight_bits=4))
         return self.plans.get(key, lambda: lin.lane_split_plan(
             device, self.op, f"{self.op}_{tag}_n{n}", n, m, k, chunk=CHUNK, op=self.op,
             sums=self.sums and tag == "bf16"))

@@ -131,7 +131,7 @@ def test_nan_in_absmax_or_x_reaches_only_its_rows(arch, n):
 
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
-def test_bitwise_reproducible_across_cu_counts_and_schedules(arch):
+def test_bitwise_reproducible_across_cu_counts_and_schedules(arch, keep_shards):
     # the lane-split kernel, and the split-K one with its shards reduced by the last to arrive
     for n, m, k in ((4, 300, 1024), (20, 130, 1024)):
         packed, st = _weights(m, k, 9, 64, "nf4", True)

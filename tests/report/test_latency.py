@@ -101,7 +101,7 @@ def test_emulated_gemv_waits_for_its_weights_then_writes(arch, lockstep):
 @pytest.mark.parametrize("op, arch, n, m, k, cus", [("skinny_gemm", "gfx942", 64, 2048, 4096, 304),
                                                     ("fp8_linear", "gfx950", 16, 2048, 4096, 256),
                                                     ("w4a16_linear", "gfx1100", 32, 1024, 4096, 48)])
-def test_splitk_chains_have_no_per_element_round_trips(op, arch, n, m, k, cus):
+def test_splitk_chains_have_no_per_element_round_trips(op, arch, n, m, k, cus, keep_shards):
     """A split-K launch's longest chain, measured on the emulator, within what its structure
     allows: per x pass two waits per staging batch (4 chunks a thread), one per 128-column group
     of W, the merge's loads 32 VGPRs at a time (hipskinny/splitk.h: (shards - 1) x tiles per

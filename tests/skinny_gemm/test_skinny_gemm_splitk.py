@@ -267,6 +267,36 @@ def test_config_rules():
         assert length % lin.SPLITK_GROUP == 0 and (length >= 128 * nt or length >= k)
 
 
+def test_partial_cap():
+    """The 4-bit ops' shards keep their fp32 partials within PARTIAL_SHARE of the call's unavoidable
+    bytes (`_linear.partial_shards`), counting the token rows the kernels publish; skinny_gemm and
+    fp8_linear (kernels that wait per group) are not capped."""
+    assert [lin.partial_rows(ARCHS["gfx942"], n, 1) for n in (2, 5, 8, 16)] == [4, 8, 8, 16]
+    assert [lin.partial_rows(ARCHS["gfx1201"], n, 1) for n in (4, 8, 9)] == [8, 8, 16]
+    assert lin.partial_rows(ARCHS["gfx1100"], 4, 1) == 16 and lin.partial_rows(ARCHS["gfx942"], 20, 2) == 32
+    # Qwen3-30B-A3B router (128 x 2048) and o_proj (2048 x 4096), Llama-3 qkv (6144 x 4096) at N = 16
+    # split 6-16 ways before the cap; Llama-3 down_proj (4096 x 14336) still splits.
+    for arch in SHIPPED_ARCHS:
+        dev = EmulatedDevice(arch, 1)
+        for n, m, k in ((16, 128, 2048), (16, 2048, 4096), (16, 6144, 4096), (12, 4096, 14336), (40, 4096, 14336)):
+            for plan_info in (w4a16_op.plan_info, matmul_4bit_op.plan_info):
+                info = plan_info(dev, np.float16, n, m, k)
+                unavoidable = m * k / 2 + 2 * n * k + 2 * n * m
+                rows = lin.partial_rows(ARCHS[arch], n, info["token_tiles"])
+                written = info["shards"] * -(-m // 128) * 128 * rows * 4 if info["shards"] > 1 else 0
+                assert written <= lin.PARTIAL_SHARE * unavoidable, (arch, n, m, k, info)
+                # the cap only ever lengthens shards
+                uncapped = lin.shard_len(ARCHS[arch], info["token_tiles"], m, k)
+                assert info["shard_len"] >= uncapped
+        assert matmul_4bit_op.plan_info(dev, np.float16, 16, 128, 2048)["shards"] == 1
+        assert skinny_op_shards(dev, 16, 128, 2048) == lin.shard_len(ARCHS[arch], 1, 128, 2048)
+
+
+def skinny_op_shards(dev, n, m, k):
+    """skinny_gemm's shard length (no cap)."""
+    return hipskinny.ops.skinny_gemm.plan_info(dev, np.float16, n, m, k)["shard_len"]
+
+
 def test_small_n_splitk_rule():
     """The quantized ops' kernel at N = 2..8 (`_linear.small_n_splitk`): split-K for calls of large
     N x M x K on the CDNA parts only, never at N = 1 or for skinny_gemm; the plans follow it

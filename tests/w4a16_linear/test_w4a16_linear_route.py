@@ -181,7 +181,7 @@ def test_small_n_route(arch):
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
 @pytest.mark.parametrize("fused", [False, None], ids=["route", "fused"])
-def test_bitwise_reproducible_across_calls_cu_counts_and_schedules(arch, fused):
+def test_bitwise_reproducible_across_calls_cu_counts_and_schedules(arch, fused, keep_shards):
     n, m, k, g = 20, 136, 1024, 128
     _, prepared = _layer(m, k, g, "gptq", False, True, BF16, seed=9)
     x = np.random.default_rng(2).standard_normal((n, k)).astype(BF16)

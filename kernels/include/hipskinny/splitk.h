@@ -136,6 +136,30 @@ __device__ inline frag x_piece(const hs::u32x4* xs, int nt, int c, int lane) {
 #endif
 }
 
+// A shard's group loop with each group's weight loads issued DEPTH - 1 groups ahead: a ring of
+// DEPTH buffers (indices fixed at compile time). load(g, buf) issues group g's loads into buf,
+// step(g, buf) uses them; a wave then waits one round trip per DEPTH - 1 groups rather than one per
+// group, so a long shard (few shards: few fp32 partials) keeps a short chain. No load sits under a
+// branch (the compiler's wait counts would go conservative at the merge and wait for every load):
+// the loads ahead of the shard's last group re-read that group (cache hits), and `load` must not
+// branch either.
+template <int DEPTH, class Buf, class Load, class Step>
+__device__ inline void pipelined(int groups, const Load& load, const Step& step) {
+  static_assert(DEPTH >= 2, "a ring of at least two buffers");
+  Buf buf[DEPTH];
+  const int last = groups - 1;
+#pragma unroll
+  for (int i = 0; i < DEPTH - 1; ++i) load(min(i, last), buf[i]);
+#pragma unroll 1
+  for (int g0 = 0; g0 < groups; g0 += DEPTH) {
+#pragma unroll
+    for (int i = 0; i < DEPTH; ++i) {
+      load(min(g0 + i + DEPTH - 1, last), buf[(i + DEPTH - 1) % DEPTH]);
+      if (g0 + i < groups) step(g0 + i, buf[i]);
+    }
+  }
+}
+
 // The output step of a finished row block: what multiplies and adds to a sum, per element.
 struct Epilogue {
   const float* w_scale;        // null, or times w_scale[m * ws_stride]

@@ -3,15 +3,15 @@
 // weight bytes and their scales are loaded and widened to T in registers right before the matrix
 // instruction. Everything else is here once: the work split, the K order of the fragments, x
 // staged in LDS (optionally gathered through an act-order permutation), the group loop with its
-// one-group-ahead loads, the shard reduction (hipskinny/splitk.h) and the write-out.
+// loads issued groups ahead, the shard reduction (hipskinny/splitk.h) and the write-out.
 //
 // Work split, tile multiply, shard reduction: hipskinny/splitk.h, as kernels/skinny_gemm_splitk.hip
 // (a unit is 128 features x all tokens x one K shard; each wave owns 128 / waves features; x is
 // staged as T in LDS per pass of KC = 1024 / NT columns (32 KiB); the last-arriving workgroup of a
 // row block sums the shards in shard order, so results are bitwise the same for any grid, CU
-// count or schedule). Within a shard the lane's raw weight bytes and scales of the next 128-column
-// group are loaded while the current one is widened and multiplied (two groups' raw bytes in
-// registers; weights are widened one matrix step at a time).
+// count or schedule). Within a shard the lane's raw weight bytes and scales of the next groups are
+// loaded while the current one is widened and multiplied (three groups ahead at NT = 1, one
+// otherwise; weights are widened one matrix step at a time).
 //
 // K order (the same relabelling for A = x and B = W, so the products pair): a lane's 16 weight
 // bytes are 32 consecutive columns of its row (row = lane % 16 of the tile), so one scale serves
@@ -284,34 +284,29 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) acc[t][nt] = accv{};
 
-    // The shard's 128-column groups, staged KC columns per pass. Each group's raw operands are
-    // loaded one group ahead (across passes too), so their latency overlaps a group's decode
-    // and matrix work; only the raw bytes of two groups are ever in registers.
+    // The shard's 128-column groups, staged KC columns per pass, each group's raw operands loaded
+    // kDepth - 1 groups ahead (across passes too: splitk.h's `pipelined`), so their latency
+    // overlaps the decode and matrix work of the groups before. One token tile (N <= 16) keeps
+    // four groups' raw bytes in registers: its accumulators are few, and its shards are long
+    // (the planner caps their fp32 partials); more tiles keep two.
+    constexpr int kDepth = NT == 1 ? 4 : 2;
     const int groups = (ke - ks + 127) / 128;
-    // Two raw buffers in turn (a copy of the next group's registers into the current ones per
-    // group is about 20 moves: a tenth of the group's VALU work).
-    typename W::Raw raw[2];
-    if (active) wt.load(raw[0], row, ks, K, lane);
-    const auto step = [&](int g, const typename W::Raw& cur, typename W::Raw& next) {
-      const int k0 = ks + 128 * g;
-      if (g % kGroupsPerPass == 0) {
-        __syncthreads();   // every wave is done with the previous pass (or unit); tables are written
-        stage<NT, KC, PERM>(xs, x, perm, x_stride, N, k0, min(KC, ke - k0), K);
-        __syncthreads();
-      }
-      if (!active) return;
-      if (g + 1 < groups) wt.load(next, row, k0 + 128, K, lane);
-      const int c0 = 16 * (g % kGroupsPerPass);
-      if (k0 + 128 > K)
-        group<T, true, NT, KC>(acc, wt, cur, xs, k0, c0, K, lane);
-      else
-        group<T, false, NT, KC>(acc, wt, cur, xs, k0, c0, K, lane);
-    };
-#pragma unroll 1
-    for (int g = 0; g < groups; g += 2) {
-      step(g, raw[0], raw[1]);
-      if (g + 1 < groups) step(g + 1, raw[1], raw[0]);
-    }
+    pipelined<kDepth, typename W::Raw>(
+        groups, [&](int g, typename W::Raw& r) { wt.load(r, row, ks + 128 * g, K, lane); },   // (rows clamped)
+        [&](int g, const typename W::Raw& cur) {
+          const int k0 = ks + 128 * g;
+          if (g % kGroupsPerPass == 0) {
+            __syncthreads();   // every wave is done with the previous pass (or unit); tables are written
+            stage<NT, KC, PERM>(xs, x, perm, x_stride, N, k0, min(KC, ke - k0), K);
+            __syncthreads();
+          }
+          if (!active) return;
+          const int c0 = 16 * (g % kGroupsPerPass);
+          if (k0 + 128 > K)
+            group<T, true, NT, KC>(acc, wt, cur, xs, k0, c0, K, lane);
+          else
+            group<T, false, NT, KC>(acc, wt, cur, xs, k0, c0, K, lane);
+        });
 
     if (shards > 1 && !finish_shards<NT, false>(acc, xs, partials, counters, u, block, shards, N)) continue;
     write_out<NT>(acc, reinterpret_cast<float*>(xs), out, N, M, block * kRows, lane, wave);
