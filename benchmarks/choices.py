@@ -3,7 +3,7 @@
     python -m benchmarks.choices                  # all archs; prints the table
     python -m benchmarks.choices --arch gfx942 --json choices.json
 
-Three choices are made from host shapes and the device's CU count, by constants this sweeps:
+These choices are made from host shapes and the device's CU count, by constants this sweeps:
   * the lane-split kernels (skinny_gemm N <= 8, and the quantized families that share
     ops/_linear.py's plan): workgroups per CU of the persistent grid, `_linear.MAX_GROUPS_PER_CU`
     (capped by the kernel's registers and LDS);
@@ -11,6 +11,8 @@ Three choices are made from host shapes and the device's CU count, by constants 
   * the split-K kernels (N > 8): the weight bytes in flight each work unit is counted for when K
     is split to cover DRAM's latency, `_linear.SPLITK_UNIT_BYTES` (fewer: more shards, more fp32
     partial traffic; 2**40: never split);
+  * the split-K shards' fp32 partials, at most `_linear.PARTIAL_SHARE` of a call's unavoidable
+    bytes (1e9: no cap);
   * the quantized ops at N = 2..8: the lane-split kernel or the split-K one,
     `_linear.SMALL_N_SPLITK_WORK` (swept as "never" and "always"; the shipped choice per row is
     the rule's, `_linear.small_n_splitk`).
@@ -23,18 +25,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import json
-import pkgutil
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from hipskinny import operands, ops
+from hipskinny import ops
 from hipskinny.arch import ARCHS, SHIPPED_ARCHS
-from hipskinny.launch import PlanCache
 from hipskinny.ops import _linear, gemv
 
 from . import dynamic
@@ -52,7 +51,9 @@ CHOICES = ((_linear, "MAX_GROUPS_PER_CU", (1, 2, 4), ("skinny_gemm", "fp8_linear
            (_linear, "SPLITK_UNIT_BYTES", (4096, 8192, 16384, 2**40),
             ("skinny_gemm", "fp8_linear", "matmul_4bit", "w4a16_linear"), (16, 64)),
            (_linear, "SMALL_N_SPLITK_WORK", tuple(_SMALL_N), (*_linear.SMALL_N_SPLITK_OPS, "fp8_linear:w8a8"),
-            (2, 4, 8)))
+            (2, 4, 8)),
+           (_linear, "PARTIAL_SHARE", (0.05, 0.1, 1e9), ("skinny_gemm", "fp8_linear", "matmul_4bit", "w4a16_linear"),
+            (16,)))
 LAYERS = ("qkv_proj", "o_proj", "down_proj", "router")
 
 
@@ -72,14 +73,7 @@ def override(module: Any, name: str, value: Any) -> Iterator[None]:
 
 def _forget() -> None:
     """Clear every op module's plan and bound-call caches (they hold choices made before)."""
-    for info in pkgutil.iter_modules(ops.__path__):
-        mod = importlib.import_module(f"{ops.__name__}.{info.name}")
-        for value in vars(mod).values():
-            # module-level caches, and those an op's object keeps (the quantized ops' `plans`)
-            for cache in (value, *getattr(value, "__dict__", {}).values()):
-                if isinstance(cache, (PlanCache, operands.CallCache)):
-                    cache.clear()
-    operands.forget_bound_calls()
+    ops.forget_plans()
 
 
 def measure(op: str, arch: str, m: int, k: int, n: int) -> dict[str, Any]:

@@ -46,7 +46,7 @@ template <int NT, int KC, bool NAT>
 __device__ void stage(hs::u32x4* xs, const void* __restrict__ x, int64_t x_stride, int N, int k0, int len,
                       int flags) {
   constexpr int kRowChunks = KC / 8, kStep = kThreads / kRowChunks, kPer = 16 * NT / kStep;
-  constexpr int kBatch = NT >= 8 ? 1 : 4;
+  constexpr int kBatch = NT >= 8 ? 1 : 4;   // (8 at NT = 1 spills SGPRs in the block-scaled kernels)
   static_assert(kStep * kRowChunks == kThreads && kPer % kBatch == 0, "whole rows and batches per pass");
   const bool x8 = NAT || (flags & kXFp8) != 0, fnuz = (flags & kXFnuz) != 0;
   const int c = threadIdx.x % kRowChunks, n0 = threadIdx.x / kRowChunks;
@@ -146,6 +146,24 @@ __device__ inline void load_group(hs::u32x4 (&wv)[kPairs][kTiles], const uint8_t
     }
 }
 
+// The same without a branch around any load (splitk.h's pipelined): columns past K load the
+// row's last 16 bytes again (in bounds). They meet zeros of x in LDS, and an FP8 weight is
+// finite or NaN: a NaN among those bytes has already made the feature NaN (a select to zero
+// here would wait for the load as soon as it is issued).
+__device__ inline void load_group_clamped(hs::u32x4 (&wv)[kPairs][kTiles], const uint8_t* const (&wrow)[kTiles],
+                                          int k0, int K, int lane) {
+  const int kl = k0 + 16 * (lane >> 4);
+#pragma unroll
+  for (int j = 0; j < kPairs; ++j)
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) wv[j][t] = hs::load16_stream(wrow[t] + min(kl + j * 16 * kGroups, K - 16));
+}
+
+// A group's weight bytes, one buffer of splitk.h's pipelined ring.
+struct Weights {
+  hs::u32x4 v[kPairs][kTiles];
+};
+
 // acc[t][nt - LO] += x . W^T over the group for token tiles LO .. HI - 1; with POISON, also
 // collects the NaN encodings of the weights. NAT: the FP8 matrix instruction on the bytes as
 // they are (NaN encodings propagate by themselves).
@@ -202,12 +220,10 @@ __device__ inline void multiply(accv (&acc)[kTiles][NA], uint32_t (&poison)[kTil
 
 // Block mode: the group's sums of token tiles LO .. HI - 1, scaled by the weight block's scale
 // sw and each token's group scale, added to acc.
-template <typename T, bool FNUZ, bool NAT, int KC, int LO, int HI, bool TAIL, int NT>
-__device__ inline void block_part(accv (&acc)[kTiles][NT], uint32_t (&poison)[kTiles],
-                                  const uint8_t* const (&wrow)[kTiles], int k0, int K, const hs::u32x4* xs, int c0,
-                                  float sw, const float* sxs, int gq, int lane) {
-  hs::u32x4 wv[kPairs][kTiles];
-  load_group<TAIL>(wv, wrow, k0, K, lane);
+template <typename T, bool FNUZ, bool NAT, int KC, int LO, int HI, int NT>
+__device__ inline void block_mul(accv (&acc)[kTiles][NT], uint32_t (&poison)[kTiles],
+                                 const hs::u32x4 (&wv)[kPairs][kTiles], const hs::u32x4* xs, int c0, float sw,
+                                 const float* sxs, int gq, int lane) {
   accv part[kTiles][HI - LO];
 #pragma unroll
   for (int t = 0; t < kTiles; ++t)
@@ -225,6 +241,16 @@ __device__ inline void block_part(accv (&acc)[kTiles][NT], uint32_t (&poison)[kT
     }
     __builtin_amdgcn_sched_barrier(0);   // one token tile's scale loads live at a time
   }
+}
+
+// The same with the group's loads first.
+template <typename T, bool FNUZ, bool NAT, int KC, int LO, int HI, bool TAIL, int NT>
+__device__ inline void block_part(accv (&acc)[kTiles][NT], uint32_t (&poison)[kTiles],
+                                  const uint8_t* const (&wrow)[kTiles], int k0, int K, const hs::u32x4* xs, int c0,
+                                  float sw, const float* sxs, int gq, int lane) {
+  hs::u32x4 wv[kPairs][kTiles];
+  load_group<TAIL>(wv, wrow, k0, K, lane);
+  block_mul<T, FNUZ, NAT, KC, LO, HI>(acc, poison, wv, xs, c0, sw, sxs, gq, lane);
 }
 
 
@@ -265,7 +291,31 @@ __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w
       for (int nt = 0; nt < NT; ++nt) acc[t][nt] = accv{};
     }
 
-    for (int k0 = ks; k0 < ke; k0 += KC) {
+    if constexpr (NT == 1) {
+      // One token tile (N <= 16): few accumulators, and long shards (the planner caps their
+      // partials), so each group's weight bytes are loaded three groups ahead, across passes too.
+      constexpr int kGroupsPerPass = KC / 128;
+      pipelined<4, Weights>(
+          (ke - ks + 127) / 128,
+          [&](int g, Weights& b) { load_group_clamped(b.v, wrow, ks + 128 * g, K, lane); },   // (rows clamped)
+          [&](int g, const Weights& b) {
+            const int k0 = ks + 128 * g, gq = g % kGroupsPerPass;
+            if (gq == 0) {
+              __syncthreads();
+              stage<NT, KC, NAT>(xs, x, x_stride, N, k0, min(KC, ke - k0), flags);
+              if (BLOCK) stage_scales<NT, KC>(sxs, x_scale, xs_stride, N, K, k0 / kGroup);
+              __syncthreads();
+            }
+            if (!active) return;
+            if constexpr (BLOCK) {
+              const float sw = w_scale[(int64_t)block * ws_stride + k0 / kGroup];
+              block_mul<T, FNUZ, NAT, KC, 0, NT>(acc, poison, b.v, xs, 16 * gq, sw, sxs, gq, lane);
+            } else {
+              multiply<T, FNUZ, NAT, KC, 0, NT, !NAT>(acc, poison, b.v, xs, 16 * gq, lane);
+            }
+          });
+    }
+    for (int k0 = ks; NT > 1 && k0 < ke; k0 += KC) {
       const int len = min(KC, ke - k0);
       __syncthreads();
       stage<NT, KC, NAT>(xs, x, x_stride, N, k0, len, flags);

@@ -22,7 +22,9 @@
 // wave32) and all NT 16-token tiles. The shard is walked in passes of KC columns: x's
 // slice for the pass (16 * NT rows, zero past N and K) is staged in LDS once per
 // workgroup, then each wave multiplies its tiles with A = x (from LDS) and B = W (16
-// bytes per lane straight from global memory), 128 columns per group of instructions.
+// bytes per lane straight from global memory), 128 columns per group of instructions (one
+// token tile: each group's weights loaded while the group before multiplies, splitk.h's
+// pipelined).
 // Lane l supplies the 8 consecutive k at 8 * (l / 16) of each (wave / 16) * 8-column
 // step for row l % 16 -- a relabelling of the documented K order (matrix_layouts.md
 // section 1) used for A and B alike, so the products pair correctly. gfx11 WMMA wants A
@@ -54,7 +56,8 @@ using namespace hs::splitk;
 // any is stored: a round trip per batch, not per chunk.
 template <int NT, int KC>
 __device__ void stage(hs::u32x4* xs, const uint16_t* __restrict__ x, int64_t x_stride, int N, int k0, int len) {
-  constexpr int kRowChunks = KC / 8, kStep = kThreads / kRowChunks, kPer = 16 * NT / kStep, kBatch = NT >= 8 ? 1 : 4;
+  constexpr int kRowChunks = KC / 8, kStep = kThreads / kRowChunks, kPer = 16 * NT / kStep,
+                kBatch = NT == 1 ? kPer : NT >= 8 ? 1 : 4;   // NT = 1: the pass's 8 chunks at once
   static_assert(kStep * kRowChunks == kThreads && kPer % kBatch == 0, "whole rows and batches per pass");
   const int c = threadIdx.x % kRowChunks, n0 = threadIdx.x / kRowChunks;
   const bool in_k = 8 * c < len;
@@ -89,18 +92,39 @@ __device__ inline frag w_piece(hs::u32x4 own, int lane) {
 #endif
 }
 
-// acc += x[:, k0 : k0 + 128] . W[rows, k0 : k0 + 128]^T for this wave's tiles; c0 is the
-// group's first LDS chunk column. `tail`: the group reaches past K (loads check columns).
-template <typename T, int NT, int KC, bool TAIL>
-__device__ inline void group(accv (&acc)[kTiles][NT], const hs::u32x4* xs, const uint16_t* const (&wrow)[kTiles],
-                             int k0, int c0, int K, int lane) {
-  hs::u32x4 wv[kUnroll][kTiles];
+// This lane's weights of the 128-column group at k0 (TAIL: the group reaches past K, whose
+// columns read zero without a load).
+template <bool TAIL>
+__device__ inline void load_group(hs::u32x4 (&wv)[kUnroll][kTiles], const uint16_t* const (&wrow)[kTiles], int k0,
+                                  int K, int lane) {
   const int kl = k0 + 8 * (lane >> 4);
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
     for (int t = 0; t < kTiles; ++t)
       wv[u][t] = TAIL ? hs::load16_stream_or_zero(wrow[t], kl + u * kStep, K) : hs::load16_stream(wrow[t] + kl + u * kStep);
+}
+
+// The same without a branch around any load (splitk.h's pipelined): columns past K load the
+// row's last 8 columns (in bounds) and read zero.
+__device__ inline void load_group_clamped(hs::u32x4 (&wv)[kUnroll][kTiles], const uint16_t* const (&wrow)[kTiles],
+                                          int k0, int K, int lane) {
+  const int kl = k0 + 8 * (lane >> 4);
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) {
+      const int k = kl + u * kStep;
+      const hs::u32x4 v = hs::load16_stream(wrow[t] + min(k, K - 8));
+      wv[u][t] = k < K ? v : hs::u32x4{0u, 0u, 0u, 0u};
+    }
+}
+
+// acc += x[:, k0 : k0 + 128] . W[rows, k0 : k0 + 128]^T for this wave's tiles from the group's
+// weights wv; c0 is the group's first LDS chunk column.
+template <typename T, int NT, int KC>
+__device__ inline void multiply(accv (&acc)[kTiles][NT], const hs::u32x4 (&wv)[kUnroll][kTiles], const hs::u32x4* xs,
+                                int c0, int lane) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     frag b[kTiles];
@@ -122,6 +146,19 @@ __device__ inline void group(accv (&acc)[kTiles][NT], const hs::u32x4* xs, const
   }
 }
 
+// One group: its loads, then its products.
+template <typename T, int NT, int KC, bool TAIL>
+__device__ inline void group(accv (&acc)[kTiles][NT], const hs::u32x4* xs, const uint16_t* const (&wrow)[kTiles],
+                             int k0, int c0, int K, int lane) {
+  hs::u32x4 wv[kUnroll][kTiles];
+  load_group<TAIL>(wv, wrow, k0, K, lane);
+  multiply<T, NT, KC>(acc, wv, xs, c0, lane);
+}
+
+// A group's weights, one buffer of splitk.h's pipelined ring.
+struct Weights {
+  hs::u32x4 v[kUnroll][kTiles];
+};
 
 template <typename T, int NT, bool ATOMIC>
 __device__ void splitk(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
@@ -153,15 +190,33 @@ __device__ void splitk(const uint16_t* __restrict__ x, const uint16_t* __restric
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) acc[t][nt] = accv{};
 
-    for (int k0 = ks; k0 < ke; k0 += KC) {
-      const int len = min(KC, ke - k0);
-      __syncthreads();   // every wave is done with the previous pass (or unit)
-      stage<NT, KC>(xs, x, x_stride, N, k0, len);
-      __syncthreads();
-      if (active) {
-        int g = 0;
-        for (; 128 * (g + 1) <= len; ++g) group<T, NT, KC, false>(acc, xs, wrow, k0 + 128 * g, 16 * g, K, lane);
-        if (128 * g < len) group<T, NT, KC, true>(acc, xs, wrow, k0 + 128 * g, 16 * g, K, lane);
+    if constexpr (NT == 1) {
+      // One token tile (N <= 16): few accumulators, and long shards (the planner caps their
+      // partials), so each group's weights are loaded a group ahead, across passes too.
+      constexpr int kGroupsPerPass = KC / 128;
+      pipelined<2, Weights>(
+          (ke - ks + 127) / 128,
+          [&](int g, Weights& b) { load_group_clamped(b.v, wrow, ks + 128 * g, K, lane); },   // (rows clamped)
+          [&](int g, const Weights& b) {
+            const int k0 = ks + 128 * g;
+            if (g % kGroupsPerPass == 0) {
+              __syncthreads();   // every wave is done with the previous pass (or unit)
+              stage<NT, KC>(xs, x, x_stride, N, k0, min(KC, ke - k0));
+              __syncthreads();
+            }
+            if (active) multiply<T, NT, KC>(acc, b.v, xs, 16 * (g % kGroupsPerPass), lane);
+          });
+    } else {
+      for (int k0 = ks; k0 < ke; k0 += KC) {
+        const int len = min(KC, ke - k0);
+        __syncthreads();   // every wave is done with the previous pass (or unit)
+        stage<NT, KC>(xs, x, x_stride, N, k0, len);
+        __syncthreads();
+        if (active) {
+          int g = 0;
+          for (; 128 * (g + 1) <= len; ++g) group<T, NT, KC, false>(acc, xs, wrow, k0 + 128 * g, 16 * g, K, lane);
+          if (128 * g < len) group<T, NT, KC, true>(acc, xs, wrow, k0 + 128 * g, 16 * g, K, lane);
+        }
       }
     }
 

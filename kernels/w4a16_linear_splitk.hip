@@ -93,10 +93,10 @@ struct Int4 {
       for (int t = 0; t < kTiles; ++t) {
         r.w[t][j] = hs::load16_stream(w + (rows[t].w + (k >> 3)));
         r.s[t][j] = scale_p[rows[t].g + g];
-        // Without zero points the byte comes from the scale table (in bounds, a cache hit) and is
-        // replaced by 8: a load under a branch would make the pipeline wait for every load.
-        const uint32_t zb = zero_bytes[rows[t].g + g];
-        r.z[t][j] = zero_p != nullptr ? zb : 8u;
+        // Without zero points the byte comes from the scale table (in bounds, a cache hit) and
+        // `scales` replaces it by 8: a load under a branch would make the pipeline wait for every
+        // load, and a select here for this one.
+        r.z[t][j] = zero_bytes[rows[t].g + g];
       }
     }
   }
@@ -106,7 +106,7 @@ struct Int4 {
     for (int t = 0; t < kTiles; ++t)
 #pragma unroll
       for (int j = 0; j < kPieces; ++j) {
-        uint32_t z = r.z[t][j];
+        uint32_t z = zero_p != nullptr ? r.z[t][j] : 8u;
         if constexpr (!kBf16<T>) {
           // Both halves by v_perm; z opaque, else the compiler turns the pair into a multiply by
           // 0x00010001 folded into a 64-bit mad with a literal (which the emulator does not take).

@@ -71,5 +71,9 @@ def keep_shards(monkeypatch):
     """Lifts the planner's cap on split-K partials (``_linear.PARTIAL_SHARE``) so that the small shapes
     an emulated test can afford still split K and exercise the shard reduction; the cap itself is
     tested at real shapes (tests/skinny_gemm/test_skinny_gemm_splitk.py)."""
+    from hipskinny import ops
     from hipskinny.ops import _linear
+    ops.forget_plans()          # plans cached under a device another test made hold the cap's shards
     monkeypatch.setattr(_linear, "PARTIAL_SHARE", 1e9)
+    yield
+    ops.forget_plans()

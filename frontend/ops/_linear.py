@@ -42,12 +42,11 @@ Configuration rules, larger N:
   ``S`` is the smallest count that gives `splitk_units` work units of 128 features: the
   flagship's bandwidth x DRAM latency over SPLITK_UNIT_BYTES (arch facts, *not* this device:
   results must not depend on the CU count), limited so that a shard has at least ``128 * NT``
-  columns, at most one shard per 128 columns, and -- for the families whose kernels load their
-  groups ahead (`splitk.h` pipelined: matmul_4bit, w4a16_linear) -- so that all shards' fp32
-  partial tiles (the token rows the kernel publishes, `partial_rows`) stay within PARTIAL_SHARE of
-  the call's unavoidable bytes (`partial_shards`: weights at the op's bits per element, x, y).
-  skinny_gemm's and fp8_linear's kernels still wait for each group's loads, so fewer shards would
-  lengthen their chains: no cap for them yet.
+  columns, at most one shard per 128 columns, and so that all shards' fp32 partial tiles (the
+  token rows the kernel publishes, `partial_rows`) stay within PARTIAL_SHARE of the call's
+  unavoidable bytes (`partial_shards`: weights at the op's bits per element, x, y). The kernels
+  load a shard's groups ahead at one token tile (`splitk.h` pipelined), so the longer shards
+  the cap gives small layers keep short chains.
   ``S = 1`` skips the partials entirely. (Why these sizes: per weight byte, a unit of R
   features and L columns re-reads x for ``16 * NT / R`` bytes and moves ``64 * NT / L``
   bytes of partials; for a given number of units (R * L fixed) the sum is smallest at
@@ -259,8 +258,8 @@ def splitk_plan(device: Device, family: str, kernel_name: Callable[[int, bool], 
     the same bits on every GPU), a persistent grid of this device's CUs x the workgroups per CU
     the kernel's registers and ``lds`` allow. ``kernel_name(token_tiles, atomic)`` names the kernel
     in ``family``; ``atomic`` asks for the atomic variant when there is more than one shard;
-    ``weight_bits`` and ``x_bytes`` (the operands' sizes) cap the shards' partials (PARTIAL_SHARE), for
-    the families whose kernels load groups ahead; None: no cap."""
+    ``weight_bits`` and ``x_bytes`` (the operands' sizes) cap the shards' partials (PARTIAL_SHARE);
+    None: no cap."""
     info = device.arch
     nt = token_tiles(n)
     length = shard_len(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes)

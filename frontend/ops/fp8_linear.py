@@ -248,7 +248,8 @@ def _plan_splitk(device: Device, tag: str, flavor: str, block: bool, n: int, m: 
     key = (device, tag, flavor, block, n, m, k, device.properties.cu_count)
     prefix = f"{SPLITK_FAMILY}_{tag}_{flavor}{'_block' if block else ''}"
     return _plans.get(key, lambda: splitk_plan(device, SPLITK_FAMILY, lambda nt, _: f"{prefix}_t{nt}", n, m, k,
-                                               lds=SPLITK_LDS + (SCALES_LDS if block else 0)))
+                                               lds=SPLITK_LDS + (SCALES_LDS if block else 0), weight_bits=8,
+                                               x_bytes=1 if tag == "fp8" else 2))
 
 
 def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int, *, w_flavor: str = "ocp", block: bool = False,

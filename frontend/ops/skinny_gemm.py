@@ -262,7 +262,7 @@ def _plan_splitk(device: Device, tag: str, n: int, m: int, k: int, atomic: bool)
     key = (device, tag, n, m, k, device.properties.cu_count, atomic)
     return _plans.get(key, lambda: splitk_plan(
         device, SPLITK_FAMILY, lambda nt, at: f"{SPLITK_FAMILY}_{tag}_t{nt}{'_atomic' if at else ''}", n, m, k,
-        atomic=atomic))
+        atomic=atomic, weight_bits=16))
 
 
 def plan_info(device: Device, dtype: Any, n: int, m: int, k: int, *, deterministic: bool = True) -> dict[str, Any]:

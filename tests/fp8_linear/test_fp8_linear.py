@@ -161,7 +161,7 @@ def test_nan_encodings_poison_only_their_rows_and_tokens(arch, n):
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
 @pytest.mark.parametrize("n", [4, 24])
-def test_bitwise_reproducible_across_cu_counts_and_schedules(arch, n):
+def test_bitwise_reproducible_across_cu_counts_and_schedules(arch, n, keep_shards):
     """W8A16 with block scales, and W8A8 with block scales (on the FP8 instructions where the arch
     has them): bitwise equal across calls, CU counts and shuffled schedules."""
     m, k = 140, 640

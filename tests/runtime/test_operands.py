@@ -160,7 +160,7 @@ def test_no_growth_and_no_release_during_capture():
     assert pool.capacity("s") == 0
 
 
-def test_reserve_sizes_a_capture_stream_from_a_warm_up():
+def test_reserve_sizes_a_capture_stream_from_a_warm_up(keep_shards):
     d = CapturingEmulator("gfx1201", 2)
     x, w = _xw(24, 300, 1024, seed=2)
     with hipskinny.on_device(d):
