@@ -42,11 +42,12 @@ Configuration rules, larger N:
   ``S`` is the smallest count that gives `splitk_units` work units of 128 features: the
   flagship's bandwidth x DRAM latency over SPLITK_UNIT_BYTES (arch facts, *not* this device:
   results must not depend on the CU count), limited so that a shard has at least ``128 * NT``
-  columns, at most one shard per 128 columns, and so that all shards' fp32 partial tiles (the
-  token rows the kernel publishes, `partial_rows`) stay within PARTIAL_SHARE of the call's
-  unavoidable bytes (`partial_shards`: weights at the op's bits per element, x, y). The kernels
-  load a shard's groups ahead at one token tile (`splitk.h` pipelined), so the longer shards
-  the cap gives small layers keep short chains.
+  columns, at most one shard per 128 columns, and at one token tile (N <= 16) so that all
+  shards' fp32 partial tiles (the token rows the kernel publishes, `partial_rows`) stay within
+  PARTIAL_SHARE of the call's unavoidable bytes (`partial_shards`: weights at the op's bits per
+  element, x, y). There the kernels load a shard's groups ahead (`splitk.h` pipelined), so the
+  longer shards the cap gives small layers keep short chains; with more token tiles they wait
+  for each group (registers), and fewer shards would lengthen their chains several-fold.
   ``S = 1`` skips the partials entirely. (Why these sizes: per weight byte, a unit of R
   features and L columns re-reads x for ``16 * NT / R`` bytes and moves ``64 * NT / L``
   bytes of partials; for a given number of units (R * L fixed) the sum is smallest at
@@ -238,13 +239,13 @@ def shard_len(info: ArchInfo, nt: int, m: int, k: int, *, n: int | None = None, 
               x_bytes: int = 2) -> int:
     """K columns per split-K shard for N tokens (default 16 * nt) of x at ``x_bytes`` per element (see
     the module docstring); a multiple of 128. ``weight_bits`` (the weights' bits per element) caps the
-    partials (`partial_shards`); None: no cap."""
+    partials at one token tile (`partial_shards`); None: no cap."""
     n = 16 * nt if n is None else n
     groups = -(-k // SPLITK_GROUP)
     blocks = -(-m // SPLITK_ROWS)
     wanted = math.ceil(splitk_units(info) / blocks)
     most = max(1, min(groups, k // (SPLITK_GROUP * nt)))
-    if weight_bits is not None:
+    if weight_bits is not None and nt == 1:      # (more token tiles: the kernels wait per group)
         most = min(most, partial_shards(info, n, nt, m, k, weight_bits, x_bytes))
     shards = max(1, min(wanted, most))
     return SPLITK_GROUP * -(-groups // shards)

@@ -285,7 +285,8 @@ def test_config_rules():
 
 def test_partial_cap():
     """Every split-K op keeps its shards' fp32 partials within PARTIAL_SHARE of the call's unavoidable
-    bytes (`_linear.partial_shards`), counting the token rows the kernels publish."""
+    bytes at one token tile (`_linear.partial_shards`), counting the token rows the kernels publish;
+    more token tiles keep the uncapped shards (their kernels wait per group)."""
     assert [lin.partial_rows(ARCHS["gfx942"], n, 1) for n in (2, 5, 8, 16)] == [4, 8, 8, 16]
     assert [lin.partial_rows(ARCHS["gfx1201"], n, 1) for n in (4, 8, 9)] == [8, 8, 16]
     assert lin.partial_rows(ARCHS["gfx1100"], 4, 1) == 16 and lin.partial_rows(ARCHS["gfx942"], 20, 2) == 32
@@ -301,8 +302,12 @@ def test_partial_cap():
                 unavoidable = m * k * bits / 8 + 2 * n * k + 2 * n * m
                 rows = lin.partial_rows(ARCHS[arch], n, info["token_tiles"])
                 written = info["shards"] * -(-m // 128) * 128 * rows * 4 if info["shards"] > 1 else 0
+                uncapped = lin.shard_len(ARCHS[arch], info["token_tiles"], m, k)
+                if info["token_tiles"] > 1:
+                    assert info["shard_len"] == uncapped
+                    continue
                 assert written <= lin.PARTIAL_SHARE * unavoidable, (arch, n, m, k, info)
-                assert info["shard_len"] >= lin.shard_len(ARCHS[arch], info["token_tiles"], m, k)   # only longer
+                assert info["shard_len"] >= uncapped   # only longer
         assert matmul_4bit_op.plan_info(dev, np.float16, 16, 128, 2048)["shards"] == 1
     assert fp8_op.plan_info(EmulatedDevice("gfx942", 1), np.float16, 16, 4096, 14336)["shards"] > 1
 
