@@ -174,8 +174,9 @@ launches counted) moves 2.4-6.1x the bytes of the fused split-K kernel at N = 16
 N = 64 on every arch and shape (large layers: medians 5.4-6.0x and 2.8-3.5x), both memory-bound
 nearly everywhere: it writes and reads back 16-bit weights. So the fused kernels serve N = 1..64
 on every arch, the route only above (and where no fused kernel applies). The fused split-K
-kernel's traffic ratio: 1.11-2.99 at N = 16, 1.12-3.37 at N = 64 (x re-staged per shard and the
-shard partials, counted as requested).
+kernel's traffic ratio: 1.12-1.87 at N = 16, 1.05-2.93 at N = 64 (x re-staged per shard and the
+shard partials, counted as requested; at N = 16 the partials stay within 5% of the call's bytes,
+`_linear.PARTIAL_SHARE`, and a shard's last loads ahead re-read its last group, cache hits).
 
 **Targets (large layers) and where they stand.** Predicted time against fp16 `skinny_gemm`
 ("Against the baseline op"): median 0.26 at N = 1 and 0.28 at N = 4 on gfx11/gfx12, 0.29 and
