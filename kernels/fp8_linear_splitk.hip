@@ -314,29 +314,30 @@ __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w
               multiply<T, FNUZ, NAT, KC, 0, NT, !NAT>(acc, poison, b.v, xs, 16 * gq, lane);
             }
           });
-    }
-    for (int k0 = ks; NT > 1 && k0 < ke; k0 += KC) {
-      const int len = min(KC, ke - k0);
-      __syncthreads();
-      stage<NT, KC, NAT>(xs, x, x_stride, N, k0, len, flags);
-      if (BLOCK) stage_scales<NT, KC>(sxs, x_scale, xs_stride, N, K, k0 / kGroup);
-      __syncthreads();
-      if (!active) continue;
+    } else {
+      for (int k0 = ks; k0 < ke; k0 += KC) {
+        const int len = min(KC, ke - k0);
+        __syncthreads();
+        stage<NT, KC, NAT>(xs, x, x_stride, N, k0, len, flags);
+        if (BLOCK) stage_scales<NT, KC>(sxs, x_scale, xs_stride, N, K, k0 / kGroup);
+        __syncthreads();
+        if (!active) continue;
 #pragma unroll 1  // one group's weights in registers at a time
-      for (int g = 0; 128 * g < len; ++g) {
-        const bool tail = 128 * (g + 1) > len;
-        if constexpr (BLOCK) {
-          const int gi = (k0 + 128 * g) / kGroup;
-          const float sw = w_scale[(int64_t)block * ws_stride + gi];
-          if (tail)
-            block_part<T, FNUZ, NAT, KC, 0, NT, true>(acc, poison, wrow, k0 + 128 * g, K, xs, 16 * g, sw, sxs, g, lane);
-          else
-            block_part<T, FNUZ, NAT, KC, 0, NT, false>(acc, poison, wrow, k0 + 128 * g, K, xs, 16 * g, sw, sxs, g, lane);
-        } else {
-          hs::u32x4 wv[kPairs][kTiles];
-          if (tail) load_group<true>(wv, wrow, k0 + 128 * g, K, lane);
-          else load_group<false>(wv, wrow, k0 + 128 * g, K, lane);
-          multiply<T, FNUZ, NAT, KC, 0, NT, !NAT>(acc, poison, wv, xs, 16 * g, lane);
+        for (int g = 0; 128 * g < len; ++g) {
+          const bool tail = 128 * (g + 1) > len;
+          if constexpr (BLOCK) {
+            const int gi = (k0 + 128 * g) / kGroup;
+            const float sw = w_scale[(int64_t)block * ws_stride + gi];
+            if (tail)
+              block_part<T, FNUZ, NAT, KC, 0, NT, true>(acc, poison, wrow, k0 + 128 * g, K, xs, 16 * g, sw, sxs, g, lane);
+            else
+              block_part<T, FNUZ, NAT, KC, 0, NT, false>(acc, poison, wrow, k0 + 128 * g, K, xs, 16 * g, sw, sxs, g, lane);
+          } else {
+            hs::u32x4 wv[kPairs][kTiles];
+            if (tail) load_group<true>(wv, wrow, k0 + 128 * g, K, lane);
+            else load_group<false>(wv, wrow, k0 + 128 * g, K, lane);
+            multiply<T, FNUZ, NAT, KC, 0, NT, !NAT>(acc, poison, wv, xs, 16 * g, lane);
+          }
         }
       }
     }
