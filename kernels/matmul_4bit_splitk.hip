@@ -91,7 +91,7 @@ struct Bnb4 {
 
   __device__ inline Row row(int64_t m) const { return Row{w + m * (K / 2), (uint32_t)m * row_blocks}; }
 
-  // A piece past K loads the row's last piece instead (in bounds; the skeleton zeroes it). Block
+  // A piece past K loads the row's last piece instead (in bounds; `scales` zeroes its scale). Block
   // byte offsets are 32-bit (blocks < 2^30), so those loads take the tables' bases in SGPRs.
   __device__ inline void load(Raw& r, const Row (&rows)[kTiles], int k0, int K_, int lane) const {
 #pragma unroll
@@ -112,14 +112,19 @@ struct Bnb4 {
     }
   }
 
-  __device__ inline void scales(Scales& sc, const Raw& r) const {
+  // A piece past K gets scale zero: code * 0 is zero for the finite codebooks (NF4, FP4). An
+  // inf or NaN entry would make it NaN there, where the same byte of the row's real last piece
+  // already makes the row's outputs non-finite.
+  __device__ inline void scales(Scales& sc, const Raw& r, const bool (&valid)[kPieces]) const {
 #pragma unroll
     for (int t = 0; t < kTiles; ++t)
 #pragma unroll
       for (int j = 0; j < kPieces; ++j) {
-        if constexpr (NESTED) sc.s[t][j] = __builtin_fmaf(code2[r.q[t][j]], r.s[t][j], offset);
-        else sc.s[t][j] = r.s[t][j];
-        if constexpr (kCanonical<T>) sc.s[t][j] = canonical(sc.s[t][j]);
+        float s;
+        if constexpr (NESTED) s = __builtin_fmaf(code2[r.q[t][j]], r.s[t][j], offset);
+        else s = r.s[t][j];
+        if constexpr (kCanonical<T>) s = canonical(s);
+        sc.s[t][j] = valid[j] ? s : 0.0f;
       }
   }
 

@@ -82,7 +82,7 @@ struct Int4 {
 
   __device__ inline Row row(int64_t m) const { return Row{(uint32_t)m * words, (uint32_t)m * row_groups}; }
 
-  // A piece past K loads the row's last piece instead (in bounds; the skeleton zeroes it).
+  // A piece past K loads the row's last piece instead (in bounds; `scales` zeroes its scale).
   __device__ inline void load(Raw& r, const Row (&rows)[kTiles], int k0, int K, int lane) const {
     const uint8_t* zero_bytes = zero_p != nullptr ? zero_p : reinterpret_cast<const uint8_t*>(scale_p);
 #pragma unroll
@@ -101,7 +101,8 @@ struct Int4 {
     }
   }
 
-  __device__ inline void scales(Scales& sc, const Raw& r) const {
+  // A piece past K gets scale zero: (q - z) * 0 is exactly zero.
+  __device__ inline void scales(Scales& sc, const Raw& r, const bool (&valid)[kPieces]) const {
 #pragma unroll
     for (int t = 0; t < kTiles; ++t)
 #pragma unroll
@@ -112,14 +113,14 @@ struct Int4 {
           // 0x00010001 folded into a 64-bit mad with a literal (which the emulator does not take).
           asm("" : "+v"(z));
           const auto both = [](uint32_t h) { return __builtin_amdgcn_perm(h, h, 0x05040100u); };
-          sc.a[t][j] = both(r.s[t][j]);
+          sc.a[t][j] = valid[j] ? both(r.s[t][j]) : 0u;
           // -(1024 + z) = 0xE400 | z, -(64 + z) = 0xD400 + 16 z (ulp 1/16 at 64)
           sc.b[t][j] = both(0xE400u | z);
           sc.c[t][j] = both(0xD400u + 16u * z);
         } else {
           float s = hs::to_float<T>((uint16_t)r.s[t][j]);
           if constexpr (kCanonical<T>) s = canonical(s);
-          sc.a[t][j] = __builtin_bit_cast(uint32_t, s);
+          sc.a[t][j] = valid[j] ? __builtin_bit_cast(uint32_t, s) : 0u;
           sc.b[t][j] = __builtin_bit_cast(uint32_t, (float)z);
         }
       }

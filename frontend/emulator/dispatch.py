@@ -235,13 +235,16 @@ def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, i
     stats.seconds = time.perf_counter() - start
     classes = Counter()
     mnemonics = Counter()
+    by_address = Counter()
     from .ops import CLASSES
     for i, c in counts.items():
         if c:
             classes[CLASSES[program.class_of(i)]] += c
             mnemonics[program.insts[i].mnemonic] += c
+            by_address[program.insts.addrs[i]] += c
     stats.instructions = classes
     stats.mnemonics = mnemonics
+    stats.by_address = by_address
     return stats
 
 

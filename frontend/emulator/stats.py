@@ -12,6 +12,7 @@ class LaunchStats:
     arch: str = ""
     instructions: Counter = field(default_factory=Counter)    # class -> wave-instructions
     mnemonics: Counter = field(default_factory=Counter)       # mnemonic -> wave-instructions
+    by_address: Counter = field(default_factory=Counter)      # code address -> wave-instructions (a profile)
     bytes_loaded: Counter = field(default_factory=Counter)    # "global" | "lds" | "scalar" -> bytes
     bytes_stored: Counter = field(default_factory=Counter)
     workgroups: int = 0

@@ -24,6 +24,11 @@ namespace hs {
 
 constexpr int kWave = HS_WAVE;
 
+// This wave's index in its workgroup, as a scalar. threadIdx.x / kWave is the same on every lane
+// of a wave, but the compiler cannot prove it: a branch on anything derived from it would be
+// lowered as divergent (exec-masked), with copies of every value it changes at the merge.
+__device__ inline int wave_index() { return __builtin_amdgcn_readfirstlane(threadIdx.x / kWave); }
+
 typedef _Float16 half2v __attribute__((ext_vector_type(2)));
 typedef __bf16 bf162v __attribute__((ext_vector_type(2)));
 typedef uint32_t u32x4 __attribute__((ext_vector_type(4)));

@@ -142,8 +142,12 @@ __device__ inline frag x_piece(const hs::u32x4* xs, int nt, int c, int lane) {
 // group, so a long shard (few shards: few fp32 partials) keeps a short chain. No load sits under a
 // branch (the compiler's wait counts would go conservative at the merge and wait for every load):
 // the loads ahead of the shard's last group re-read that group (cache hits), and `load` must not
-// branch either.
-template <int DEPTH, class Buf, class Load, class Step>
+// branch either. Those loads are still in flight when the loop ends. SETTLE waits for them there,
+// at once (one round trip): otherwise the compiler waits for them wherever it first reuses one of
+// their registers, which can be at the head of a later loop (write_out's rows), and then on every
+// iteration of it. (One dword of each buffer: loads return in order, so the wait for the last
+// one issued is the wait for all.)
+template <int DEPTH, class Buf, bool SETTLE = false, class Load, class Step>
 __device__ inline void pipelined(int groups, const Load& load, const Step& step) {
   static_assert(DEPTH >= 2, "a ring of at least two buffers");
   Buf buf[DEPTH];
@@ -156,6 +160,14 @@ __device__ inline void pipelined(int groups, const Load& load, const Step& step)
     for (int i = 0; i < DEPTH; ++i) {
       load(min(g0 + i + DEPTH - 1, last), buf[(i + DEPTH - 1) % DEPTH]);
       if (g0 + i < groups) step(g0 + i, buf[i]);
+    }
+  }
+  if constexpr (SETTLE) {
+#pragma unroll
+    for (int i = 0; i < DEPTH; ++i) {
+      uint32_t w;
+      __builtin_memcpy(&w, &buf[i], sizeof(w));
+      asm volatile("" : : "v"(w));
     }
   }
 }

@@ -30,15 +30,17 @@
 //                                            issue the loads of the group at column k0: per tile
 //                                            and piece, the 16 bytes at column
 //                                            min(k0 + 32 g + 32 groups j, K - 32) and its scale(s)
-//   void scales(Scales&, const Raw&)         per group, the raw scales made ready for decode
+//   void scales(Scales&, const Raw&, const bool (&valid)[kPieces])
+//                                            per group, the raw scales made ready for decode;
+//                                            zero for the pieces that are not valid (past K)
 //   void decode(const Raw&, const Scales&, int t, int j, int s, uint32_t (&d)[4])
 //                                            the 8 weights of dword s of piece j of tile t as four
 //                                            dwords of T pairs (columns 2i, 2i + 1 in dword i)
 //
 // Bounds: rows past M are clamped to M - 1 for loading and never written; tokens past N are zero
 // in LDS and never written; a group may reach past K (K is only a multiple of 32): pieces whose
-// first column is >= K load the row's last piece instead (in bounds) and their weights are
-// replaced by zero (their x is zero in LDS too).
+// first column is >= K load the row's last piece instead (in bounds) and decode to zero with
+// scale zero (their x is zero in LDS too).
 #pragma once
 
 #include "hipskinny/common.h"
@@ -147,20 +149,25 @@ __device__ inline frag x_frag(const XGroup& xg, int nt, int j, int s) {
 }
 
 // acc += x[:, k0 : k0 + 128] . W[rows, k0 : k0 + 128]^T for this wave's tiles from the group's raw
-// operands; c0 is the group's first LDS chunk. TAIL: the group reaches past K, whose pieces
-// there become zero.
-template <typename T, bool TAIL, int NT, int KC, class W>
+// operands; c0 is the group's first LDS chunk. A group reaching past K (the last one, when K is
+// not a multiple of 128) gives its pieces there scale zero: their bytes (the row's last piece,
+// re-read in bounds) decode to zero. One select per tile and piece in every group, rather than a
+// second copy of the group for the tail: with two copies the accumulators have two uses and the
+// compiler copies all of them at the end of every group.
+template <typename T, int NT, int KC, class W>
 __device__ inline void group(accv (&acc)[kTiles][NT], const W& wt, const typename W::Raw& r, const hs::u32x4* xs,
                              int k0, int c0, int K, int lane) {
+  bool valid[kPieces];
+#pragma unroll
+  for (int j = 0; j < kPieces; ++j) valid[j] = k0 + 32 * (lane >> 4) + 32 * kGroups * j < K;
   typename W::Scales sc;
-  wt.scales(sc, r);
+  wt.scales(sc, r, valid);
   const int l = lane & 15;
   XGroup xg;
   xg.base = reinterpret_cast<const char*>(xs + l * (KC / 8) + c0);
   xg.swz = HS_WMMA11 ? 16u * l : 16u * ((4 * (lane >> 4)) ^ l);
 #pragma unroll
   for (int j = 0; j < kPieces; ++j) {
-    const bool valid = !TAIL || k0 + 32 * (lane >> 4) + 32 * kGroups * j < K;
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
       frag b[kTiles];
@@ -168,10 +175,6 @@ __device__ inline void group(accv (&acc)[kTiles][NT], const W& wt, const typenam
       for (int t = 0; t < kTiles; ++t) {
         uint32_t d[4];
         wt.decode(r, sc, t, j, s, d);
-        if (!valid) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) d[i] = 0u;
-        }
         b[t] = w_frag(d, lane);
       }
 #pragma unroll
@@ -263,7 +266,7 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
   extern __shared__ hs::u32x4 xs[];
 
   const int lane = threadIdx.x % hs::kWave;
-  const int wave = threadIdx.x / hs::kWave;
+  const int wave = hs::wave_index();
   const int shards = (K + shard_len - 1) / shard_len;
   const int blocks = (M + kRows - 1) / kRows;
   const int units = blocks * shards;
@@ -291,7 +294,7 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
     // (the planner caps their fp32 partials); more tiles keep two.
     constexpr int kDepth = NT == 1 ? 4 : 2;
     const int groups = (ke - ks + 127) / 128;
-    pipelined<kDepth, typename W::Raw>(
+    pipelined<kDepth, typename W::Raw, true>(
         groups, [&](int g, typename W::Raw& r) { wt.load(r, row, ks + 128 * g, K, lane); },   // (rows clamped)
         [&](int g, const typename W::Raw& cur) {
           const int k0 = ks + 128 * g;
@@ -301,11 +304,7 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
             __syncthreads();
           }
           if (!active) return;
-          const int c0 = 16 * (g % kGroupsPerPass);
-          if (k0 + 128 > K)
-            group<T, true, NT, KC>(acc, wt, cur, xs, k0, c0, K, lane);
-          else
-            group<T, false, NT, KC>(acc, wt, cur, xs, k0, c0, K, lane);
+          group<T, NT, KC>(acc, wt, cur, xs, k0, 16 * (g % kGroupsPerPass), K, lane);
         });
 
     if (shards > 1 && !finish_shards<NT, false>(acc, xs, partials, counters, u, block, shards, N)) continue;
