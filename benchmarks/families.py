@@ -132,6 +132,14 @@ gfx950's LDS moves 9.8 bytes per DRAM byte (78.6 TB/s against 8 TB/s), so the lo
 0.82x the memory time and x as much again; within 1.15x would need x shared by 80+ rows per wave
 (the split-K tile holds 32; 64 would give about 1.2x). The 16-bit routes avoid the lookups but move
 4.5 bytes per weight.
+
+**gfx950 Llama down_proj at N = 4 is VALU-bound at 1.24x.** The split-K kernel's decode is 144 VALU
+per group and wave (8 lookups' offsets, 4 packed multiplies and 4 packed conversions per dword of 8
+weights), about 35 more per group in the loop (loads' addresses, scales, x addresses), and the plan
+(13 shards of 9 groups: 416 units) adds each unit's prologue, about 170 VALU, 10% of the total.
+Fewer, longer shards would amortize it (`_linear.SPLITK_UNIT_BYTES` = 16384: 7 shards, 1.14x), but 224 units leave 32 of 256
+CUs idle, which the model's VALU roof (all CUs' issue rate) does not see; 416 units give 160 CUs two
+and 96 one, which it does not see either. So the planner keeps its units.
 """
 
 
@@ -199,6 +207,13 @@ bytes per row (from the listings, N = 1): fp16 about 70 (YTILE 4) on gfx942 and 
 on gfx942 (nibbles converted to fp32 directly: gfx942 has no bf16 dot), 66 on gfx950 and gfx1151.
 The fp16 floor of the recipe is 53 (16 mask-and-OR, 4 shifts, 16 packed finishing ops, 16 dot2,
 one scale).
+
+**gfx1151 Llama lm_head at N = 64 (DRAM ratio 1.83).** Its split-K kernel (t4) now fits two
+workgroups per CU (168 VGPRs, was 206), and the cache model has the 80 concurrent units' weight
+streams evict x (512 KiB, every unit reads all of it) from the APU's 2 MiB L2 between units: 1132
+-> 2055 us predicted. Qwen3's lm_head (x 256 KiB) and every other row is unchanged or faster. A
+planner rule capping split-K workgroups per CU by the L2 the concurrent weight streams pass through
+is the fix; not done.
 """
 
 

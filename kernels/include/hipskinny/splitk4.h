@@ -294,7 +294,7 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
     // (the planner caps their fp32 partials); more tiles keep two.
     constexpr int kDepth = NT == 1 ? 4 : 2;
     const int groups = (ke - ks + 127) / 128;
-    pipelined<kDepth, typename W::Raw, true>(
+    pipelined<kDepth, typename W::Raw, (NT > 1)>(
         groups, [&](int g, typename W::Raw& r) { wt.load(r, row, ks + 128 * g, K, lane); },   // (rows clamped)
         [&](int g, const typename W::Raw& cur) {
           const int k0 = ks + 128 * g;
