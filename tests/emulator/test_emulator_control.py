@@ -61,3 +61,18 @@ def test_sendmsg_other_than_dealloc_vgprs_is_refused(arch):
         launch(dev, module, "sendmsg_other", 1, ARCHS[arch].wave_size, [out])
     msg = str(e.value)
     assert "not implemented" in msg and arch in msg and "kernel sendmsg_other" in msg, msg
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_launch_profile_by_address(arch):
+    """LaunchStats.by_address: the wave-instructions each code address ran, summing to the launch's
+    count; the kernel's first instruction ran once per wave, its subroutines' once per call."""
+    dev = EmulatedDevice(arch, num_cus=4)
+    module, code = load_test_kernel(dev, "control")
+    n = 128
+    out = to_device(dev, np.zeros((n, 4), np.uint32))
+    stats = launch(dev, module, "control", 1, n, [out])
+    waves = n // ARCHS[arch].wave_size
+    assert sum(stats.by_address.values()) == sum(stats.mnemonics.values()) == stats.total_instructions
+    assert stats.by_address[code.kernel("control").entry] == waves
+    assert max(stats.by_address.values()) > waves       # the subroutine called several times per wave
