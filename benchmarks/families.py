@@ -137,9 +137,10 @@ gfx950's LDS moves 9.8 bytes per DRAM byte (78.6 TB/s against 8 TB/s), so the lo
 per group and wave (8 lookups' offsets, 4 packed multiplies and 4 packed conversions per dword of 8
 weights), about 35 more per group in the loop (loads' addresses, scales, x addresses), and the plan
 (13 shards of 9 groups: 416 units) adds each unit's prologue, about 170 VALU, 10% of the total.
-Fewer, longer shards would amortize it (`_linear.SPLITK_UNIT_BYTES` = 16384: 7 shards, 1.14x), but 224 units leave 32 of 256
-CUs idle, which the model's VALU roof (all CUs' issue rate) does not see; 416 units give 160 CUs two
-and 96 one, which it does not see either. So the planner keeps its units.
+Fewer, longer shards would amortize it (`_linear.SPLITK_UNIT_BYTES` = 16384: 7 shards, 1.14x),
+but 224 units leave 32 of 256 CUs idle, which the model's VALU roof (all CUs' issue rate) does not
+see; 416 units give 160 CUs two and 96 one, which it does not see either. So the planner keeps
+its units.
 """
 
 
