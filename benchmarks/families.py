@@ -133,7 +133,8 @@ gfx950's LDS moves 9.8 bytes per DRAM byte (78.6 TB/s against 8 TB/s), so the lo
 (the split-K tile holds 32; 64 would give about 1.2x). The 16-bit routes avoid the lookups but move
 4.5 bytes per weight.
 
-**gfx950 Llama down_proj at N = 4 is VALU-bound at 1.24x.** The split-K kernel's decode is 144 VALU
+**gfx950 Llama down_proj at N = 4 is VALU-bound at 1.24x** (`python -m benchmarks.profile matmul_4bit
+gfx950 4 4096 14336`). The split-K kernel's decode is 144 VALU
 per group and wave (8 lookups' offsets, 4 packed multiplies and 4 packed conversions per dword of 8
 weights), about 35 more per group in the loop (loads' addresses, scales, x addresses), and the plan
 (13 shards of 9 groups: 416 units) adds each unit's prologue, about 170 VALU, 10% of the total.

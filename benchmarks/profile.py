@@ -1,0 +1,95 @@
+"""Where a report row's instructions go: ``python -m benchmarks.profile OP ARCH N M K``.
+
+Runs the row's scaled-down sample as the report measures it (`benchmarks.dynamic`: the same CU
+count, rows and plan) and prints, in address order, every instruction of the launch that ran at
+least ``--min`` of the hottest one's count, with its count per wave and 1000 weight columns of the
+sample -- a loop body's instructions share a count, so the hot loop reads as a block -- then the
+VALU mnemonics per weight and lane (`LaunchStats.by_address`, the emulator's per-address
+profile). The instruction text comes from the listing shipped with the code object. A row whose
+call makes several launches (a route) profiles its last one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from collections import Counter
+from importlib import resources
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+import hipskinny
+from hipskinny.arch import ARCHS
+from hipskinny.emulator.listing import _LINES
+
+from . import dynamic
+
+
+def listing_text(arch: str, kernel: str) -> dict[int, str]:
+    """Address -> instruction text of the shipped code object of ``arch`` that holds ``kernel``."""
+    files = resources.files("hipskinny.hsaco")
+    for key, entry in json.loads(files.joinpath("manifest.json").read_text())["code_objects"].items():
+        if key.startswith(f"{arch}/") and any(k["name"] == kernel for k in entry["kernels"]):
+            text = gzip.decompress(files.joinpath(entry["listing"]).read_bytes()).decode("utf-8")
+            return {int(addr, 16): body for body, addr, _ in _LINES.findall(text)}
+    raise KeyError(f"no shipped {arch} code object holds {kernel}")
+
+
+def profile(op: str, arch: str, n: int, m: int, k: int, dtype: Any = np.float16) -> dict[str, Any]:
+    """The sample launch of a report row: its kernel, the sample's rows, its per-address counts and
+    the instruction text of each address."""
+    full = ARCHS[arch].default_cu_count
+    real = dynamic.plan_info(op, dynamic.device(arch, full), dtype, n, m, k)
+    cus, rows, _ = dynamic.choose_sample(op, arch, dtype, n, m, k, real, dynamic.MIN_ROWS)
+    dev = dynamic.device(arch, cus)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, k)).astype(dtype)
+    w = rng.standard_normal((rows, k)).astype(dtype)
+    args, kwargs = dynamic.call_args(op, x, w, arch)
+    dev.launches.clear()
+    with hipskinny.on_device(dev):
+        dynamic.op_function(op)(*args, **kwargs)
+    stats = dev.launches[-1]
+    return {"kernel": stats.kernel, "cus": cus, "rows": rows, "k": k, "wave_size": ARCHS[arch].wave_size,
+            "counts": Counter(stats.by_address), "total": stats.total_instructions,
+            "text": listing_text(arch, stats.kernel)}
+
+
+def report(p: dict[str, Any], least: float = 0.02) -> str:
+    """The hot instructions in address order and the VALU mix, as text."""
+    per = 1000 / (p["rows"] * p["k"])                      # per wave-instruction: per 1000 weights
+    counts, text = p["counts"], p["text"]
+    top = max(counts.values())
+    lines = [f"{p['kernel']}: sample of {p['rows']} rows x K = {p['k']} on {p['cus']} CUs, "
+             f"{p['total']:,} wave-instructions; count per 1000 weights, instructions >= {least:.0%} of the hottest"]
+    lines += [f"  {a:8x} {c * per:9.4f}  {text.get(a, '?')}" for a, c in sorted(counts.items()) if c >= least * top]
+    valu = Counter()
+    for a, c in counts.items():
+        mnemonic = text.get(a, "?").split(" ")[0]
+        if mnemonic.startswith("v_"):
+            valu[mnemonic] += c
+    lanes = p["wave_size"] / (p["rows"] * p["k"])          # per weight and lane
+    lines.append(f"VALU per weight x lane: {sum(valu.values()) * lanes:.3f}")
+    lines += [f"  {name:32s} {c * lanes:.4f}" for name, c in valu.most_common(20)]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__.splitlines()[0])
+    ap.add_argument("op")
+    ap.add_argument("arch", choices=sorted(ARCHS))
+    ap.add_argument("n", type=int)
+    ap.add_argument("m", type=int)
+    ap.add_argument("k", type=int)
+    ap.add_argument("--dtype", choices=("f16", "bf16"), default="f16")
+    ap.add_argument("--min", type=float, default=0.02, help="least count shown, as a share of the hottest")
+    a = ap.parse_args(argv)
+    dtype = np.float16 if a.dtype == "f16" else ml_dtypes.bfloat16
+    print(report(profile(a.op, a.arch, a.n, a.m, a.k, dtype), a.min))
+
+
+if __name__ == "__main__":
+    main()
