@@ -213,9 +213,10 @@ one scale).
 **gfx1151 Llama lm_head at N = 64 (DRAM ratio 1.83).** Its split-K kernel (t4) now fits two
 workgroups per CU (168 VGPRs, was 206), and the cache model has the 80 concurrent units' weight
 streams evict x (512 KiB, every unit reads all of it) from the APU's 2 MiB L2 between units: 1132
--> 2055 us predicted. Qwen3's lm_head (x 256 KiB) and every other row is unchanged or faster. A
-planner rule capping split-K workgroups per CU by the L2 the concurrent weight streams pass through
-is the fix; not done.
+-> 2055 us predicted. Qwen3's lm_head (x 256 KiB) and every other row is unchanged or faster;
+with one workgroup per CU (`_linear.MAX_SPLITK_GROUPS_PER_CU` = 1) the row is back at 1132 us, and
+Llama's gate_up (K = 4096 too, but 2.8 units per workgroup against 12.5) predicts the same at one or
+two. A planner rule for it needs the cache model's reasoning behind it; not done.
 """
 
 
