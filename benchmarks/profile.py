@@ -4,7 +4,7 @@ Runs the row's scaled-down sample as the report measures it (`benchmarks.dynamic
 count, rows and plan) and prints, in address order, every instruction of the launch that ran at
 least ``--min`` of the hottest one's count, with its count per wave and 1000 weight columns of the
 sample -- a loop body's instructions share a count, so the hot loop reads as a block -- then the
-VALU mnemonics per weight and lane (`LaunchStats.by_address`, the emulator's per-address
+VALU mnemonics (not the matrix ones) per weight and lane (`LaunchStats.by_address`, the emulator's per-address
 profile). The instruction text comes from the listing shipped with the code object. A row whose
 call makes several launches (a route) profiles its last one.
 """
@@ -12,47 +12,37 @@ call makes several launches (a route) profiles its last one.
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 from collections import Counter
-from importlib import resources
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
-import hipskinny
+from hipskinny import registry
 from hipskinny.arch import ARCHS
-from hipskinny.emulator.listing import _LINES
 
-from . import dynamic
+from . import dynamic, static
 
 
 def listing_text(arch: str, kernel: str) -> dict[int, str]:
-    """Address -> instruction text of the shipped code object of ``arch`` that holds ``kernel``."""
-    files = resources.files("hipskinny.hsaco")
-    for key, entry in json.loads(files.joinpath("manifest.json").read_text())["code_objects"].items():
-        if key.startswith(f"{arch}/") and any(k["name"] == kernel for k in entry["kernels"]):
-            text = gzip.decompress(files.joinpath(entry["listing"]).read_bytes()).decode("utf-8")
-            return {int(addr, 16): body for body, addr, _ in _LINES.findall(text)}
-    raise KeyError(f"no shipped {arch} code object holds {kernel}")
+    """Address -> instruction text of ``kernel`` in the shipped ``arch`` code object that holds it
+    (`static.kernel_bodies`: the listing verified against the binary)."""
+    families = [e["family"] for e in registry.manifest()["code_objects"].values() if e["arch"] == arch]
+    family = dynamic.kernel_family(kernel, families)
+    if family is None:
+        raise KeyError(f"no shipped {arch} code object holds {kernel}")
+    _, kernels = static.kernel_bodies(arch, family)
+    body = next(b for kern, b in kernels if kern.name == kernel)
+    return {inst.addr: inst.text for inst in body.insts()}
 
 
 def profile(op: str, arch: str, n: int, m: int, k: int, dtype: Any = np.float16) -> dict[str, Any]:
-    """The sample launch of a report row: its kernel, the sample's rows, its per-address counts and
-    the instruction text of each address."""
-    full = ARCHS[arch].default_cu_count
-    real = dynamic.plan_info(op, dynamic.device(arch, full), dtype, n, m, k)
+    """The sample launch of a report row (the report's own sample run, `dynamic._emulate`): its
+    kernel, the sample's rows, its per-address counts and the instruction text of each address."""
+    real = dynamic.plan_info(op, dynamic.device(arch, ARCHS[arch].default_cu_count), dtype, n, m, k)
     cus, rows, _ = dynamic.choose_sample(op, arch, dtype, n, m, k, real, dynamic.MIN_ROWS)
-    dev = dynamic.device(arch, cus)
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((n, k)).astype(dtype)
-    w = rng.standard_normal((rows, k)).astype(dtype)
-    args, kwargs = dynamic.call_args(op, x, w, arch)
-    dev.launches.clear()
-    with hipskinny.on_device(dev):
-        dynamic.op_function(op)(*args, **kwargs)
-    stats = dev.launches[-1]
+    dynamic._emulate(op, arch, cus, dtype, n, rows, k, seed=0)
+    stats = dynamic.device(arch, cus).launches[-1]       # the call's last launch
     return {"kernel": stats.kernel, "cus": cus, "rows": rows, "k": k, "wave_size": ARCHS[arch].wave_size,
             "counts": Counter(stats.by_address), "total": stats.total_instructions,
             "text": listing_text(arch, stats.kernel)}
@@ -69,7 +59,7 @@ def report(p: dict[str, Any], least: float = 0.02) -> str:
     valu = Counter()
     for a, c in counts.items():
         mnemonic = text.get(a, "?").split(" ")[0]
-        if mnemonic.startswith("v_"):
+        if mnemonic.startswith("v_") and not mnemonic.startswith(("v_mfma", "v_smfmac", "v_wmma", "v_swmmac")):
             valu[mnemonic] += c
     lanes = p["wave_size"] / (p["rows"] * p["k"])          # per weight and lane
     lines.append(f"VALU per weight x lane: {sum(valu.values()) * lanes:.3f}")
