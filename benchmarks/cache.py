@@ -19,6 +19,16 @@ sizes and counts only what misses the last level (``dram_bytes``):
   ends) and advances the slots one access each in turn.
 - **Writes** allocate lines and mark them dirty; a dirty line costs one DRAM write when it leaves
   the last level or when the launch ends.
+- **Shared lines and the scaled-down GPU.** The report emulates a sample on a GPU of fewer CUs
+  with proportionally fewer weight rows (benchmarks/dynamic.py) and scales its counts up by the
+  rows. The activation x (the report's host array, wherever the op copies it; with its x_scale)
+  does not shrink with the sample: its lines are *shared*, and the scaling is
+  wrong for them twice over. Room: a level of the flagship holds them once next to all its CUs'
+  own streams, so the sample's levels keep room for them on top of their share of the rest
+  (`for_cus`). Misses: the sample has as many rounds of work units per resident workgroup as the
+  flagship (its plan scales grid and units alike) and every round reads them alike, so the
+  flagship moves them between DRAM and the caches as often as the sample does, not M / M' times
+  as often; `replay` counts that traffic apart (``shared_bytes``) so the report leaves it unscaled.
 """
 
 from __future__ import annotations
@@ -50,12 +60,19 @@ HIERARCHIES = {
 }
 
 
-def for_cus(h: Hierarchy, cus: int, full_cus: int) -> Hierarchy:
+def for_cus(h: Hierarchy, cus: int, full_cus: int, shared: int = 0) -> Hierarchy:
     """The caches of a smaller product of the arch with ``cus`` of the flagship's ``full_cus`` CUs
-    (the report's scaled-down GPU): the same cache per CU, as many L2s as the CUs fill XCDs."""
+    (the report's scaled-down GPU): the same cache per CU, as many L2s as the CUs fill XCDs, and
+    in each level room for ``shared`` bytes (the shared lines a launch touches) on top: a level of size
+    S and CU share f holds ``S * f + min(shared, S) * (1 - f)``."""
     per_l2 = full_cus / h.l2_count
     count = max(1, min(h.l2_count, round(cus / per_l2)))
-    return Hierarchy(int(h.l2_bytes * min(1.0, cus / count / per_l2)), count, int(h.mall_bytes * cus / full_cus))
+
+    def level(size: int, f: float) -> int:
+        return int(size * f + min(shared, size) * (1 - f))
+
+    return Hierarchy(level(h.l2_bytes, min(1.0, cus / count / per_l2)), count,
+                     level(h.mall_bytes, min(1.0, cus / full_cus)))
 
 
 class _Lru:
@@ -87,6 +104,7 @@ class _Lru:
 class CacheResult:
     dram_read: int = 0             # bytes read from DRAM (line fills that missed every level)
     dram_write: int = 0            # bytes written back (dirty lines leaving the last level, or at the end)
+    shared_bytes: int = 0          # the part of dram_bytes that moved shared lines (see the module docstring)
     requested: int = 0             # bytes the accesses asked for
     l2_hits: int = 0               # line accesses served by an L2
     mall_hits: int = 0             # line accesses served by the MALL
@@ -100,9 +118,11 @@ class CacheResult:
 class Model:
     """The caches of one launch (cold at construction)."""
 
-    def __init__(self, h: Hierarchy) -> None:
+    def __init__(self, h: Hierarchy, shared: frozenset[int] = frozenset()) -> None:
+        """``shared``: the lines whose DRAM traffic is also counted in ``shared_bytes``."""
         self.l2 = [_Lru(h.l2_bytes // LINE) for _ in range(h.l2_count)]
         self.mall = _Lru(h.mall_bytes // LINE)
+        self.shared = shared
         self.result = CacheResult()
 
     def access(self, workgroup: int, lines: np.ndarray, requested: int, store: bool) -> None:
@@ -127,17 +147,26 @@ class Model:
                 r.mall_hits += 1
             else:
                 r.dram_read += LINE
+                if line in self.shared:
+                    r.shared_bytes += LINE
                 self._fill_mall(line, False)
             l2.fill(line, False)         # the L2 holds clean copies: its evictions cost nothing
 
     def _fill_mall(self, line: int, dirty: bool) -> None:
         out = self.mall.fill(line, dirty)
         if out is not None and out[1]:
-            self.result.dram_write += LINE
+            self._write_back(out[0])
+
+    def _write_back(self, line: int) -> None:
+        self.result.dram_write += LINE
+        if line in self.shared:
+            self.result.shared_bytes += LINE
 
     def finish(self) -> CacheResult:
         """Write back what is still dirty (the launch's outputs) and return the counts."""
-        self.result.dram_write += LINE * sum(1 for d in self.mall.lines.values() if d)
+        for line, dirty in self.mall.lines.items():
+            if dirty:
+                self._write_back(line)
         return self.result
 
 
@@ -150,11 +179,18 @@ def lines_of(addresses: np.ndarray, size: int) -> np.ndarray:
     return np.unique(np.concatenate([first, last]))
 
 
-def replay(h: Hierarchy, streams: list[list[tuple[np.ndarray, int, bool]]], resident: int) -> CacheResult:
+def touched_lines(streams: list[list[tuple[np.ndarray, int, bool]]]) -> list[int]:
+    """The distinct lines that ``streams`` (as `replay` takes them) load or store."""
+    every = [lines for stream in streams for lines, _, _ in stream]
+    return np.unique(np.concatenate(every)).tolist() if every else []
+
+
+def replay(h: Hierarchy, streams: list[list[tuple[np.ndarray, int, bool]]], resident: int,
+           shared: frozenset[int] = frozenset()) -> CacheResult:
     """Run ``streams`` (one per workgroup in launch order: (line indices, requested bytes, store)
     per wave instruction) through a cold hierarchy with ``resident`` workgroups at once (see the
-    module docstring)."""
-    model = Model(h)
+    module docstring); the DRAM traffic of the ``shared`` lines is also counted in ``shared_bytes``."""
+    model = Model(h, shared)
     slots: list[tuple[int, int]] = []            # (workgroup, next access)
     pending = iter(range(len(streams)))
     for _ in range(max(1, resident)):
@@ -180,4 +216,5 @@ def replay(h: Hierarchy, streams: list[list[tuple[np.ndarray, int, bool]]], resi
     return model.finish()
 
 
-__all__ = ["HIERARCHIES", "LINE", "PER_CU", "CacheResult", "Hierarchy", "Model", "for_cus", "lines_of", "replay"]
+__all__ = ["HIERARCHIES", "LINE", "PER_CU", "CacheResult", "Hierarchy", "Model", "for_cus", "lines_of", "replay",
+           "touched_lines"]

@@ -187,6 +187,7 @@ class Sample:
     info: dict[str, Any]
     last: Counter | None = None     # a call of several launches: the last one's mnemonics (its listing's)
     dram: float = 0.0               # bytes the call's launches read from and write to DRAM (benchmarks/cache.py)
+    dram_shared: float = 0.0        # the part of dram that moved shared lines: not scaled by M / M' (cache.py)
     waits: list[latency.Waits] = field(default_factory=list)    # per launch
 
     @property
@@ -213,6 +214,13 @@ class Measurement:
     check: Sample | None = None              # the 2c linearity sample, when run
     plan_error: float = 0.0                  # sample's plan vs the real one scaled down (see mismatch)
     fitted: tuple[int, int] | None = None    # rows of the two runs the sample was fitted from
+
+    def dram(self) -> float:
+        """DRAM bytes of the real shape: the sample's times M / M', but the traffic of its shared lines
+        (x: the flagship moves it as often as the sample, benchmarks/cache.py) as it is."""
+        assert self.sample is not None
+        s = self.sample
+        return (s.dram - s.dram_shared) * self.scale + s.dram_shared
 
     def scaled(self) -> dict[str, Any]:
         """Counts for the real shape: the sample's times M / M'."""
@@ -251,7 +259,8 @@ def _fit(s1: Sample, s2: Sample, rows: int, info: dict[str, Any]) -> Sample:
                                                    line(a.trips.total, b.trips.total), b.trips.waves),
                            b.round_trip_ns)
              for a, b in zip(s1.waits, s2.waits, strict=True)]
-    return Sample(s2.cus, rows, out, info, s2.last, line(s1.dram, s2.dram), waits)
+    return Sample(s2.cus, rows, out, info, s2.last, dram=line(s1.dram, s2.dram), waits=waits,
+                  dram_shared=line(s1.dram_shared, s2.dram_shared))
 
 
 def _emulate(op: str, arch: str, cus: int, dtype: Any, n: int, rows: int, k: int, seed: int) -> Sample:
@@ -261,7 +270,10 @@ def _emulate(op: str, arch: str, cus: int, dtype: Any, n: int, rows: int, k: int
     w = rng.standard_normal((rows, k)).astype(dtype)
     args, kwargs = call_args(op, x, w, arch)
     dev.launches.clear()                  # a bounded history: this call's launches only
-    with hipskinny.on_device(dev), traffic.Recorder(dev, table=False) as rec:
+    # the activation (every op's first argument) and its x_ keywords (x_scale): the shared lines
+    activation = tuple(a for a in (args[0], *(v for key, v in kwargs.items() if key.startswith("x_")))
+                       if isinstance(a, np.ndarray))
+    with hipskinny.on_device(dev), traffic.Recorder(dev, table=False, shared=activation) as rec:
         op_function(op)(*args, **kwargs)
         info = plan_info(op, dev, dtype, n, rows, k)
     launches = list(dev.launches)
@@ -270,9 +282,11 @@ def _emulate(op: str, arch: str, cus: int, dtype: Any, n: int, rows: int, k: int
     per_cu = int(info.get("groups_per_cu", cache.PER_CU))
     caches, waits = zip(*(rec.costs(i, st, arch, cus, per_cu) for i, st in enumerate(launches)), strict=True)
     dram = float(sum(c.dram_bytes for c in caches))
+    shared = float(sum(c.shared_bytes for c in caches))
     if len(launches) == 1:
-        return Sample(cus, rows, launches[0], info, dram=dram, waits=list(waits))
-    return Sample(cus, rows, combined(launches), info, Counter(launches[-1].mnemonics), dram, list(waits))
+        return Sample(cus, rows, launches[0], info, dram=dram, waits=list(waits), dram_shared=shared)
+    return Sample(cus, rows, combined(launches), info, Counter(launches[-1].mnemonics), dram=dram,
+                  waits=list(waits), dram_shared=shared)
 
 
 def combined(launches: list[LaunchStats]) -> LaunchStats:

@@ -69,8 +69,10 @@ ASSUMPTIONS = """\
   requests replayed through LRU models of the arch's caches (benchmarks/cache.py): 128-byte
   lines; an L2 per XCD (gfx942/gfx950: 8 x 4 MiB) or per chip (6, 2, 8 MiB), then the MALL /
   Infinity Cache (256, 256, 96, 32, 64 MiB), both scaled to the sample's CUs (same cache
-  per CU); cold per call; the workgroups that fit at once (the plan's per CU, else two)
-  interleaved access by access; stores without a fetch, each dirty line written back once.
+  per CU, plus room for the activation x, which every workgroup reads and which does not
+  shrink with the sample; x's own DRAM traffic is not scaled up with the rows); cold per call;
+  the workgroups that fit at once (the plan's per CU, else two) interleaved access by access;
+  stores without a fetch, each dirty line written back once.
   The requested-bytes traffic ratio stays as a column: the re-reads the caches absorb.
   Peak bandwidth is not reachable in practice (gfx1151 measures ~83% of its 256 GB/s); the
   floor ratio, not the absolute time, is the kernel's figure.
@@ -146,8 +148,8 @@ def evaluate(meas: dynamic.Measurement, static: dict[str, KernelStatic], family:
     sample_moved = st.bytes_loaded["global"] + st.bytes_stored["global"]
     sample_min, _ = dynamic.min_bytes(meas.op, meas.n, s.rows, meas.k, itemsize)
     ratio = sample_moved / sample_min
-    dram_ratio = s.dram / sample_min
     real_min, weight_bytes = dynamic.min_bytes(meas.op, meas.n, meas.m, meas.k, itemsize)
+    dram_ratio = meas.dram() / real_min
     sc = meas.scaled()
     valu = sc["instructions"].get("valu", 0) + sc["instructions"].get("trans", 0)
     kernel = meas.info.get("kernel", "")

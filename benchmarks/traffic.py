@@ -51,10 +51,14 @@ class Recorder:
     """Wraps an EmulatedDevice's memory accesses and launches while active (not thread-safe; the
     emulator runs one launch at a time)."""
 
-    def __init__(self, device: Any, *, table: bool = True) -> None:
-        """``table=False``: only the workgroup streams (for `dram`), not the per-allocation table."""
+    def __init__(self, device: Any, *, table: bool = True, shared: tuple[np.ndarray, ...] = ()) -> None:
+        """``table=False``: only the workgroup streams (for `dram`), not the per-allocation table.
+        ``shared``: host arrays (the activation x) whose device copies are shared lines
+        (`benchmarks.cache`)."""
         self.device = device
         self.keep_table = table
+        self.shared_sources = shared
+        self.shared: set[int] = set()      # lines of the shared sources' device copies
         self.mem = device.memory
         self.launch_index = 0
         self.data: dict[int, dict[int, Traffic]] = defaultdict(dict)
@@ -85,18 +89,24 @@ class Recorder:
     def costs(self, launch: int, stats: Any, arch: str, cus: int, per_cu: int = cache.PER_CU
               ) -> tuple[cache.CacheResult, latency.Waits]:
         """Launch ``launch`` (its `LaunchStats` ``stats``) on a GPU of the arch with ``cus`` CUs:
-        its requests through that GPU's caches (`cache.for_cus`) with ``per_cu`` workgroups per CU
-        resident, and what it waited on (`latency.Waits`)."""
-        hierarchy = cache.for_cus(cache.HIERARCHIES[arch], cus, ARCHS[arch].default_cu_count)
-        caches = self.dram(launch, hierarchy, min(stats.workgroups, cus * per_cu))
+        its requests through that GPU's caches (`cache.for_cus`, with room for the shared lines it
+        touches, whose DRAM traffic it counts apart) with ``per_cu`` workgroups per CU resident,
+        and what it waited on (`latency.Waits`)."""
+        streams = self._ordered(launch)
+        shared = frozenset(line for line in cache.touched_lines(streams) if line in self.shared)
+        hierarchy = cache.for_cus(cache.HIERARCHIES[arch], cus, ARCHS[arch].default_cu_count,
+                                  cache.LINE * len(shared))
+        caches = cache.replay(hierarchy, streams, min(stats.workgroups, cus * per_cu), shared)
         return caches, latency.Waits.of(stats.kernel, arch, self.round_trips(launch), caches)
 
     def dram(self, launch: int, hierarchy: cache.Hierarchy, resident: int) -> cache.CacheResult:
         """Launch ``launch``'s accesses through ``hierarchy`` (`benchmarks.cache.replay`), its
         workgroups in dispatch order (x fastest), ``resident`` of them at a time."""
+        return cache.replay(hierarchy, self._ordered(launch), resident)
+
+    def _ordered(self, launch: int) -> list[list[tuple[np.ndarray, int, bool]]]:
         streams = self.streams.get(launch, {})
-        order = sorted(streams, key=lambda g: (g[2], g[1], g[0]))
-        return cache.replay(hierarchy, [streams[g] for g in order], resident)
+        return [streams[g] for g in sorted(streams, key=lambda g: (g[2], g[1], g[0]))]
 
     def _note(self, addrs: np.ndarray, size: int, active: np.ndarray, all_active: bool, store: bool) -> None:
         a = (addrs if all_active else addrs[active]).astype(np.uint64)
@@ -149,21 +159,36 @@ class Recorder:
             finally:
                 self.launch_index += 1
 
+        copy = dev.copy_to_device
+
+        def rec_copy(dst, src, nbytes, stream=0):
+            if isinstance(src, np.ndarray) and any(a.nbytes == nbytes and np.array_equal(_bytes(a), _bytes(src))
+                                                   for a in self.shared_sources):
+                self.shared.update(range(int(dst) // cache.LINE, -(-(int(dst) + nbytes) // cache.LINE)))
+            return copy(dst, src, nbytes, stream)
+
         if self.keep_table:
             mem.load, mem.store = rec_load, rec_store
         dev.launch = rec_launch
+        if self.shared_sources:
+            dev.copy_to_device = rec_copy
         mem.tracer = self._trace
         mem.waiter = self._wait
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        for obj, name in ((self.mem, "load"), (self.mem, "store"), (self.device, "launch")):
+        for obj, name in ((self.mem, "load"), (self.mem, "store"), (self.device, "launch"),
+                          (self.device, "copy_to_device")):
             obj.__dict__.pop(name, None)   # back to the class's methods
         self.mem.tracer = None
         self.mem.waiter = None
 
     def table(self) -> dict[int, dict[int, Traffic]]:
         return dict(self.data)
+
+
+def _bytes(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
 
 
 __all__ = ["GRAIN", "Recorder", "Traffic"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.cache import HIERARCHIES, LINE, Hierarchy, MiB, for_cus, lines_of, replay
+from benchmarks.cache import HIERARCHIES, LINE, Hierarchy, MiB, for_cus, lines_of, replay, touched_lines
 
 
 def _reads(start: int, nbytes: int, per_access: int = 1024) -> list:
@@ -27,6 +27,27 @@ def test_a_smaller_product_keeps_the_cache_per_cu():
     small = for_cus(mi300x, 19, 304)                            # half an XCD
     assert (small.l2_count, small.l2_bytes, small.mall_bytes) == (1, 2 * MiB, 16 * MiB)
     assert for_cus(HIERARCHIES["gfx1151"], 10, 40) == Hierarchy(MiB // 2, 1, 8 * MiB)
+
+
+def test_a_smaller_product_keeps_room_for_the_shared_lines():
+    h = HIERARCHIES["gfx1151"]                                  # 2 MiB L2, 32 MiB MALL, 40 CUs
+    assert for_cus(h, 40, 40, shared=MiB) == h
+    one = for_cus(h, 1, 40, shared=MiB // 2)                    # x of 512 KiB: held once on the whole chip
+    assert one.l2_bytes == int(2 * MiB / 40 + MiB // 2 * 39 / 40)
+    assert one.mall_bytes == int(32 * MiB / 40 + MiB // 2 * 39 / 40)
+    assert for_cus(h, 1, 40, shared=64 * MiB).mall_bytes == 32 * MiB       # never more than the chip's
+
+
+def test_shared_lines_traffic_is_counted_apart():
+    h = Hierarchy(l2_bytes=2 * LINE, l2_count=1, mall_bytes=4 * LINE)
+    x = _reads(0, 2 * LINE, LINE)                               # lines 0, 1: shared
+    streams = [x + _reads((8 + 4 * wg) * LINE, 4 * LINE, LINE) for wg in range(2)]
+    streams.append([(lines_of(np.array([LINE]), 4), 4, True)])  # a store dirties line 1
+    r = replay(h, streams, resident=1, shared=frozenset({0, 1}))
+    assert r.dram_read == 4 * LINE + 8 * LINE                   # x twice (evicted by 4 weight lines), weights once
+    assert r.shared_bytes == 4 * LINE + LINE                    # x's two reads, and line 1 written back
+    assert r.dram_write == LINE
+    assert touched_lines(streams) == [0, 1, *range(8, 16)]
 
 
 def test_lines_of():

@@ -119,3 +119,30 @@ def test_rows_above_dram_ratio_are_explained_by_cause():
     assert line.startswith("- 4 of 5 rows have a DRAM ratio above 1.05")
     assert "1 from the dequantize route" in line and "1 from split-K's fp32 partial tiles" in line
     assert "1 from x re-read by every 128-row block" in line and "1 from other: gemv gfx1151 M L N=16 1.07" in line
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_a_sample_on_fewer_cus_gives_the_dram_bytes_of_more(arch, monkeypatch):
+    """The activation x does not shrink with a sample's rows (benchmarks/cache.py, shared lines): a
+    one-CU sample of skinny_gemm N = 16 (x 256 KiB, evicted between the units a workgroup runs in
+    turn) scaled by 2 gives the DRAM bytes of the two-CU GPU at twice the rows exactly; scaling x's
+    re-reads too would overstate them by x per extra round."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        import numpy as np
+
+        import benchmarks.dynamic as d
+        from hipskinny.ops import _linear
+    finally:
+        sys.path.remove(str(ROOT))
+    monkeypatch.setattr(_linear, "SPLITK_UNIT_BYTES", 1 << 30)      # one shard on both: the same plan, scaled
+    n, k, rows = 16, 8192, 512
+    one = d._emulate("skinny_gemm", arch, 1, np.float16, n, rows, k, seed=0)
+    two = d._emulate("skinny_gemm", arch, 2, np.float16, n, 2 * rows, k, seed=0)
+    assert one.info["shards"] == two.info["shards"] == 1 and 2 * one.info["units"] == two.info["units"]
+    x_bytes = n * k * 2
+    assert one.dram_shared >= x_bytes and two.dram_shared >= x_bytes
+    assert one.dram > 2 * rows * k + x_bytes                              # x re-read: two rounds of units
+    meas = d.Measurement("skinny_gemm", arch, n, 2 * rows, k, "ok", sample=one, scale=2.0)
+    assert meas.dram() == two.dram
+    assert 2 * one.dram > two.dram
