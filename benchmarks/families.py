@@ -101,9 +101,10 @@ absmax skips the nested decode but reads 4 bytes per block instead of 1 (12% mor
 at blocksize 64, counted in its minimum too).
 
 **Crossover.** The route (`matmul_4bit:dequantize`: dequantize kernel + `skinny_gemm`, both
-launches counted, predicted as one -- a lower bound of its time) is predicted 1.3-5.9x slower
-than the fused kernels at N = 16 and 64 on every arch and shape (large layers: 3.5-5.9x at N =
-16, 1.5-3.7x at N = 64): it writes and reads back 16-bit weights. So the fused kernels serve N =
+launches counted, predicted as one -- a lower bound of its time) is predicted 1.6-8.7x slower
+than the fused kernels at N = 16 and 64 on every arch and shape (large layers: 2.1-8.7x at N =
+16, 2.4-8.3x at N = 64): it writes and reads back 16-bit weights (its DRAM bytes: median 8.6x the
+fused kernel's at N = 16, 7.9x at N = 64, large layers). So the fused kernels serve N =
 1..64 on every arch, the route only above (and K not a multiple of the blocksize).
 
 **Targets (large layers) and where they stand.** Predicted time <= 0.3 x fp16 `skinny_gemm`
@@ -112,7 +113,7 @@ than the fused kernels at N = 16 and 64 on every arch and shape (large layers: 3
 64 (the split-K kernel, no target set) 0.26-0.48. Traffic ratio <= 1.05 at N <= 4 (codes, absmax
 bytes and the codebooks count in the minimum): **missed**, medians 1.03-1.13 on gfx11/gfx12 and
 1.40-1.44 on gfx942/gfx950: every workgroup stages x (N x K x 2 bytes) and the requested-bytes
-ratio counts those re-reads, L2 hits on hardware (the DRAM ratio of these rows is 1.00-1.08);
+ratio counts those re-reads, L2 hits on hardware (the DRAM ratio of these rows is 1.00-1.09);
 against half-byte weights that share is four times fp16's. VALU per weight byte below the balance
 point: met on gfx11/gfx12 at N <= 4 (medians 0.18-0.38 against 0.50-0.91) and on gfx942 at N = 1
 (0.090, max 0.119, against 0.120); **missed** on gfx950 (N = 1 0.092, the split-K kernel at N = 4
@@ -180,9 +181,9 @@ def _m4_plan_info(device: Device, dtype: Any, n: int, m: int, k: int, *, variant
 # is decided (benchmarks/shapes.py).
 W4_NOTES = """
 **Crossover.** The route (`w4a16_linear:dequantize`: dequantize kernel + `skinny_gemm`, both
-launches counted) moves 2.4-6.1x the bytes of the fused split-K kernel at N = 16 and 1.9-3.6x at
-N = 64 on every arch and shape (large layers: medians 5.4-6.0x and 2.8-3.5x), both memory-bound
-nearly everywhere: it writes and reads back 16-bit weights. So the fused kernels serve N = 1..64
+launches counted) moves 6.3-8.9x the DRAM bytes of the fused split-K kernel at N = 16 and 2.6-8.3x
+at N = 64 on every arch and shape (large layers: medians 8.6x and 7.9x) and is predicted 1.8-8.7x
+slower, memory-bound nearly everywhere: it writes and reads back 16-bit weights. So the fused kernels serve N = 1..64
 on every arch, the route only above (and where no fused kernel applies). The fused split-K
 kernel's traffic ratio: 1.12-1.87 at N = 16, 1.05-2.93 at N = 64 (x re-staged per shard and the
 shard partials, counted as requested; at N = 16 the partials stay within 5% of the call's bytes,
@@ -210,13 +211,12 @@ on gfx942 (nibbles converted to fp32 directly: gfx942 has no bf16 dot), 66 on gf
 The fp16 floor of the recipe is 53 (16 mask-and-OR, 4 shifts, 16 packed finishing ops, 16 dot2,
 one scale).
 
-**gfx1151 Llama lm_head at N = 64 (DRAM ratio 1.83).** Its split-K kernel (t4) now fits two
-workgroups per CU (168 VGPRs, was 206), and the cache model has the 80 concurrent units' weight
-streams evict x (512 KiB, every unit reads all of it) from the APU's 2 MiB L2 between units: 1132
--> 2055 us predicted. Qwen3's lm_head (x 256 KiB) and every other row is unchanged or faster;
-with one workgroup per CU (`_linear.MAX_SPLITK_GROUPS_PER_CU` = 1) the row is back at 1132 us, and
-Llama's gate_up (K = 4096 too, but 2.8 units per workgroup against 12.5) predicts the same at one or
-two. A planner rule for it needs the cache model's reasoning behind it; not done.
+**gfx1151 Llama lm_head at N = 64.** The previous run had this row at DRAM ratio 1.83 (2055 us):
+its t4 kernel fits two workgroups per CU, and on the one-CU sample's caches (1/40 of the chip's)
+the weight streams evicted x (512 KiB) between the units a workgroup runs in turn. That was the
+sample, not the chip, whose 32 MiB MALL holds x beside all 80 workgroups' streams: the cache model
+now gives a sample room for x and leaves x's own traffic unscaled (benchmarks/cache.py), and the
+row is at 1.00 (1136 us), memory-bound, with two workgroups per CU.
 """
 
 
