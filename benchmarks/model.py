@@ -20,13 +20,21 @@ its peak rate (no shortfall from imperfect streaming; the L1/L0 caches are not m
 work is spread evenly over all CUs; scalar, branch and wait instructions are free. Rates are
 from `ArchInfo`, the package's single per-arch table; latencies from benchmarks/latency.py.
 Nothing here is timed on a GPU.
+
+The even spread is optimistic where a grid's work does not divide over the CUs: the VALU, matrix
+units and LDS are per CU, so a launch whose busiest CU holds twice the average work takes twice
+its compute roofs there (one split-K unit on one CU of 256: 256 times). `busiest_cu_share`
+measures that from a plan (`workgroup_work`); the report shows it beside the prediction
+(`busiest_cu_share`, `balanced_us`) without folding it in, so the rows stay comparable with
+earlier runs. The memory roof is chip-wide and left as it is.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from hipskinny.arch import ArchInfo
 
@@ -105,3 +113,35 @@ def predict(arch: ArchInfo, cu_count: int, *, bytes_moved: float, bytes_min: flo
     return Prediction(bytes_moved / bw, bytes_min / bw, valu / arch.valu_issue_rate(cu_count),
                       matrix_seconds(arch, mnemonics, cu_count), lds_bytes / arch.lds_bandwidth(cu_count),
                       latency_seconds)
+
+
+def workgroup_work(plan: Mapping[str, Any], m: int, waves: int) -> list[int] | None:
+    """Equal pieces of work (split-K units, lane-split row tiles, gemv row groups) each workgroup of
+    a plan's persistent grid runs, from its ``plan_info`` entries (the kernels' loops: unit u on
+    workgroup u mod grid; lane-split workgroup b taking ``waves`` consecutive tiles of ``ytile`` rows
+    from b * waves on, striding grid * waves; gemv one group of rows each). None for a plan of
+    another shape (the dequantize routes' plan names only their last launch)."""
+    grid = int(plan.get("grid") or 0)
+    if grid <= 0:
+        return None
+    if "units" in plan:
+        units = int(plan["units"])
+        return [units // grid + (b < units % grid) for b in range(grid)]
+    if "ytile" in plan:
+        tiles, stride = -(-m // int(plan["ytile"])), grid * waves
+        return [sum(min(waves, tiles - first) for first in range(b * waves, tiles, stride)) for b in range(grid)]
+    if "rows_per_group" in plan:
+        return [1] * grid
+    return None
+
+
+def busiest_cu_share(work: Sequence[int], cus: int) -> float:
+    """The busiest CU's work over the average CU's (>= 1) when workgroup i of ``work`` runs on CU
+    i mod ``cus`` (the dispatcher's round robin; equal pieces of work: an assumption)."""
+    total = sum(work)
+    if total <= 0:
+        return 1.0
+    per_cu = [0] * cus
+    for i, w in enumerate(work):
+        per_cu[i % cus] += w
+    return max(per_cu) * cus / total

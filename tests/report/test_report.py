@@ -146,3 +146,54 @@ def test_a_sample_on_fewer_cus_gives_the_dram_bytes_of_more(arch, monkeypatch):
     meas = d.Measurement("skinny_gemm", arch, n, 2 * rows, k, "ok", sample=one, scale=2.0)
     assert meas.dram() == two.dram
     assert 2 * one.dram > two.dram
+
+
+def test_busiest_cu_share_of_a_plan():
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks.model import busiest_cu_share, workgroup_work
+    finally:
+        sys.path.remove(str(ROOT))
+    # split-K: 416 units (32 row blocks x 13 shards) on 256 CUs: 160 CUs run two, 96 one
+    assert busiest_cu_share(workgroup_work({"grid": 416, "units": 416}, 4096, 4), 256) == pytest.approx(512 / 416)
+    assert busiest_cu_share(workgroup_work({"grid": 256, "units": 256}, 4096, 4), 256) == 1.0
+    assert busiest_cu_share(workgroup_work({"grid": 1, "units": 1}, 128, 4), 256) == 256.0
+    assert workgroup_work({"grid": 3, "units": 8}, 1024, 4) == [3, 3, 2]
+    # lane-split: 10 tiles, 2 workgroups of 4 waves: b = 0 takes tiles 0-3 and 8-9, b = 1 tiles 4-7
+    assert workgroup_work({"grid": 2, "ytile": 4}, 40, 4) == [6, 4]
+    assert workgroup_work({"grid": 8, "rows_per_group": 8}, 64, 4) == [1] * 8
+    assert workgroup_work({"kernel": "a route"}, 64, 4) is None
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+@pytest.mark.parametrize("n", [4, 16])
+def test_workgroup_work_is_what_the_kernels_run(arch, n):
+    """The workgroups' global accesses (benchmarks.traffic's streams) come in proportion to the work
+    `workgroup_work` deals them, for a lane-split (N = 4) and a split-K (N = 16) skinny_gemm plan whose
+    work does not divide by the grid."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        import numpy as np
+
+        import hipskinny
+        from benchmarks import dynamic, traffic
+        from benchmarks.model import workgroup_work
+    finally:
+        sys.path.remove(str(ROOT))
+    dev = dynamic.device(arch, 1)
+    m, k = (1400, 512) if n <= 8 else (1408, 512)    # 1400 one-row tiles; 11 row blocks of 128
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((n, k)).astype(np.float16), rng.standard_normal((m, k)).astype(np.float16)
+    info = dynamic.plan_info("skinny_gemm", dev, np.float16, n, m, k)
+    waves = 256 // ARCHS[arch].wave_size
+    work = workgroup_work(info, m, waves)
+    assert work is not None and len(set(work)) > 1           # uneven: the check means something
+    with hipskinny.on_device(dev), traffic.Recorder(dev, table=False) as rec:
+        hipskinny.skinny_gemm(x, w)
+    launch = max(rec.streams)
+    streams = rec.streams[launch]
+    by_block = [len(streams[g]) for g in sorted(streams, key=lambda g: (g[2], g[1], g[0]))]
+    assert len(by_block) == len(work)
+    loads = np.array(by_block, float) - min(by_block)        # less each workgroup's fixed accesses
+    share = np.array(work, float) - min(work)
+    assert np.allclose(loads / loads.max(), share / share.max(), atol=0.02)
