@@ -891,9 +891,9 @@ def main(argv: list[str] | None = None) -> int:
         rep = _merge(rep, json.loads(Path(args.json or HERE / "RESULTS.json").read_text()), archs)
     stored = Path(args.json or HERE / "RESULTS.json")
     if not args.check and stored.is_file():
-        # sections other commands measure (benchmarks.emulator_rate, .moe, .mla): kept as they are
+        # sections other commands measure (benchmarks.emulator_rate, .moe, .mla, .published): kept as they are
         old = json.loads(stored.read_text())
-        for section in ("emulator_speed", "moe", "mla"):
+        for section in ("emulator_speed", "moe", "mla", "published"):
             if old.get(section) is not None:
                 rep.setdefault(section, old[section])
     md_path = args.md or (None if args.check else str(HERE / "RESULTS.md"))
