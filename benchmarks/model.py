@@ -120,7 +120,7 @@ def workgroup_work(plan: Mapping[str, Any], m: int, waves: int) -> list[int] | N
     a plan's persistent grid runs, from its ``plan_info`` entries (the kernels' loops: unit u on
     workgroup u mod grid; lane-split workgroup b taking ``waves`` consecutive tiles of ``ytile`` rows
     from b * waves on, striding grid * waves; gemv one group of rows each). None for a plan of
-    another shape (the dequantize routes' plan names only their last launch)."""
+    another shape."""
     grid = int(plan.get("grid") or 0)
     if grid <= 0:
         return None

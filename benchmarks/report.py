@@ -191,8 +191,10 @@ def evaluate(meas: dynamic.Measurement, static: dict[str, KernelStatic], family:
 
 def _balance(pred: Any, meas: dynamic.Measurement, ks: KernelStatic | None, cus: int) -> dict[str, Any]:
     """The busiest CU's share of the plan's work (benchmarks/model.py) and the prediction with the
-    compute roofs charged on that CU (``balanced_us``; None where the plan's work is not known)."""
-    work = workgroup_work(meas.info, meas.m, ks.waves) if ks else None
+    compute roofs charged on that CU (``balanced_us``; None where the plan's work is not known, and
+    for a call of several launches: its plan describes only the last one)."""
+    several = meas.sample is not None and meas.sample.last is not None
+    work = workgroup_work(meas.info, meas.m, ks.waves) if ks and not several else None
     if work is None:
         return {"busiest_cu_share": None, "balanced_us": None, "balanced_bound": None}
     share = busiest_cu_share(work, cus)
