@@ -93,7 +93,7 @@ class Recorder:
         touches, whose DRAM traffic it counts apart) with ``per_cu`` workgroups per CU resident,
         and what it waited on (`latency.Waits`)."""
         streams = self._ordered(launch)
-        shared = frozenset(line for line in cache.touched_lines(streams) if line in self.shared)
+        shared = frozenset(self.shared.intersection(cache.touched_lines(streams))) if self.shared else frozenset()
         hierarchy = cache.for_cus(cache.HIERARCHIES[arch], cus, ARCHS[arch].default_cu_count,
                                   cache.LINE * len(shared))
         caches = cache.replay(hierarchy, streams, min(stats.workgroups, cus * per_cu), shared)
