@@ -2,6 +2,7 @@
 
     python -m benchmarks.choices                  # all archs; prints the table
     python -m benchmarks.choices --arch gfx942 --json choices.json
+    python -m benchmarks.choices --compute-table  # `_linear.SPLITK_COMPUTE` from benchmarks/RESULTS.json
 
 These choices are made from host shapes and the device's CU count, by constants this sweeps:
   * the lane-split kernels (skinny_gemm N <= 8, and the quantized families that share
@@ -10,9 +11,12 @@ These choices are made from host shapes and the device's CU count, by constants 
   * gemv: the workgroups per CU its rows-per-workgroup rule keeps, `gemv.GROUPS_PER_CU`;
   * the split-K kernels (N > 8): the weight bytes in flight each work unit is counted for when K
     is split to cover DRAM's latency, `_linear.SPLITK_UNIT_BYTES` (fewer: more shards, more fp32
-    partial traffic; 2**40: never split);
+    partial traffic; 2**40: no split for latency's sake);
   * the split-K shards' fp32 partials, at most `_linear.PARTIAL_SHARE` of a call's unavoidable
     bytes (1e9: no cap);
+  * the split-K kernels' compute over their bandwidth floor, `_linear.SPLITK_COMPUTE`, which the
+    shard count weighs against the partials (`--compute-table` derives it from a report: a
+    measurement, not swept);
   * the quantized ops at N = 2..8: the lane-split kernel or the split-K one,
     `_linear.SMALL_N_SPLITK_WORK` (swept as "never" and "always"; the shipped choice per row is
     the rule's, `_linear.small_n_splitk`).
@@ -26,8 +30,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
+import statistics
 import sys
+from collections import defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -116,6 +124,28 @@ def sweep(archs: list[str], only_ops: list[str] | None = None, only_n: list[int]
     return rows
 
 
+def compute_table(results: dict[str, Any]) -> dict[str, dict[str, tuple[float, float]]]:
+    """`_linear.SPLITK_COMPUTE` from a report's rows: per split-K kernel (`_linear.compute_ratio`'s
+    stem) and arch, the median over the layers (routers left out: their fixed costs are not a
+    kernel's rate) of the VALU, matrix and LDS roofs, evenly spread (divided by the row's
+    `busiest_cu_share`), over the bandwidth floor, at one and at four token tiles; only where
+    both were measured."""
+    got: dict[tuple[str, str, int], list[float]] = defaultdict(list)
+    for r in results["rows"]:
+        plan = r.get("plan") or {}
+        if r.get("status") != "ok" or "shards" not in plan or r["layer"] == "router" or ":dequantize" in r["op"]:
+            continue
+        stem = re.sub(r"_t\d+", "", plan["kernel"]).replace("_atomic", "").replace("bf16", "f16").replace("fnuz", "ocp")
+        compute = max(r["roofs_us"][b] for b in ("valu", "matrix", "lds")) / (r.get("busiest_cu_share") or 1.0)
+        got[stem, r["arch"], plan["token_tiles"]].append(compute / r["floor_us"])
+    table: dict[str, dict[str, tuple[float, float]]] = defaultdict(dict)
+    for stem, arch, nt in sorted(got):
+        if nt == 1 and (stem, arch, 4) in got:
+            table[stem][arch] = (round(statistics.median(got[stem, arch, 1]), 2),
+                                 round(statistics.median(got[stem, arch, 4]), 2))
+    return dict(table)
+
+
 def _line(r: dict[str, Any]) -> str:
     alts = "  ".join(f"{v}{'*' if v == r['shipped'] else ''}{'!' if v == r['best'] else ''}: "
                      f"{us:.2f} µs {r['bound'][v]} dram {r['dram_ratio'][v]:.3f}"
@@ -129,7 +159,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--op", nargs="+", help="only these ops")
     p.add_argument("--n", nargs="+", type=int, help="only these N")
     p.add_argument("--json", help="write the rows here")
+    p.add_argument("--compute-table", nargs="?", const=str(Path(__file__).parent / "RESULTS.json"), metavar="JSON",
+                   help="print _linear.SPLITK_COMPUTE as measured by a report (default benchmarks/RESULTS.json)")
     a = p.parse_args(argv)
+    if a.compute_table:
+        for stem, by_arch in compute_table(json.loads(Path(a.compute_table).read_text())).items():
+            print(f"    {stem!r}: {by_arch},")
+        return 0
     rows = sweep(a.arch, a.op, a.n)
     if a.json:
         with open(a.json, "w") as f:

@@ -17,16 +17,16 @@ and a floor under all of them:
 The predicted time is the largest of these (perfect overlap of the others). Assumptions,
 stated again in the report: every byte that misses the modelled caches comes from DRAM at
 its peak rate (no shortfall from imperfect streaming; the L1/L0 caches are not modelled);
-work is spread evenly over all CUs; scalar, branch and wait instructions are free. Rates are
+the dispatcher deals workgroups round robin over the CUs; scalar, branch and wait instructions are free. Rates are
 from `ArchInfo`, the package's single per-arch table; latencies from benchmarks/latency.py.
 Nothing here is timed on a GPU.
 
-The even spread is optimistic where a grid's work does not divide over the CUs: the VALU, matrix
-units and LDS are per CU, so a launch whose busiest CU holds twice the average work takes twice
-its compute roofs there (one split-K unit on one CU of 256: 256 times). `busiest_cu_share`
-measures that from a plan (`workgroup_work`); the report shows it beside the prediction
-(`busiest_cu_share`, `balanced_us`) without folding it in, so the rows stay comparable with
-earlier runs. The memory roof is chip-wide and left as it is.
+The VALU, matrix units and LDS are per CU, so a launch whose busiest CU holds more than the
+average work takes longer on them than an even spread would: `busiest_cu_share` measures that from
+a plan (`workgroup_work`: one split-K unit on one CU of 256 holds 256 times the average), and
+`predict` charges the compute roofs on that CU (`cu_share`). The memory roof is chip-wide and left
+as it is (a few busy CUs still keep the DRAM queues full if their loads in flight suffice: the
+latency floor judges that).
 """
 
 from __future__ import annotations
@@ -108,11 +108,14 @@ class Prediction:
 
 
 def predict(arch: ArchInfo, cu_count: int, *, bytes_moved: float, bytes_min: float, valu: float,
-            mnemonics: Mapping[str, float], lds_bytes: float, latency_seconds: float = 0.0) -> Prediction:
+            mnemonics: Mapping[str, float], lds_bytes: float, latency_seconds: float = 0.0,
+            cu_share: float = 1.0) -> Prediction:
+    """The roofs of a launch; ``cu_share``: the busiest CU's work over the average CU's
+    (`busiest_cu_share`), which the VALU, matrix and LDS roofs are charged at."""
     bw = arch.peak_bandwidth_gbs * 1e9
-    return Prediction(bytes_moved / bw, bytes_min / bw, valu / arch.valu_issue_rate(cu_count),
-                      matrix_seconds(arch, mnemonics, cu_count), lds_bytes / arch.lds_bandwidth(cu_count),
-                      latency_seconds)
+    return Prediction(bytes_moved / bw, bytes_min / bw, cu_share * valu / arch.valu_issue_rate(cu_count),
+                      cu_share * matrix_seconds(arch, mnemonics, cu_count),
+                      cu_share * lds_bytes / arch.lds_bandwidth(cu_count), latency_seconds)
 
 
 def workgroup_work(plan: Mapping[str, Any], m: int, waves: int) -> list[int] | None:

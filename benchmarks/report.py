@@ -84,9 +84,10 @@ ASSUMPTIONS = """\
   load latencies weighted by where the cache model served the launch's lines; sources
   and assumptions per arch in `hipskinny.arch.HW_SOURCES` and `latency.SOURCES`), at least
   the longest chain and at least all chains over SIMDs x occupancy. Predicted time = the largest roof or this floor
-  (bound `latency`). Work is otherwise spread evenly over all CUs; `busiest_cu_share` and
-  `balanced_us` show what the compute roofs become on the busiest CU (the plan's work dealt
-  round robin), beside the prediction, not in it.
+  (bound `latency`). The VALU, matrix and LDS roofs are charged on the busiest CU: times
+  `busiest_cu_share`, its share of the plan's work (units, row tiles or row groups dealt to
+  the workgroups, the workgroups round robin to the CUs) over the average CU's; even spread
+  where the plan's work is not known (the dequantize routes' two launches).
 * Floors: `floor_us` = minimum bytes / peak bandwidth (`floor_ratio`, the kernel's figure);
   `arithmetic_floor_us` = 2·N·M·K FLOPs at the dense matrix rate (8-bit rate for the FP8
   kernels), plus the VALU's packed rate where MFMA units are separate (CDNA), the larger of the
@@ -160,8 +161,9 @@ def evaluate(meas: dynamic.Measurement, static: dict[str, KernelStatic], family:
     occ_terms = ks.occupancy_with(dyn_lds) if ks else {}
     occupancy = {kernel: min(occ_terms.values())} if occ_terms else {}
     lat = latency.call_floor(meas.arch, s.waits, meas.scale, occupancy)
+    share = _cu_share(meas, ks, cus)
     pred = predict(info, cus, bytes_moved=dram_ratio * real_min, bytes_min=real_min, valu=valu,
-                   mnemonics=sc["mnemonics"], lds_bytes=sc["lds_bytes"], latency_seconds=lat)
+                   mnemonics=sc["mnemonics"], lds_bytes=sc["lds_bytes"], latency_seconds=lat, cu_share=share or 1.0)
     # the multiply-adds any kernel must do, at the rate of the instructions the op's operands allow
     # (both 8-bit: the FP8 kernels, tagged _fp8_)
     arithmetic = arithmetic_floor_seconds(info, 2.0 * meas.n * meas.m * meas.k, cus, "_fp8_" in kernel)
@@ -183,24 +185,19 @@ def evaluate(meas: dynamic.Measurement, static: dict[str, KernelStatic], family:
         "arithmetic_floor_us": arithmetic * 1e6,
         "roofline_ratio": pred.seconds / max(pred.seconds_floor, arithmetic),
         "linearity": meas.linearity(),
-        **_balance(pred, meas, ks, cus),
+        "busiest_cu_share": share,
         "main_loop_valu_per_byte": ks.loop_valu_per_byte if ks else None,
     })
     return row
 
 
-def _balance(pred: Any, meas: dynamic.Measurement, ks: KernelStatic | None, cus: int) -> dict[str, Any]:
-    """The busiest CU's share of the plan's work (benchmarks/model.py) and the prediction with the
-    compute roofs charged on that CU (``balanced_us``; None where the plan's work is not known, and
-    for a call of several launches: its plan describes only the last one)."""
+def _cu_share(meas: dynamic.Measurement, ks: KernelStatic | None, cus: int) -> float | None:
+    """The busiest CU's share of the plan's work (benchmarks/model.py), which the compute roofs are
+    charged at; None (charged as an even spread) where the plan's work is not known, and for a call
+    of several launches: its plan describes only the last one."""
     several = meas.sample is not None and meas.sample.last is not None
     work = workgroup_work(meas.info, meas.m, ks.waves) if ks and not several else None
-    if work is None:
-        return {"busiest_cu_share": None, "balanced_us": None, "balanced_bound": None}
-    share = busiest_cu_share(work, cus)
-    roofs = {k: v * (share if k in ("valu", "matrix", "lds") else 1.0) for k, v in pred.roofs.items()}
-    bound = max(roofs, key=roofs.__getitem__)
-    return {"busiest_cu_share": share, "balanced_us": roofs[bound] * 1e6, "balanced_bound": bound}
+    return None if work is None else busiest_cu_share(work, cus)
 
 
 def consistency(meas: dynamic.Measurement, ks: KernelStatic | None) -> list[str]:
@@ -578,19 +575,17 @@ def _findings(rep: dict[str, Any]) -> list[str]:
 
 
 def _busiest_cu(ok: list[dict[str, Any]]) -> str:
-    """The rows the even-spread assumption flatters: compute roofs charged on the busiest CU."""
+    """The rows whose plan leaves some CU with more than its share of the work, and those bound by it."""
     known = [r for r in ok if r.get("busiest_cu_share") is not None]
-    over = [r for r in known if r["balanced_bound"] in ("valu", "lds", "matrix")
-            and r["balanced_us"] > 1.15 * max(r["floor_us"], r["arithmetic_floor_us"])]
-    hidden = [r for r in over if r["bound"] in ("memory", "latency")]
-    worst = sorted(over, key=lambda r: -r["balanced_us"] / r["predicted_us"])[:6]
+    uneven = [r for r in known if r["busiest_cu_share"] > 1.05]
+    bound = [r for r in uneven if r["bound"] in ("valu", "lds", "matrix")]
+    worst = sorted(bound, key=lambda r: -r["busiest_cu_share"])[:6]
     return (f"- Work over CUs (`busiest_cu_share`: the plan's units or tiles dealt round robin, the busiest CU's "
-            f"over the average; benchmarks/model.py): with the VALU, LDS and matrix roofs charged on the busiest "
-            f"CU (`balanced_us`, not folded into `predicted_us`), {len(over)} of {len(known)} rows would be bound "
-            f"by them above 1.15x the roofline floor, {len(hidden)} of which `predicted_us` calls memory- or "
-            "latency-bound" + (": largest changes " + "; ".join(
-                f"{r['op']} {r['arch']} {r['model']} {r['layer']} N={r['n']} share {r['busiest_cu_share']:.2f}, "
-                f"{r['predicted_us']:.2f} -> {r['balanced_us']:.2f} us" for r in worst) if worst else "") + ".")
+            f"over the average; benchmarks/model.py): {len(uneven)} of {len(known)} rows leave the busiest CU more "
+            f"than 1.05x the average, {len(bound)} of them bound by a VALU, LDS or matrix roof charged there"
+            + (": largest shares " + "; ".join(
+                f"{r['op']} {r['arch']} {r['model']} {r['layer']} N={r['n']} share {r['busiest_cu_share']:.2f} "
+                f"({r['bound']}, {r['roofline_ratio']:.2f}x)" for r in worst) if worst else "") + ".")
 
 
 def _above_dram(ok: list[dict[str, Any]]) -> str:
@@ -605,7 +600,9 @@ def _above_dram(ok: list[dict[str, Any]]) -> str:
             causes["split-K's fp32 partial tiles (shards x M x 16 x token tiles x 4 bytes written and read "
                    "back; at N <= 16 the planner keeps them within _linear.PARTIAL_SHARE of the call's "
                    "unavoidable bytes, the rest is x re-read and the counters; above, the shard count keeps "
-                   "enough weight loads in flight to cover DRAM latency, at the cost of this traffic)"].append(r)
+                   "enough weight loads in flight to cover DRAM latency and, where the kernel's compute "
+                   "rivals its bytes, enough units to spread that compute over the CUs "
+                   "(`_linear.splitk_shards`), at the cost of this traffic)"].append(r)
         elif "splitk" in r.get("kernel", ""):
             causes["x re-read by every 128-row block once the weight stream has evicted it (one shard, "
                    "N >= 16, the RDNA parts' smaller L2 and MALL)"].append(r)

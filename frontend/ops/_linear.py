@@ -38,20 +38,23 @@ Configuration rules, larger N:
 
 * **Token tiles** ``NT``: the smallest of 1, 2, 4, 8 with ``16 * NT >= N`` (padded tokens
   are zero in LDS and cost matrix work only).
-* **Shards**: K is cut into ``S`` shards of ``shard_len`` columns (a multiple of 128).
-  ``S`` is the smallest count that gives `splitk_units` work units of 128 features: the
-  flagship's bandwidth x DRAM latency over SPLITK_UNIT_BYTES (arch facts, *not* this device:
-  results must not depend on the CU count), limited so that a shard has at least ``128 * NT``
-  columns, at most one shard per 128 columns, and at one token tile (N <= 16) so that all
-  shards' fp32 partial tiles (the token rows the kernel publishes, `partial_rows`) stay within
-  PARTIAL_SHARE of the call's unavoidable bytes (`partial_shards`: weights at the op's bits per
-  element, x, y). There the kernels load a shard's groups ahead (`splitk.h` pipelined), so the
+* **Shards**: K is cut into ``S`` shards of ``shard_len`` columns (a multiple of 128), at most one
+  per 128 columns, at least ``128 * NT`` columns each, and at one token tile (N <= 16) few enough
+  that all shards' fp32 partial tiles (the token rows the kernel publishes, `partial_rows`) stay
+  within PARTIAL_SHARE of the call's unavoidable bytes (`partial_shards`: weights at the op's bits
+  per element, x, y). There the kernels load a shard's groups ahead (`splitk.h` pipelined), so the
   longer shards the cap gives small layers keep short chains; with more token tiles they wait
-  for each group (registers), and fewer shards would lengthen their chains several-fold.
-  ``S = 1`` skips the partials entirely. (Why these sizes: per weight byte, a unit of R
-  features and L columns re-reads x for ``16 * NT / R`` bytes and moves ``64 * NT / L``
-  bytes of partials; for a given number of units (R * L fixed) the sum is smallest at
-  L = 4 R -- 512 columns for R = 128.)
+  for each group (registers). Within those limits `splitk_shards` takes at least the count that
+  gives `splitk_units` work units of 128 features -- the flagship's bandwidth x DRAM latency over
+  SPLITK_UNIT_BYTES -- and more where an estimate says they pay: the larger of the call's bytes
+  (partials included, slowed in proportion when fewer units than that are in flight) and the
+  kernel's compute (SPLITK_COMPUTE, measured) charged on the busiest of the flagship's CUs, a unit
+  running on one CU. A layer of 32 row blocks on a 96-CU part whose kernel is matrix-bound takes
+  3 shards (96 units), not 1; where the bytes dominate it stays at 1. Arch facts only, *not* this
+  device: results must not depend on the CU count. ``S = 1`` skips the partials entirely. (Why
+  these sizes: per weight byte, a unit of R features and L columns re-reads x for ``16 * NT / R``
+  bytes and moves ``64 * NT / L`` bytes of partials; for a given number of units (R * L fixed)
+  the sum is smallest at L = 4 R -- 512 columns for R = 128.)
 * **Grid**: ``min(units, CU count * groups per CU)`` persistent workgroups of 256 threads,
   groups per CU from the kernel's VGPRs and its 32 KiB of LDS, at most 4.
 * **Scratch**: the partials (``S * ceil(M / 128) * 128 * 16 * NT`` fp32, or one slice per
@@ -119,6 +122,25 @@ MAX_GROUPS_PER_CU = 4
 # within 1.4% of the per-row best in total (Llama-3 down_proj N = 4, w4a16 on gfx950: 8.73 -> 5.47 µs).
 SMALL_N_SPLITK_WORK: dict[str, float] = {"gfx942": 8e7, "gfx950": 1e8}
 SMALL_N_SPLITK_OPS = ("fp8_linear", "matmul_4bit", "w4a16_linear")
+# The split-K kernels' VALU, matrix and LDS time over the bandwidth floor when their work is spread
+# evenly over the flagship's CUs, at one and at four 16-token tiles (linear in between and beyond), by
+# kernel (its name without the token tiles, bf16 as f16, fnuz as ocp) and arch: the medians of the
+# report's split-K rows (RESULTS.json at e59e079, the routers left out; `python -m benchmarks.choices
+# --compute-table` prints them). A unit's compute runs on one CU, so a call of few units leaves the
+# others idle: `splitk_shards` weighs that against the shards' partials. Absent: memory only.
+SPLITK_COMPUTE: dict[str, dict[str, tuple[float, float]]] = {
+    "fp8_linear_splitk_f16_ocp": {"gfx942": (0.44, 0.51), "gfx950": (0.68, 0.80), "gfx1100": (0.37, 0.95),
+                                  "gfx1151": (0.20, 0.53), "gfx1201": (0.19, 0.40)},
+    "fp8_linear_splitk_f16_ocp_block": {"gfx1100": (0.41, 0.96), "gfx1151": (0.23, 0.53)},
+    "fp8_linear_splitk_fp8_ocp": {"gfx942": (0.10, 0.25), "gfx950": (0.15, 0.31), "gfx1201": (0.05, 0.20)},
+    "fp8_linear_splitk_fp8_ocp_block": {"gfx942": (0.11, 0.27), "gfx950": (0.17, 0.44), "gfx1201": (0.06, 0.20)},
+    "matmul_4bit_splitk_f16": {"gfx942": (0.84, 1.05), "gfx950": (1.11, 1.65), "gfx1100": (0.69, 1.74),
+                               "gfx1151": (0.38, 0.96), "gfx1201": (0.47, 0.73)},
+    "skinny_gemm_splitk_f16": {"gfx942": (0.11, 0.25), "gfx950": (0.18, 0.26), "gfx1100": (0.12, 0.49),
+                               "gfx1151": (0.07, 0.27), "gfx1201": (0.05, 0.20)},
+    "w4a16_linear_splitk_f16": {"gfx942": (0.64, 0.91), "gfx950": (1.00, 1.12), "gfx1100": (0.51, 1.75),
+                                "gfx1151": (0.28, 0.96), "gfx1201": (0.27, 0.73)},
+}
 
 
 def k_chunk(n: int, k: int, lds_bytes: int, wave_size: int, chunk: int = 8, op: str = "skinny_gemm",
@@ -235,19 +257,57 @@ def partial_shards(info: ArchInfo, n: int, nt: int, m: int, k: int, weight_bits:
     return max(1, int(PARTIAL_SHARE * unavoidable // per_shard))
 
 
-def shard_len(info: ArchInfo, nt: int, m: int, k: int, *, n: int | None = None, weight_bits: int | None = None,
-              x_bytes: int = 2) -> int:
-    """K columns per split-K shard for N tokens (default 16 * nt) of x at ``x_bytes`` per element (see
-    the module docstring); a multiple of 128. ``weight_bits`` (the weights' bits per element) caps the
-    partials at one token tile (`partial_shards`); None: no cap."""
-    n = 16 * nt if n is None else n
+def compute_ratio(kernel: str, arch: str, nt: int) -> float:
+    """A split-K kernel's compute time over its bandwidth floor at ``nt`` token tiles, evenly spread
+    (SPLITK_COMPUTE; ``kernel``: a kernel name, token tiles and variant suffixes allowed; a block-scaled
+    kernel not measured: its per-tensor twin's); 0 unknown."""
+    stem = re.sub(r"_t\d+", "", kernel).replace("_atomic", "").replace("bf16", "f16").replace("fnuz", "ocp")
+    one, four = (SPLITK_COMPUTE.get(stem, {}).get(arch) or SPLITK_COMPUTE.get(stem.replace("_block", ""), {}).get(arch)
+                 or (0.0, 0.0))
+    return max(0.0, one + (four - one) * (nt - 1) / 3)
+
+
+def busiest_share(units: int, cus: int) -> float:
+    """The busiest CU's units over the average CU's when ``units`` are dealt round robin to ``cus``."""
+    return -(-units // cus) * cus / units
+
+
+def splitk_shards(info: ArchInfo, nt: int, m: int, k: int, *, n: int, weight_bits: int | None, x_bytes: int,
+                  compute: float = 0.0) -> int:
+    """Shards of K for a split-K call (see the module docstring): at least the count that gives
+    `splitk_units` units (at most one per 128 columns, at least 128 * nt columns each, within the
+    partials' cap at one token tile), more where the estimate -- the larger of the bytes (the
+    partials included, slowed by too few units in flight) and ``compute`` (`compute_ratio`) on the
+    busiest of the flagship's CUs -- says they pay; the fewest shards within 1% of the best."""
     groups = -(-k // SPLITK_GROUP)
     blocks = -(-m // SPLITK_ROWS)
-    wanted = math.ceil(splitk_units(info) / blocks)
+    little = splitk_units(info)
     most = max(1, min(groups, k // (SPLITK_GROUP * nt)))
     if weight_bits is not None and nt == 1:      # (more token tiles: the kernels wait per group)
         most = min(most, partial_shards(info, n, nt, m, k, weight_bits, x_bytes))
-    shards = max(1, min(wanted, most))
+    least = max(1, min(math.ceil(little / blocks), most))
+    unavoidable = m * k * (weight_bits or 16) / 8 + n * k * x_bytes + 2 * n * m
+    per_shard = blocks * SPLITK_ROWS * partial_rows(info, n, nt) * 4
+
+    def estimate(shards: int) -> float:
+        units = blocks * shards
+        memory = (1 + (shards > 1) * shards * per_shard / unavoidable) * max(1.0, little / units)
+        return max(memory, compute * busiest_share(units, info.default_cu_count))
+
+    counts = sorted({-(-groups // -(-groups // s)) for s in range(least, most + 1)})
+    best = min(estimate(s) for s in counts)
+    return next(s for s in counts if estimate(s) <= 1.01 * best)
+
+
+def shard_len(info: ArchInfo, nt: int, m: int, k: int, *, n: int | None = None, weight_bits: int | None = None,
+              x_bytes: int = 2, compute: float = 0.0) -> int:
+    """K columns per split-K shard for N tokens (default 16 * nt) of x at ``x_bytes`` per element (see
+    the module docstring and `splitk_shards`); a multiple of 128. ``weight_bits`` (the weights' bits per
+    element) caps the partials at one token tile (`partial_shards`); None: no cap (and 16-bit weights
+    in the estimate)."""
+    n = 16 * nt if n is None else n
+    groups = -(-k // SPLITK_GROUP)
+    shards = splitk_shards(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes, compute=compute)
     return SPLITK_GROUP * -(-groups // shards)
 
 
@@ -263,7 +323,8 @@ def splitk_plan(device: Device, family: str, kernel_name: Callable[[int, bool], 
     None: no cap."""
     info = device.arch
     nt = token_tiles(n)
-    length = shard_len(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes)
+    length = shard_len(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes,
+                       compute=compute_ratio(kernel_name(nt, False), info.name, nt))
     shards = -(-k // length)
     blocks = -(-m // SPLITK_ROWS)
     use_atomic = atomic and shards > 1

@@ -188,7 +188,7 @@ def test_rounding_is_nearest_even_from_float64(flavor):
     # the double rounding the module avoids: 1.0625 + 2**-40 is nearer 1.125 than 1.0
     x = np.array([fmax, 1.0625 + 2.0**-40])
     assert fp8.decode(fp8.quantize(x, granularity="tensor", flavor=flavor)[0])[1] == 1.125
-    assert x.astype(NP[flavor]).astype(np.float64)[1] == 1.0
+    assert x.astype(np.float32).astype(NP[flavor]).astype(np.float64)[1] == 1.0   # via float32: a tie, to even
 
 
 @pytest.mark.parametrize("flavor", fp8.FLAVORS)

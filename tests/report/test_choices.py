@@ -19,5 +19,5 @@ def test_override_reaches_cached_plans_and_restores():
     with choices.override(gemv, "GROUPS_PER_CU", 8):
         assert gemv.rows_per_group(4096, 304) == 1
     unsplit = skinny_gemm.plan_info(dev, np.float16, 16, 4096, 4096)
-    with choices.override(_linear, "SPLITK_UNIT_BYTES", 2**40):
+    with choices.override(_linear, "SPLITK_UNIT_BYTES", 2**40), choices.override(_linear, "SPLITK_COMPUTE", {}):
         assert skinny_gemm.plan_info(dev, np.float16, 16, 4096, 4096)["shards"] == 1 < unsplit["shards"]

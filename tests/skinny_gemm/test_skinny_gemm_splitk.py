@@ -271,12 +271,13 @@ def test_config_rules():
     mi300, strix, navi31 = ARCHS["gfx942"], ARCHS["gfx1151"], ARCHS["gfx1100"]
     assert (round(lin.splitk_units(mi300)), round(lin.splitk_units(strix))) == (270, 11)
     assert lin.shard_len(mi300, 8, 4096, 4096) == 1024                 # 32 blocks want 9, NT=8 caps at 4 shards
-    assert lin.shard_len(mi300, 1, 4096, 4096) == 512                  # 9 shards wanted -> 8 of 512
+    assert lin.shard_len(mi300, 1, 4096, 4096) == 384                  # 9 wanted: 8 of 512 leave 256 units, 11 of 384
     assert lin.shard_len(mi300, 4, 128256, 4096) == 4096               # lm_head: 1002 blocks, no split
     assert lin.shard_len(mi300, 1, 20, 8200) == 256                    # one block: <= 64 shards -> 33 of 256
     assert lin.shard_len(navi31, 2, 28672, 4096) == 4096               # 224 blocks already give 28 units
     assert lin.shard_len(strix, 1, 2048, 4096) == 4096                 # 16 blocks: no split on the APU
-    assert lin.shard_len(strix, 1, 128, 2048) == 256                   # the router: one block, 8 shards
+    assert lin.shard_len(strix, 1, 128, 2048) == 128                   # the router: one block, 8 shards leave 8 of 11
+                                                                       # units: 16 of one group each
     for info, nt, m, k in ((mi300, 8, 4096, 14336), (ARCHS["gfx1201"], 1, 6144, 4096),
                            (ARCHS["gfx950"], 4, 4096, 1000)):
         length = lin.shard_len(info, nt, m, k)
@@ -302,7 +303,10 @@ def test_partial_cap():
                 unavoidable = m * k * bits / 8 + 2 * n * k + 2 * n * m
                 rows = lin.partial_rows(ARCHS[arch], n, info["token_tiles"])
                 written = info["shards"] * -(-m // 128) * 128 * rows * 4 if info["shards"] > 1 else 0
-                uncapped = lin.shard_len(ARCHS[arch], info["token_tiles"], m, k)
+                with pytest.MonkeyPatch.context() as mp:
+                    mp.setattr(lin, "PARTIAL_SHARE", 1e9)
+                    uncapped = lin.shard_len(ARCHS[arch], info["token_tiles"], m, k, n=n, weight_bits=bits,
+                                             compute=lin.compute_ratio(info["kernel"], arch, info["token_tiles"]))
                 if info["token_tiles"] > 1:
                     assert info["shard_len"] == uncapped
                     continue
@@ -335,3 +339,33 @@ def test_n_above_128_names_the_supported_ranges():
         hipskinny.skinny_gemm(x, w)
     with pytest.raises(InputValueError, match=r"N=130"):
         hipskinny.skinny_gemm(np.ones((2, 65, 16), np.float16), w)
+
+
+def test_every_splitk_kernel_has_its_compute():
+    """Every split-K kernel of every shipped code object has a measured compute ratio
+    (`_linear.SPLITK_COMPUTE`, directly or through its per-tensor twin): none is planned as free."""
+    for arch in SHIPPED_ARCHS:
+        dev = EmulatedDevice(arch, 1)
+        for family in ("skinny_gemm_splitk", "fp8_linear_splitk", "matmul_4bit_splitk", "w4a16_linear_splitk"):
+            for kernel in registry.load(dev, family).code.kernels:
+                assert lin.compute_ratio(kernel.name, arch, 1) > 0, (arch, kernel.name)
+                assert lin.compute_ratio(kernel.name, arch, 4) >= lin.compute_ratio(kernel.name, arch, 1)
+
+
+def test_shards_weigh_compute_on_the_busiest_cu():
+    """A call of few row blocks gets the shards that spread its compute over the CUs when its kernel's
+    compute rivals its bytes (`_linear.splitk_shards`), not where the bytes dominate or the partials
+    would cost more than the CUs give back."""
+    navi31, strix = ARCHS["gfx1100"], ARCHS["gfx1151"]
+    assert [lin.busiest_share(u, 96) for u in (32, 96, 97)] == [3.0, 1.0, 2 * 96 / 97]
+    down = dict(n=64, weight_bits=4, x_bytes=2)         # Llama-3 down_proj, 4-bit, N = 64: 32 row blocks
+    assert lin.splitk_shards(navi31, 4, 4096, 14336, **down) == 1                   # memory only: 32 units >= 28
+    four_bit = lin.compute_ratio("matmul_4bit_splitk_f16_t4", "gfx1100", 4)
+    assert four_bit > 1                                                            # matrix-bound on the XTX
+    assert lin.splitk_shards(navi31, 4, 4096, 14336, compute=four_bit, **down) == 3   # 96 units on 96 CUs
+    fp16 = lin.compute_ratio("skinny_gemm_splitk_f16_t1", "gfx1151", 1)
+    assert fp16 < 0.1 and lin.splitk_shards(strix, 1, 4096, 14336, n=16, weight_bits=16, x_bytes=2,
+                                            compute=fp16) == 1                   # bytes dominate on the APU
+    # an lm_head already gives every CU its units: no shards, whatever the compute
+    assert lin.splitk_shards(navi31, 1, 128256, 4096, n=16, weight_bits=4, x_bytes=2,
+                             compute=lin.compute_ratio("w4a16_linear_splitk_f16_t1", "gfx1100", 1)) == 1
