@@ -48,8 +48,8 @@ Configuration rules, larger N:
   gives `splitk_units` work units of 128 features -- the flagship's bandwidth x DRAM latency over
   SPLITK_UNIT_BYTES -- and more where an estimate says they pay: the larger of the call's bytes
   (partials included, slowed in proportion when fewer units than that are in flight) and the
-  kernel's compute (SPLITK_COMPUTE, measured) charged on the busiest of the flagship's CUs, a unit
-  running on one CU. A layer of 32 row blocks on a 96-CU part whose kernel is matrix-bound takes
+  kernel's compute (SPLITK_COMPUTE, measured; plus a unit's own work, SPLITK_UNIT_OVERHEAD) charged
+  on the busiest of the flagship's CUs, a unit running on one CU. A layer of 32 row blocks on a 96-CU part whose kernel is matrix-bound takes
   3 shards (96 units), not 1; where the bytes dominate it stays at 1. Arch facts only, *not* this
   device: results must not depend on the CU count. ``S = 1`` skips the partials entirely. (Why
   these sizes: per weight byte, a unit of R features and L columns re-reads x for ``16 * NT / R``
@@ -128,6 +128,10 @@ SMALL_N_SPLITK_OPS = ("fp8_linear", "matmul_4bit", "w4a16_linear")
 # report's split-K rows (RESULTS.json at e59e079, the routers left out; `python -m benchmarks.choices
 # --compute-table` prints them). A unit's compute runs on one CU, so a call of few units leaves the
 # others idle: `splitk_shards` weighs that against the shards' partials. Absent: memory only.
+# A unit's compute beyond its groups' (prologue, partials, reduction), in groups of its shard: about one,
+# from `python -m benchmarks.profile matmul_4bit gfx950 4 4096 14336` (a prologue of ~170 VALU against
+# ~180 per group); an assumption for the other kernels. Short shards pay it more often.
+SPLITK_UNIT_OVERHEAD = 1.0
 SPLITK_COMPUTE: dict[str, dict[str, tuple[float, float]]] = {
     "fp8_linear_splitk_f16_ocp": {"gfx942": (0.44, 0.51), "gfx950": (0.68, 0.80), "gfx1100": (0.37, 0.95),
                                   "gfx1151": (0.20, 0.53), "gfx1201": (0.19, 0.40)},
@@ -292,7 +296,9 @@ def splitk_shards(info: ArchInfo, nt: int, m: int, k: int, *, n: int, weight_bit
     def estimate(shards: int) -> float:
         units = blocks * shards
         memory = (1 + (shards > 1) * shards * per_shard / unavoidable) * max(1.0, little / units)
-        return max(memory, compute * busiest_share(units, info.default_cu_count))
+        # (a unit's own work, set-up and reduction, as SPLITK_UNIT_OVERHEAD groups of its shard's)
+        overhead = (1 + SPLITK_UNIT_OVERHEAD / -(-groups // shards)) / (1 + SPLITK_UNIT_OVERHEAD / groups)
+        return max(memory, compute * overhead * busiest_share(units, info.default_cu_count))
 
     counts = sorted({-(-groups // -(-groups // s)) for s in range(least, most + 1)})
     best = min(estimate(s) for s in counts)

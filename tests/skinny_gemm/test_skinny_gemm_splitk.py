@@ -369,3 +369,14 @@ def test_shards_weigh_compute_on_the_busiest_cu():
     # an lm_head already gives every CU its units: no shards, whatever the compute
     assert lin.splitk_shards(navi31, 1, 128256, 4096, n=16, weight_bits=4, x_bytes=2,
                              compute=lin.compute_ratio("w4a16_linear_splitk_f16_t1", "gfx1100", 1)) == 1
+
+
+def test_short_shards_pay_their_units_own_work(monkeypatch):
+    """A unit's set-up and reduction (`_linear.SPLITK_UNIT_OVERHEAD` groups) weigh against shorter
+    shards: FP8 Llama-3 qkv at N = 4 on gfx950 keeps 8 shards of 4 groups (384 units on 256 CUs), not
+    11 of 3, which spread the groups more evenly but run 40% more units."""
+    mi355 = ARCHS["gfx950"]
+    call = dict(n=4, weight_bits=8, x_bytes=2, compute=lin.compute_ratio("fp8_linear_splitk_f16_ocp_t1", "gfx950", 1))
+    assert lin.splitk_shards(mi355, 1, 6144, 4096, **call) == 8
+    monkeypatch.setattr(lin, "SPLITK_UNIT_OVERHEAD", 0.0)
+    assert lin.splitk_shards(mi355, 1, 6144, 4096, **call) == 11
