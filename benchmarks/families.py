@@ -138,11 +138,25 @@ gfx950's LDS moves 9.8 bytes per DRAM byte (78.6 TB/s against 8 TB/s), so the lo
 gfx950 4 4096 14336`). The split-K kernel's decode is 144 VALU
 per group and wave (8 lookups' offsets, 4 packed multiplies and 4 packed conversions per dword of 8
 weights), about 35 more per group in the loop (loads' addresses, scales, x addresses), and the plan
-(13 shards of 9 groups: 416 units) adds each unit's prologue, about 170 VALU, 10% of the total.
-Fewer, longer shards would amortize it (`_linear.SPLITK_UNIT_BYTES` = 16384: 7 shards, 1.14x),
-but 224 units leave 32 of 256 CUs idle, which the model's VALU roof (all CUs' issue rate) does not
-see; 416 units give 160 CUs two and 96 one, which it does not see either. So the planner keeps
-its units.
+(16 shards of 7 groups: 512 units, two on every CU) adds each unit's prologue, about 170 VALU, 12%
+of the total. The model now charges the busiest CU (`busiest_cu_share`): the 13 shards of 416 units
+it had gave 160 CUs two units and 96 one (5.83 us, share 1.23); the planner's estimate
+(`_linear.splitk_shards`) takes 16 (4.72 us, share 1.0), and fewer, longer shards (224 units:
+7 shards) would leave 32 CUs idle.
+
+**Where the busiest CU binds (RESULTS at this run).** 81 rows are bound by VALU, LDS or matrix
+above 1.15x their floor once the compute roofs are charged on the busiest CU. 28 are routers (one
+128-row block: at most 4 units at N = 64, 16 at N = 16, on 40-304 CUs; a few microseconds, mostly
+launch and round trips). 36 are layers at N <= 16 whose shards the partial cap holds
+(`_linear.PARTIAL_SHARE`, for the DRAM-ratio target): 4-bit Qwen3 o_proj on gfx942 runs 16 units
+on 304 CUs (15.5x its floor). Raising the cap trades one target for the other, measured at N = 16
+(matmul_4bit, fp8_linear, skinny_gemm; six layers; five archs): cap 0.05 / 0.08 / 0.10 give
+predicted totals 3136 / 3062 / 3026 us, 24 / 16 / 12 rows compute-bound above 1.15x, 0 / 12 / 22
+rows above DRAM ratio 1.10 (4-bit small layers: 13.2 -> 6.8 -> 4.7 us on gfx942 at 1.001 / 1.060 /
+1.090; FP8 at 5-6 shards reaches 1.14-1.17, about twice its written partials). Units of 64 rows
+would double a small layer's units without partials: the way out, a kernel change. The other 17:
+the gfx950 4-bit LDS and VALU rows above, and a few N = 64 layers whose next shard count would not
+even their CUs (gfx1151 Llama o_proj: 32 units on 40 CUs, 2 shards still 2 per busiest CU).
 """
 
 
