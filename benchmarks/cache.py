@@ -19,6 +19,12 @@ sizes and counts only what misses the last level (``dram_bytes``):
   ends) and advances the slots one access each in turn.
 - **Writes** allocate lines and mark them dirty; a dirty line costs one DRAM write when it leaves
   the last level or when the launch ends.
+- **Causality.** The interleaving above is not the order in which the launch's workgroups saw each
+  other's data: a split-K unit's finishing workgroup reads the other shards' partials only after
+  they were written (its counter says so), yet the replay may reach that read before their stores.
+  Each access carries its place in the emulator's order (which is causal), and a load that misses
+  every level on a line some store wrote earlier in that order is served by the MALL, where the
+  store left it (the store, replayed later, still dirties it: one DRAM write).
 - **Shared lines and the scaled-down GPU.** The report emulates a sample on a GPU of fewer CUs
   with proportionally fewer weight rows (benchmarks/dynamic.py) and scales its counts up by the
   rows. The activation x (the report's host array, wherever the op copies it; with its x_scale)
@@ -118,17 +124,21 @@ class CacheResult:
 class Model:
     """The caches of one launch (cold at construction)."""
 
-    def __init__(self, h: Hierarchy, shared: frozenset[int] = frozenset()) -> None:
-        """``shared``: the lines whose DRAM traffic is also counted in ``shared_bytes``."""
+    def __init__(self, h: Hierarchy, shared: frozenset[int] = frozenset(),
+                 first_store: dict[int, int] | None = None) -> None:
+        """``shared``: the lines whose DRAM traffic is also counted in ``shared_bytes``;
+        ``first_store``: per line, the place in the emulator's order of the first store to it."""
         self.l2 = [_Lru(h.l2_bytes // LINE) for _ in range(h.l2_count)]
         self.mall = _Lru(h.mall_bytes // LINE)
         self.shared = shared
+        self.first_store = first_store or {}
         self.result = CacheResult()
 
-    def access(self, workgroup: int, lines: np.ndarray, requested: int, store: bool) -> None:
+    def access(self, workgroup: int, lines: np.ndarray, requested: int, store: bool, order: int | None = None) -> None:
         """One wave instruction's access by ``workgroup``: the distinct ``lines`` it touches (line
-        indices, i.e. address // LINE) and the bytes it requested. A store fetches nothing (the
-        caches keep byte masks) and dirties the line in the last level."""
+        indices, i.e. address // LINE) and the bytes it requested; ``order``: its place in the
+        emulator's order (see Causality). A store fetches nothing (the caches keep byte masks) and
+        dirties the line in the last level."""
         r = self.result
         r.requested += requested
         l2 = self.l2[workgroup % len(self.l2)]
@@ -145,6 +155,9 @@ class Model:
                 continue
             if self.mall.touch(line, False):
                 r.mall_hits += 1
+            elif order is not None and self.first_store.get(line, order) < order:
+                r.mall_hits += 1         # written before this load: where the store left it
+                self._fill_mall(line, False)
             else:
                 r.dram_read += LINE
                 if line in self.shared:
@@ -179,18 +192,25 @@ def lines_of(addresses: np.ndarray, size: int) -> np.ndarray:
     return np.unique(np.concatenate([first, last]))
 
 
-def touched_lines(streams: list[list[tuple[np.ndarray, int, bool]]]) -> list[int]:
+def touched_lines(streams: list[list[tuple]]) -> list[int]:
     """The distinct lines that ``streams`` (as `replay` takes them) load or store."""
-    every = [lines for stream in streams for lines, _, _ in stream]
+    every = [lines for stream in streams for lines, *_ in stream]
     return np.unique(np.concatenate(every)).tolist() if every else []
 
 
-def replay(h: Hierarchy, streams: list[list[tuple[np.ndarray, int, bool]]], resident: int,
+def replay(h: Hierarchy, streams: list[list[tuple]], resident: int,
            shared: frozenset[int] = frozenset()) -> CacheResult:
-    """Run ``streams`` (one per workgroup in launch order: (line indices, requested bytes, store)
-    per wave instruction) through a cold hierarchy with ``resident`` workgroups at once (see the
-    module docstring); the DRAM traffic of the ``shared`` lines is also counted in ``shared_bytes``."""
-    model = Model(h, shared)
+    """Run ``streams`` (one per workgroup in launch order: (line indices, requested bytes, store[,
+    place in the emulator's order]) per wave instruction) through a cold hierarchy with ``resident``
+    workgroups at once (see the module docstring); the DRAM traffic of the ``shared`` lines is also
+    counted in ``shared_bytes``."""
+    first_store: dict[int, int] = {}
+    for stream in streams:
+        for access in stream:
+            if access[2] and len(access) > 3:
+                for line in access[0].tolist():
+                    first_store[line] = min(first_store.get(line, access[3]), access[3])
+    model = Model(h, shared, first_store)
     slots: list[tuple[int, int]] = []            # (workgroup, next access)
     pending = iter(range(len(streams)))
     for _ in range(max(1, resident)):
@@ -209,8 +229,7 @@ def replay(h: Hierarchy, streams: list[list[tuple[np.ndarray, int, bool]]], resi
                 wg, i, stream = nxt, 0, streams[nxt]
             if i >= len(stream):
                 continue
-            lines, requested, store = stream[i]
-            model.access(wg, lines, requested, store)
+            model.access(wg, *stream[i])
             kept.append((wg, i + 1))
         slots = kept
     return model.finish()

@@ -62,8 +62,10 @@ class Recorder:
         self.mem = device.memory
         self.launch_index = 0
         self.data: dict[int, dict[int, Traffic]] = defaultdict(dict)
-        # launch -> workgroup id -> [(lines, requested bytes, store)], one entry per wave instruction
+        # launch -> workgroup id -> [(lines, requested bytes, store, place in the emulator's order)], one
+        # entry per wave instruction
         self.streams: dict[int, dict[tuple[int, int, int], list]] = defaultdict(lambda: defaultdict(list))
+        self.order = 0
         self.trips = latency.RoundTrips(str(device.properties.gcn_arch_name).startswith("gfx9"))
 
     def _trace(self, w: Any, addrs: np.ndarray, size: int, active: np.ndarray, store: bool,
@@ -77,7 +79,8 @@ class Recorder:
         for gid, a, on in parts:
             a = a[on]
             if len(a):
-                streams[gid].append((cache.lines_of(a, size), size * len(a), store))
+                streams[gid].append((cache.lines_of(a, size), size * len(a), store, self.order))
+                self.order += 1
 
     def _wait(self, w: Any, counts: tuple[tuple[str, int], ...]) -> None:
         self.trips.wait(self.launch_index, w, counts)
@@ -104,7 +107,7 @@ class Recorder:
         workgroups in dispatch order (x fastest), ``resident`` of them at a time."""
         return cache.replay(hierarchy, self._ordered(launch), resident)
 
-    def _ordered(self, launch: int) -> list[list[tuple[np.ndarray, int, bool]]]:
+    def _ordered(self, launch: int) -> list[list[tuple[np.ndarray, int, bool, int]]]:
         streams = self.streams.get(launch, {})
         return [streams[g] for g in sorted(streams, key=lambda g: (g[2], g[1], g[0]))]
 

@@ -97,6 +97,26 @@ def test_writes_cost_one_write_back_per_line_and_no_fetch():
     assert r.dram_read == 0 and r.dram_write == 8 * 1024
 
 
+def test_a_load_after_a_store_in_the_emulators_order_reads_no_dram():
+    """Causality: the replay interleaves workgroups, which can reach a load before the store it
+    followed on the emulator (a split-K finisher reading another shard's partials); that load is
+    served by the caches, the store still costs its one write-back. A load that came first on the
+    emulator still misses."""
+    h = HIERARCHIES["gfx942"]
+    tile = lines_of(np.arange(0, 4 * LINE, 4), 4)
+    # place in the emulator's order: workgroup 0 reads its weights (0), writes the tile (1);
+    # workgroup 1, run after it, reads the tile (2) as its first access -- before the store in the replay
+    writer = [(lines_of(np.arange(1 << 20, (1 << 20) + LINE, 4), 4), LINE, False, 0), (tile, 4 * LINE, True, 1)]
+    reader = [(tile, 4 * LINE, False, 2)]
+    r = replay(h, [writer, reader], resident=2)
+    assert r.dram_read == LINE and r.dram_write == 4 * LINE
+    early = [(tile, 4 * LINE, False, -1)]                     # read before anyone wrote it
+    r = replay(h, [writer, early], resident=2)
+    assert r.dram_read == 5 * LINE and r.dram_write == 4 * LINE
+    r = replay(h, [[a[:3] for a in writer], [a[:3] for a in reader]], resident=2)   # no order: as replayed
+    assert r.dram_read == 5 * LINE
+
+
 def test_a_smaller_product_holds_less():
     h = HIERARCHIES["gfx1151"]                                  # 32 MiB MALL
     stream = [_reads(0, 4 * MiB, 64 * 1024) * 2]
