@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import re
 import statistics
 import sys
 from collections import defaultdict
@@ -135,7 +134,7 @@ def compute_table(results: dict[str, Any]) -> dict[str, dict[str, tuple[float, f
         plan = r.get("plan") or {}
         if r.get("status") != "ok" or "shards" not in plan or r["layer"] == "router" or ":dequantize" in r["op"]:
             continue
-        stem = re.sub(r"_t\d+", "", plan["kernel"]).replace("_atomic", "").replace("bf16", "f16").replace("fnuz", "ocp")
+        stem = _linear.kernel_stem(plan["kernel"])
         compute = max(r["roofs_us"][b] for b in ("valu", "matrix", "lds")) / (r.get("busiest_cu_share") or 1.0)
         got[stem, r["arch"], plan["token_tiles"]].append(compute / r["floor_us"])
     table: dict[str, dict[str, tuple[float, float]]] = defaultdict(dict)

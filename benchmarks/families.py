@@ -144,19 +144,21 @@ it had gave 160 CUs two units and 96 one (5.83 us, share 1.23); the planner's es
 (`_linear.splitk_shards`) takes 16 (4.72 us, share 1.0), and fewer, longer shards (224 units:
 7 shards) would leave 32 CUs idle.
 
-**Where the busiest CU binds (RESULTS at this run).** 81 rows are bound by VALU, LDS or matrix
-above 1.15x their floor once the compute roofs are charged on the busiest CU. 28 are routers (one
-128-row block: at most 4 units at N = 64, 16 at N = 16, on 40-304 CUs; a few microseconds, mostly
-launch and round trips). 36 are layers at N <= 16 whose shards the partial cap holds
-(`_linear.PARTIAL_SHARE`, for the DRAM-ratio target): 4-bit Qwen3 o_proj on gfx942 runs 16 units
-on 304 CUs (15.5x its floor). Raising the cap trades one target for the other, measured at N = 16
-(matmul_4bit, fp8_linear, skinny_gemm; six layers; five archs): cap 0.05 / 0.08 / 0.10 give
-predicted totals 3136 / 3062 / 3026 us, 24 / 16 / 12 rows compute-bound above 1.15x, 0 / 12 / 22
-rows above DRAM ratio 1.10 (4-bit small layers: 13.2 -> 6.8 -> 4.7 us on gfx942 at 1.001 / 1.060 /
-1.090; FP8 at 5-6 shards reaches 1.14-1.17, about twice its written partials). Units of 64 rows
-would double a small layer's units without partials: the way out, a kernel change. The other 17:
-the gfx950 4-bit LDS and VALU rows above, and a few N = 64 layers whose next shard count would not
-even their CUs (gfx1151 Llama o_proj: 32 units on 40 CUs, 2 shards still 2 per busiest CU).
+**Where the busiest CU binds (RESULTS at 605b878).** 58 rows are bound by VALU, LDS or matrix
+above 1.15x their floor once the compute roofs are charged on the busiest CU (81 at 3e1f74a, before
+the partials' price was fixed and their cap raised; 138 with session 21's plans). 20 are routers
+(one 128-row block: at most 4 units at N = 64 on 40-304 CUs; a few microseconds, mostly launch and
+round trips). 20 are 4-bit layers at N = 16 on CDNA (and two Qwen3 ones on gfx1100) whose shards the
+partial cap holds (`_linear.PARTIAL_SHARE` = 0.09, for the DRAM-ratio target): 4-bit Qwen3 qkv on
+gfx942 runs 40 units on 304 CUs (6.4x its floor). Raising the cap trades that target away:
+measured at N = 16 on 90 rows (matmul_4bit, fp8_linear, skinny_gemm; six layers; five archs) caps
+0.05 / 0.08 / 0.10 gave DRAM ratios up to 1.050 / 1.078 / 1.099 and 24 / 16 / 12 rows
+compute-bound above 1.15x. Units of 64 rows would double a small layer's units without partials:
+the way out, a kernel change. 10 are N = 64 rows: the gfx950 4-bit LDS rows above, the gate_up
+layers on CDNA (224 blocks: 448 units leave the busiest CU 1.36x / 1.14x the average) and layers
+whose next shard count would not even their CUs (gfx1151 Llama o_proj: 32 units on 40 CUs; 2
+shards still give the busiest CU 2). 8 are gfx950 4-bit rows at N <= 16 bound by their VALU (above)
+with shares 1.0-1.14.
 """
 
 

@@ -49,8 +49,9 @@ Configuration rules, larger N:
   SPLITK_UNIT_BYTES -- and more where an estimate says they pay: the larger of the call's bytes
   (partials included, slowed in proportion when fewer units than that are in flight) and the
   kernel's compute (SPLITK_COMPUTE, measured; plus a unit's own work, SPLITK_UNIT_OVERHEAD) charged
-  on the busiest of the flagship's CUs, a unit running on one CU. A layer of 32 row blocks on a 96-CU part whose kernel is matrix-bound takes
-  3 shards (96 units), not 1; where the bytes dominate it stays at 1. Arch facts only, *not* this
+  on the busiest of the flagship's CUs, a unit running on one CU. A layer of 32 row blocks on a
+  96-CU part whose kernel is matrix-bound takes 3 shards (96 units), not 1; where the bytes
+  dominate it stays at 1. Arch facts only, *not* this
   device: results must not depend on the CU count. ``S = 1`` skips the partials entirely. (Why
   these sizes: per weight byte, a unit of R features and L columns re-reads x for ``16 * NT / R``
   bytes and moves ``64 * NT / L`` bytes of partials; for a given number of units (R * L fixed)
@@ -263,11 +264,17 @@ def partial_shards(info: ArchInfo, n: int, nt: int, m: int, k: int, weight_bits:
     return max(1, int(PARTIAL_SHARE * unavoidable // per_shard))
 
 
+def kernel_stem(kernel: str) -> str:
+    """A split-K kernel's name as SPLITK_COMPUTE keys it: without token tiles and the atomic variant,
+    bf16 as f16, fnuz as ocp (their compute is the same)."""
+    return re.sub(r"_t\d+", "", kernel).replace("_atomic", "").replace("bf16", "f16").replace("fnuz", "ocp")
+
+
 def compute_ratio(kernel: str, arch: str, nt: int) -> float:
     """A split-K kernel's compute time over its bandwidth floor at ``nt`` token tiles, evenly spread
     (SPLITK_COMPUTE; ``kernel``: a kernel name, token tiles and variant suffixes allowed; a block-scaled
     kernel not measured: its per-tensor twin's); 0 unknown."""
-    stem = re.sub(r"_t\d+", "", kernel).replace("_atomic", "").replace("bf16", "f16").replace("fnuz", "ocp")
+    stem = kernel_stem(kernel)
     one, four = (SPLITK_COMPUTE.get(stem, {}).get(arch) or SPLITK_COMPUTE.get(stem.replace("_block", ""), {}).get(arch)
                  or (0.0, 0.0))
     return max(0.0, one + (four - one) * (nt - 1) / 3)
