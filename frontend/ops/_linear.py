@@ -51,8 +51,8 @@ Configuration rules, larger N:
   kernel's compute (SPLITK_COMPUTE, measured; plus a unit's own work, SPLITK_UNIT_OVERHEAD) charged
   on the busiest of the flagship's CUs, a unit running on one CU. A layer of 32 row blocks on a
   96-CU part whose kernel is matrix-bound takes 3 shards (96 units), not 1; where the bytes
-  dominate it stays at 1. Arch facts only, *not* this
-  device: results must not depend on the CU count. ``S = 1`` skips the partials entirely. (Why
+  dominate it stays at 1. Arch facts only, *not* this device: results must not depend on the CU
+  count. ``S = 1`` skips the partials entirely. (Why
   these sizes: per weight byte, a unit of R features and L columns re-reads x for ``16 * NT / R``
   bytes and moves ``64 * NT / L`` bytes of partials; for a given number of units (R * L fixed)
   the sum is smallest at L = 4 R -- 512 columns for R = 128.)
@@ -131,10 +131,6 @@ SMALL_N_SPLITK_OPS = ("fp8_linear", "matmul_4bit", "w4a16_linear")
 # report's split-K rows (RESULTS.json at e59e079, the routers left out; `python -m benchmarks.choices
 # --compute-table` prints them). A unit's compute runs on one CU, so a call of few units leaves the
 # others idle: `splitk_shards` weighs that against the shards' partials. Absent: memory only.
-# A unit's compute beyond its groups' (prologue, partials, reduction), in groups of its shard: about one,
-# from `python -m benchmarks.profile matmul_4bit gfx950 4 4096 14336` (a prologue of ~170 VALU against
-# ~180 per group); an assumption for the other kernels. Short shards pay it more often.
-SPLITK_UNIT_OVERHEAD = 1.0
 SPLITK_COMPUTE: dict[str, dict[str, tuple[float, float]]] = {
     "fp8_linear_splitk_f16_ocp": {"gfx942": (0.44, 0.51), "gfx950": (0.68, 0.80), "gfx1100": (0.37, 0.95),
                                   "gfx1151": (0.20, 0.53), "gfx1201": (0.19, 0.40)},
@@ -148,6 +144,10 @@ SPLITK_COMPUTE: dict[str, dict[str, tuple[float, float]]] = {
     "w4a16_linear_splitk_f16": {"gfx942": (0.64, 0.91), "gfx950": (1.00, 1.12), "gfx1100": (0.51, 1.75),
                                 "gfx1151": (0.28, 0.96), "gfx1201": (0.27, 0.73)},
 }
+# A unit's compute beyond its groups' (prologue, partials, reduction), in groups of its shard: about one,
+# from `python -m benchmarks.profile matmul_4bit gfx950 4 4096 14336` (a prologue of ~170 VALU against
+# ~180 per group); an assumption for the other kernels. Short shards pay it more often.
+SPLITK_UNIT_OVERHEAD = 1.0
 
 
 def k_chunk(n: int, k: int, lds_bytes: int, wave_size: int, chunk: int = 8, op: str = "skinny_gemm",
@@ -256,12 +256,22 @@ def partial_rows(info: ArchInfo, n: int, nt: int) -> int:
     return 16
 
 
+def unavoidable_bytes(n: int, m: int, k: int, weight_bits: int, x_bytes: int) -> float:
+    """A call's bytes that any kernel moves: weights at ``weight_bits`` per element, x at ``x_bytes``,
+    the 16-bit output."""
+    return m * k * weight_bits / 8 + n * k * x_bytes + 2 * n * m
+
+
+def shard_partial_bytes(info: ArchInfo, n: int, nt: int, m: int) -> int:
+    """The fp32 partial bytes one shard of every row block publishes (`partial_rows` token rows)."""
+    return -(-m // SPLITK_ROWS) * SPLITK_ROWS * partial_rows(info, n, nt) * 4
+
+
 def partial_shards(info: ArchInfo, n: int, nt: int, m: int, k: int, weight_bits: int, x_bytes: int) -> int:
     """The most shards whose fp32 partials stay within PARTIAL_SHARE of the call's unavoidable bytes
-    (weights at ``weight_bits`` per element, x at ``x_bytes``, the 16-bit output); at least 1."""
-    unavoidable = m * k * weight_bits / 8 + n * k * x_bytes + 2 * n * m
-    per_shard = -(-m // SPLITK_ROWS) * SPLITK_ROWS * partial_rows(info, n, nt) * 4
-    return max(1, int(PARTIAL_SHARE * unavoidable // per_shard))
+    (`unavoidable_bytes`); at least 1."""
+    per_shard = shard_partial_bytes(info, n, nt, m)
+    return max(1, int(PARTIAL_SHARE * unavoidable_bytes(n, m, k, weight_bits, x_bytes) // per_shard))
 
 
 def kernel_stem(kernel: str) -> str:
@@ -290,8 +300,9 @@ def splitk_shards(info: ArchInfo, nt: int, m: int, k: int, *, n: int, weight_bit
     """Shards of K for a split-K call (see the module docstring): at least the count that gives
     `splitk_units` units (at most one per 128 columns, at least 128 * nt columns each, within the
     partials' cap at one token tile), more where the estimate -- the larger of the bytes (the
-    partials included, slowed by too few units in flight) and ``compute`` (`compute_ratio`) on the
-    busiest of the flagship's CUs -- says they pay; the fewest shards within 1% of the best."""
+    partials included, slowed by too few units in flight) and ``compute`` (`compute_ratio`, plus a
+    unit's own SPLITK_UNIT_OVERHEAD) on the busiest of the flagship's CUs -- says they pay; the fewest
+    shards within 1% of the best."""
     groups = -(-k // SPLITK_GROUP)
     blocks = -(-m // SPLITK_ROWS)
     little = splitk_units(info)
@@ -299,8 +310,8 @@ def splitk_shards(info: ArchInfo, nt: int, m: int, k: int, *, n: int, weight_bit
     if weight_bits is not None and nt == 1:      # (more token tiles: the kernels wait per group)
         most = min(most, partial_shards(info, n, nt, m, k, weight_bits, x_bytes))
     least = max(1, min(math.ceil(little / blocks), most))
-    unavoidable = m * k * (weight_bits or 16) / 8 + n * k * x_bytes + 2 * n * m
-    per_shard = blocks * SPLITK_ROWS * partial_rows(info, n, nt) * 4
+    unavoidable = unavoidable_bytes(n, m, k, weight_bits or 16, x_bytes)
+    per_shard = shard_partial_bytes(info, n, nt, m)
 
     def estimate(shards: int) -> float:
         units = blocks * shards

@@ -148,6 +148,25 @@ def test_a_sample_on_fewer_cus_gives_the_dram_bytes_of_more(arch, monkeypatch):
     assert 2 * one.dram > two.dram
 
 
+def test_prediction_charges_compute_on_the_busiest_cu():
+    """`predict(..., cu_share)`: the VALU, matrix and LDS roofs times the busiest CU's share; memory,
+    the floor and latency are chip-wide and stay."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks.model import predict
+    finally:
+        sys.path.remove(str(ROOT))
+    from hipskinny.arch import ARCHS
+    args = dict(bytes_moved=2e6, bytes_min=1e6, valu=1e6, mnemonics={"v_mfma_f32_16x16x16_f16": 1e4},
+                lds_bytes=1e8, latency_seconds=1e-6)
+    even, busy = predict(ARCHS["gfx942"], 304, **args), predict(ARCHS["gfx942"], 304, cu_share=3.0, **args)
+    for roof in ("valu", "matrix", "lds"):
+        assert busy.roofs[roof] == pytest.approx(3 * even.roofs[roof]) and even.roofs[roof] > 0
+    for roof in ("memory", "latency"):
+        assert busy.roofs[roof] == even.roofs[roof]
+    assert busy.seconds_floor == even.seconds_floor
+
+
 def test_busiest_cu_share_of_a_plan():
     sys.path.insert(0, str(ROOT))
     try:
