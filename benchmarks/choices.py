@@ -127,8 +127,9 @@ def compute_table(results: dict[str, Any]) -> dict[str, dict[str, tuple[float, f
     """`_linear.SPLITK_COMPUTE` from a report's rows: per split-K kernel (`_linear.compute_ratio`'s
     stem) and arch, the median over the layers (routers left out: their fixed costs are not a
     kernel's rate) of the VALU, matrix and LDS roofs, evenly spread (divided by the row's
-    `busiest_cu_share`), over the bandwidth floor, at one and at four token tiles; only where
-    both were measured."""
+    `busiest_cu_share`, and a sliced kernel's by its `_linear.SPLITK_SLICE_COST`: the table is of the
+    one-slice kernels), over the bandwidth floor, at one and at four token tiles; only where both
+    were measured."""
     got: dict[tuple[str, str, int], list[float]] = defaultdict(list)
     for r in results["rows"]:
         plan = r.get("plan") or {}
@@ -136,6 +137,7 @@ def compute_table(results: dict[str, Any]) -> dict[str, dict[str, tuple[float, f
             continue
         stem = _linear.kernel_stem(plan["kernel"])
         compute = max(r["roofs_us"][b] for b in ("valu", "matrix", "lds")) / (r.get("busiest_cu_share") or 1.0)
+        compute /= 1 + _linear.SPLITK_SLICE_COST * (plan.get("slices", 1) - 1)
         got[stem, r["arch"], plan["token_tiles"]].append(compute / r["floor_us"])
     table: dict[str, dict[str, tuple[float, float]]] = defaultdict(dict)
     for stem, arch, nt in sorted(got):

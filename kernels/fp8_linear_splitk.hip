@@ -9,11 +9,13 @@
 // Arguments (strides in elements of their operand):
 //   x, w, w_scale, x_scale, bias, y, flags   as kernels/fp8_linear.hip (the same modes,
 //            scale layouts and flags; K a multiple of 16, x and w 16-byte aligned)
-//   partials fp32 scratch, shards * ceil(M / 128) * 128 * 16 * NT floats; unused when shards == 1
-//   counters ceil(M / 128) uint32, zero before the launch and zero again after it
+//   partials fp32 scratch, shards * ceil(M / R) * R * 16 * NT floats, R = 128 / S; unused when
+//            shards == 1
+//   counters ceil(M / R) uint32, zero before the launch and zero again after it
 //   N (<= 16 * NT), M, K, shard_len (a multiple of 128; shards = ceil(K / shard_len))
 //
-// Launch: fp8_linear_splitk_<x16|fp8>_<ocp|fnuz>[_block]_t<NT>, block (256, 1, 1), any grid, dynamic
+// Launch: fp8_linear_splitk_<x16|fp8>_<ocp|fnuz>[_block]_t<NT>[_s<S>] (S slices per unit: 4 at NT = 1,
+// 2; 2 at NT = 4; hipskinny/splitk.h), block (256, 1, 1), any grid, dynamic
 // LDS 32 KiB (x staged as 16-bit: 16 * NT tokens x 1024 / NT columns), plus 512 bytes in block
 // mode (the pass's per-token group scales).
 //
@@ -254,7 +256,7 @@ __device__ inline void block_part(accv (&acc)[kTiles][NT], uint32_t (&poison)[kT
 }
 
 
-template <typename T, bool FNUZ, bool NAT, bool BLOCK, int NT>
+template <typename T, bool FNUZ, bool NAT, bool BLOCK, int NT, int LG>
 __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ w_scale,
                        const float* __restrict__ x_scale, const uint16_t* __restrict__ bias, uint16_t* __restrict__ y,
                        float* __restrict__ partials, uint32_t* __restrict__ counters, int N, int M, int K,
@@ -264,9 +266,10 @@ __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w
   extern __shared__ hs::u32x4 xs[];
 
   const int lane = threadIdx.x % hs::kWave;
-  const int wave = threadIdx.x / hs::kWave;
+  typedef Layout<LG> Lay;
+  const Lay L(hs::wave_index());
   const int shards = (K + shard_len - 1) / shard_len;
-  const int blocks = (M + kRows - 1) / kRows;
+  const int blocks = (M + Lay::kUnitRows - 1) / Lay::kUnitRows;
   const int units = blocks * shards;
   // Block mode: the pass's activation scales after x in LDS.
   float* sxs = reinterpret_cast<float*>(xs + 16 * NT * (KC / 8));
@@ -275,7 +278,8 @@ __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w
 
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     const int block = u / shards, shard = u % shards;
-    const int m_base = block * kRows + wave * 16 * kTiles;
+    const int m_base = block * Lay::kUnitRows + L.row_group * 16 * kTiles;
+    const int64_t w_block = block >> LG;   // the unit's 128-row block of weight scales (block mode)
     const int ks = shard * shard_len, ke = min(K, ks + shard_len);
     const bool active = m_base < M;
     const uint8_t* wrow[kTiles];
@@ -294,21 +298,25 @@ __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w
     if constexpr (NT == 1) {
       // One token tile (N <= 16): few accumulators, and long shards (the planner caps their
       // partials), so each group's weight bytes are loaded three groups ahead, across passes too.
+      // Step i takes the wave's group i * slices + slice (hipskinny/splitk4.h's `run`, the same walk).
       constexpr int kGroupsPerPass = KC / 128;
+      const int groups = (ke - ks + 127) / 128;
       pipelined<4, Weights>(
-          (ke - ks + 127) / 128,
-          [&](int g, Weights& b) { load_group_clamped(b.v, wrow, ks + 128 * g, K, lane); },   // (rows clamped)
-          [&](int g, const Weights& b) {
-            const int k0 = ks + 128 * g, gq = g % kGroupsPerPass;
-            if (gq == 0) {
+          (groups + Lay::kSlices - 1) >> LG,
+          [&](int i, Weights& b) {   // (rows and groups clamped)
+            load_group_clamped(b.v, wrow, ks + 128 * min((i << LG) + L.slice, groups - 1), K, lane);
+          },
+          [&](int i, const Weights& b) {
+            const int g0 = i << LG, g = g0 + L.slice, k0 = ks + 128 * g, gq = g % kGroupsPerPass;
+            if (g0 % kGroupsPerPass == 0) {
               __syncthreads();
-              stage<NT, KC, NAT>(xs, x, x_stride, N, k0, min(KC, ke - k0), flags);
-              if (BLOCK) stage_scales<NT, KC>(sxs, x_scale, xs_stride, N, K, k0 / kGroup);
+              stage<NT, KC, NAT>(xs, x, x_stride, N, ks + 128 * g0, min(KC, ke - ks - 128 * g0), flags);
+              if (BLOCK) stage_scales<NT, KC>(sxs, x_scale, xs_stride, N, K, (ks + 128 * g0) / kGroup);
               __syncthreads();
             }
-            if (!active) return;
+            if (!active || g >= groups) return;
             if constexpr (BLOCK) {
-              const float sw = w_scale[(int64_t)block * ws_stride + k0 / kGroup];
+              const float sw = w_scale[w_block * ws_stride + k0 / kGroup];
               block_mul<T, FNUZ, NAT, KC, 0, NT>(acc, poison, b.v, xs, 16 * gq, sw, sxs, gq, lane);
             } else {
               multiply<T, FNUZ, NAT, KC, 0, NT, !NAT>(acc, poison, b.v, xs, 16 * gq, lane);
@@ -322,12 +330,12 @@ __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w
         if (BLOCK) stage_scales<NT, KC>(sxs, x_scale, xs_stride, N, K, k0 / kGroup);
         __syncthreads();
         if (!active) continue;
-#pragma unroll 1  // one group's weights in registers at a time
-        for (int g = 0; 128 * g < len; ++g) {
+#pragma unroll 1  // one group's weights in registers at a time; the wave's: slice, slice + slices, ...
+        for (int g = L.slice; 128 * g < len; g += Lay::kSlices) {
           const bool tail = 128 * (g + 1) > len;
           if constexpr (BLOCK) {
             const int gi = (k0 + 128 * g) / kGroup;
-            const float sw = w_scale[(int64_t)block * ws_stride + gi];
+            const float sw = w_scale[w_block * ws_stride + gi];
             if (tail)
               block_part<T, FNUZ, NAT, KC, 0, NT, true>(acc, poison, wrow, k0 + 128 * g, K, xs, 16 * g, sw, sxs, g, lane);
             else
@@ -357,33 +365,37 @@ __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w
       }
     }
 
-    if (shards > 1 && !finish_shards<NT, false>(acc, xs, partials, counters, u, block, shards, N)) continue;
+    reduce_slices<NT>(acc, xs, L, lane);
+    if (shards > 1 && !finish_shards<NT, false>(acc, xs, partials, counters, u, block, shards, N, L)) continue;
     // outside block mode the scales apply per output (block mode scaled each group's sums)
     write_out<NT>(acc, reinterpret_cast<float*>(xs),
                   Epilogue{BLOCK ? nullptr : w_scale, ws_stride, BLOCK ? nullptr : x_scale, xs_stride, unbias, bias,
                            bias_stride, y, (flags & kOutBf16) != 0},
-                  N, M, block * kRows, lane, wave);
+                  N, M, block * Lay::kUnitRows, lane, L);
   }
 }
 
 }  // namespace
 
-#define HS_FP8_SPLITK(T, TAG, FNUZ, NAT, FL, BLOCK, MODE, NT)                                              \
-  extern "C" __global__ void __launch_bounds__(kThreads) fp8_linear_splitk_##TAG##_##FL##MODE##_t##NT(     \
+#define HS_FP8_SPLITK(T, TAG, FNUZ, NAT, FL, BLOCK, MODE, NT, LG, S)                                       \
+  extern "C" __global__ void __launch_bounds__(kThreads) fp8_linear_splitk_##TAG##_##FL##MODE##_t##NT##S(   \
       const void* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ w_scale,          \
       const float* __restrict__ x_scale, const uint16_t* __restrict__ bias, uint16_t* __restrict__ y,       \
       float* __restrict__ partials, uint32_t* __restrict__ counters, int N, int M, int K, int64_t x_stride, \
       int64_t w_stride, int64_t bias_stride, int shard_len, int ws_stride, int xs_stride, int flags) {       \
-    splitk<T, FNUZ, NAT, BLOCK, NT>(x, w, w_scale, x_scale, bias, y, partials, counters, N, M, K, x_stride,     \
-                               w_stride, bias_stride, shard_len, ws_stride, xs_stride, flags);             \
+    splitk<T, FNUZ, NAT, BLOCK, NT, LG>(x, w, w_scale, x_scale, bias, y, partials, counters, N, M, K, x_stride, \
+                                        w_stride, bias_stride, shard_len, ws_stride, xs_stride, flags);     \
   }
-#define HS_FP8_SPLITK_MODES(T, TAG, NT)                                                                    \
-  HS_FP8_SPLITK(T, TAG, false, false, ocp, false, , NT) HS_FP8_SPLITK(T, TAG, true, false, fnuz, false, , NT) \
-  HS_FP8_SPLITK(T, TAG, false, false, ocp, true, _block, NT)                                                  \
-  HS_FP8_SPLITK(T, TAG, true, false, fnuz, true, _block, NT)
-#define HS_FP8_SPLITK_ALL(T, TAG)                                                                 \
-  HS_FP8_SPLITK_MODES(T, TAG, 1) HS_FP8_SPLITK_MODES(T, TAG, 2) HS_FP8_SPLITK_MODES(T, TAG, 4) \
-  HS_FP8_SPLITK_MODES(T, TAG, 8)
+// (_s<S>: S slices per unit, hipskinny/splitk.h: four at one and two token tiles, two at four.)
+#define HS_FP8_SPLITK_MODES(T, TAG, NT, LG, S)                                                                    \
+  HS_FP8_SPLITK(T, TAG, false, false, ocp, false, , NT, LG, S)                                                     \
+  HS_FP8_SPLITK(T, TAG, true, false, fnuz, false, , NT, LG, S)                                                     \
+  HS_FP8_SPLITK(T, TAG, false, false, ocp, true, _block, NT, LG, S)                                                \
+  HS_FP8_SPLITK(T, TAG, true, false, fnuz, true, _block, NT, LG, S)
+#define HS_FP8_SPLITK_ALL(T, TAG)                                                                                 \
+  HS_FP8_SPLITK_MODES(T, TAG, 1, 0, ) HS_FP8_SPLITK_MODES(T, TAG, 2, 0, ) HS_FP8_SPLITK_MODES(T, TAG, 4, 0, )       \
+  HS_FP8_SPLITK_MODES(T, TAG, 8, 0, ) HS_FP8_SPLITK_MODES(T, TAG, 1, 2, _s4) HS_FP8_SPLITK_MODES(T, TAG, 2, 2, _s4) \
+  HS_FP8_SPLITK_MODES(T, TAG, 4, 1, _s2)
 
 HS_FP8_SPLITK_ALL(hs::f16, f16)
 HS_FP8_SPLITK_ALL(hs::bf16, bf16)
@@ -391,11 +403,12 @@ HS_FP8_SPLITK_ALL(hs::bf16, bf16)
 // W8A8 on the FP8 matrix instructions, in the arch's own flavour only (fp8_linear_splitk_fp8_*).
 #if HS_FP8_MMA
 #if defined(__gfx942__)
-#define HS_FP8_NATIVE(NT) HS_FP8_SPLITK(hs::f16, fp8, true, true, fnuz, false, , NT) \
-  HS_FP8_SPLITK(hs::f16, fp8, true, true, fnuz, true, _block, NT)
+#define HS_FP8_NATIVE(NT, LG, S) HS_FP8_SPLITK(hs::f16, fp8, true, true, fnuz, false, , NT, LG, S) \
+  HS_FP8_SPLITK(hs::f16, fp8, true, true, fnuz, true, _block, NT, LG, S)
 #else
-#define HS_FP8_NATIVE(NT) HS_FP8_SPLITK(hs::f16, fp8, false, true, ocp, false, , NT) \
-  HS_FP8_SPLITK(hs::f16, fp8, false, true, ocp, true, _block, NT)
+#define HS_FP8_NATIVE(NT, LG, S) HS_FP8_SPLITK(hs::f16, fp8, false, true, ocp, false, , NT, LG, S) \
+  HS_FP8_SPLITK(hs::f16, fp8, false, true, ocp, true, _block, NT, LG, S)
 #endif
-HS_FP8_NATIVE(1) HS_FP8_NATIVE(2) HS_FP8_NATIVE(4) HS_FP8_NATIVE(8)
+HS_FP8_NATIVE(1, 0, ) HS_FP8_NATIVE(2, 0, ) HS_FP8_NATIVE(4, 0, ) HS_FP8_NATIVE(8, 0, )
+HS_FP8_NATIVE(1, 2, _s4) HS_FP8_NATIVE(2, 2, _s4) HS_FP8_NATIVE(4, 1, _s2)
 #endif

@@ -15,14 +15,14 @@
 //   code     fp32 [16], the codebook (one kernel for NF4 and FP4)
 //   bias     null, or bias[n * bias_stride + m] in T (stride 0: one [M] row), added in fp32
 //   y        [N, M] T, contiguous; one rounding of sum + bias
-//   partials fp32 scratch, shards * ceil(M / 128) * 128 * 16 * NT floats; unused (may be null)
-//            when shards == 1
-//   counters ceil(M / 128) uint32, zero before the launch and zero again after it
+//   partials fp32 scratch, shards * ceil(M / R) * R * 16 * NT floats (R = 128 / S, the kernel's
+//            slices); unused (may be null) when shards == 1
+//   counters ceil(M / R) uint32, zero before the launch and zero again after it
 //   N (<= 16 * NT), M, K (a multiple of the blocksize, hence of 32), x_stride, bias_stride,
 //   shard_len (a multiple of 128; shards = ceil(K / shard_len)), log2_bs (5..12), flags
 //   Limits: M * K >> log2_bs < 2^30 blocks (scale byte offsets are 32-bit).
 //
-// Launch: matmul_4bit_splitk_<f16|bf16>_t<NT>, NT = 1, 2, 4, block (256, 1, 1), any grid, dynamic
+// Launch: matmul_4bit_splitk_<f16|bf16>_t<NT>[_s<S>], NT = 1, 2, 4, S = 4, 4, 2, block (256, 1, 1), any grid, dynamic
 // LDS 16 * NT * KC * 2 = 32 KiB (KC = 1024 / NT), plus 1088 static bytes (codebook and code2) --
 // just over half of gfx942's 64 KiB: one workgroup per CU there (two need <= 32 KiB in all).
 //
@@ -133,7 +133,7 @@ struct Bnb4 {
   }
 };
 
-template <typename T, int NT>
+template <typename T, int NT, int LG>
 __device__ void matmul_4bit_splitk(const uint16_t* __restrict__ x, const uint8_t* __restrict__ w,
                                    const void* __restrict__ absmax, const float* __restrict__ absmax2,
                                    const float* __restrict__ code2_g, const float* __restrict__ offset,
@@ -154,26 +154,33 @@ __device__ void matmul_4bit_splitk(const uint16_t* __restrict__ x, const uint8_t
   const uint32_t row_blocks = (uint32_t)K >> log2_bs;
   if (nested) {
     const Bnb4<T, true> wt{w, absmax, absmax2, code, code2, *offset, K, log2_bs, row_blocks};
-    run<T, NT, false>(wt, x, nullptr, bias, y, partials, counters, N, M, K, x_stride, bias_stride, shard_len);
+    run<T, NT, LG, false>(wt, x, nullptr, bias, y, partials, counters, N, M, K, x_stride, bias_stride, shard_len);
   } else {
     const Bnb4<T, false> wt{w, absmax, absmax2, code, code2, 0.0f, K, log2_bs, row_blocks};
-    run<T, NT, false>(wt, x, nullptr, bias, y, partials, counters, N, M, K, x_stride, bias_stride, shard_len);
+    run<T, NT, LG, false>(wt, x, nullptr, bias, y, partials, counters, N, M, K, x_stride, bias_stride, shard_len);
   }
 }
 
 }  // namespace
 
-#define HS_4BIT_SPLITK(T, TAG, NT)                                                                          \
-  extern "C" __global__ void __launch_bounds__(kThreads) matmul_4bit_splitk_##TAG##_t##NT(                   \
+#define HS_4BIT_SPLITK(T, TAG, NT, LG, SUFFIX)                                                              \
+  extern "C" __global__ void __launch_bounds__(kThreads) matmul_4bit_splitk_##TAG##_t##NT##SUFFIX(           \
       const uint16_t* __restrict__ x, const uint8_t* __restrict__ w, const void* __restrict__ absmax,        \
       const float* __restrict__ absmax2, const float* __restrict__ code2, const float* __restrict__ offset,  \
       const float* __restrict__ code, const uint16_t* __restrict__ bias, uint16_t* __restrict__ y,          \
       float* __restrict__ partials, uint32_t* __restrict__ counters, int N, int M, int K, int64_t x_stride, \
       int64_t bias_stride, int shard_len, int log2_bs, int flags) {                                         \
-    matmul_4bit_splitk<T, NT>(x, w, absmax, absmax2, code2, offset, code, bias, y, partials, counters, N, M, K, \
-                              x_stride, bias_stride, shard_len, log2_bs, flags);                            \
+    matmul_4bit_splitk<T, NT, LG>(x, w, absmax, absmax2, code2, offset, code, bias, y, partials, counters, N, M, \
+                                  K, x_stride, bias_stride, shard_len, log2_bs, flags);                     \
   }
-#define HS_4BIT_SPLITK_ALL(T, TAG) HS_4BIT_SPLITK(T, TAG, 1) HS_4BIT_SPLITK(T, TAG, 2) HS_4BIT_SPLITK(T, TAG, 4)
+// (_s<S>: S slices per unit, hipskinny/splitk.h: four at one and two token tiles, two at four.)
+#define HS_4BIT_SPLITK_ALL(T, TAG)                                                                          \
+  HS_4BIT_SPLITK(T, TAG, 1, 0, ) HS_4BIT_SPLITK(T, TAG, 2, 0, ) HS_4BIT_SPLITK(T, TAG, 4, 0, )             \
+  HS_4BIT_SPLITK(T, TAG, 1, 2, _s4) HS_4BIT_SPLITK(T, TAG, 2, 2, _s4)
 
 HS_4BIT_SPLITK_ALL(hs::f16, f16)
 HS_4BIT_SPLITK_ALL(hs::bf16, bf16)
+HS_4BIT_SPLITK(hs::f16, f16, 4, 1, _s2)
+#if !defined(__gfx942__)   // (gfx942's spills 3 SGPRs; the planner takes the slices a code object has)
+HS_4BIT_SPLITK(hs::bf16, bf16, 4, 1, _s2)
+#endif

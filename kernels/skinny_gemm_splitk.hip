@@ -7,19 +7,21 @@
 //   w        [M, w_stride]  weights; w_stride >= K, a multiple of 8; 16-byte aligned
 //   bias     null, or bias[n * bias_stride + m] (bias_stride 0 broadcasts one [M] row)
 //   y        [N, M]         output, contiguous
-//   partials fp32 scratch, shards * ceil(M / 128) * 128 * 16 * NT floats (deterministic) or
-//            ceil(M / 128) * 128 * 16 * NT (atomic); unused (may be null) when shards == 1
-//   counters ceil(M / 128) uint32, zero before the launch and zero again after it
+//   partials fp32 scratch, shards * ceil(M / R) * R * 16 * NT floats (deterministic) or
+//            ceil(M / R) * R * 16 * NT (atomic), R = 128 / S; unused (may be null) when shards == 1
+//   counters ceil(M / R) uint32, zero before the launch and zero again after it
 //   N (<= 16 * NT), M, K  positive, below 2**31
 //   shard_len             columns of K per shard: a multiple of 128; shards = ceil(K / shard_len)
 //
-// Launch: skinny_gemm_splitk_<dtype>_t<NT>[_atomic], block (256, 1, 1), any grid (the op
+// Launch: skinny_gemm_splitk_<dtype>_t<NT>[_s<S>][_atomic] (S slices per unit: 4 at NT = 1, 2; 2 at
+// NT = 4; hipskinny/splitk.h), block (256, 1, 1), any grid (the op
 // uses up to 4 workgroups per CU), dynamic LDS 16 * NT * KC * 2 = 32 KiB (KC = 1024 / NT).
 //
-// Work split: a work unit is 128 output features (a row block) x all N tokens x one K
-// shard, owned by one workgroup; units u = row_block * shards + shard, workgroups stride
-// over them. Each wave owns 128 / waves features (two 16-row tiles on wave64, one on
-// wave32) and all NT 16-token tiles. The shard is walked in passes of KC columns: x's
+// Work split: a work unit is R = 128 / S output features (a row block) x all N tokens x one K
+// shard, owned by one workgroup; units u = row_block * shards + shard, workgroups stride over
+// them. Each wave owns 16 * kTiles features (two 16-row tiles on wave64, one on wave32) and all
+// NT 16-token tiles; with S slices the S waves of those features take every S-th group of the
+// shard and sum in LDS at the end (hipskinny/splitk.h). The shard is walked in passes of KC columns: x's
 // slice for the pass (16 * NT rows, zero past N and K) is staged in LDS once per
 // workgroup, then each wave multiplies its tiles with A = x (from LDS) and B = W (16
 // bytes per lane straight from global memory), 128 columns per group of instructions (one
@@ -160,7 +162,7 @@ struct Weights {
   hs::u32x4 v[kUnroll][kTiles];
 };
 
-template <typename T, int NT, bool ATOMIC>
+template <typename T, int NT, bool ATOMIC, int LG>
 __device__ void splitk(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
                        const uint16_t* __restrict__ bias, uint16_t* __restrict__ y, float* __restrict__ partials,
                        uint32_t* __restrict__ counters, int N, int M, int K, int64_t x_stride, int64_t w_stride,
@@ -169,15 +171,16 @@ __device__ void splitk(const uint16_t* __restrict__ x, const uint16_t* __restric
   extern __shared__ hs::u32x4 xs[];
 
   const int lane = threadIdx.x % hs::kWave;
-  const int wave = threadIdx.x / hs::kWave;
+  typedef Layout<LG> Lay;
+  const Lay L(hs::wave_index());
   const int shards = (K + shard_len - 1) / shard_len;
-  const int blocks = (M + kRows - 1) / kRows;
+  const int blocks = (M + Lay::kUnitRows - 1) / Lay::kUnitRows;
   const int units = blocks * shards;
   const Epilogue out{nullptr, 0, nullptr, 0, 1.0f, bias, bias_stride, y, std::is_same<T, hs::bf16>::value};
 
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     const int block = u / shards, shard = u % shards;
-    const int m_base = block * kRows + wave * 16 * kTiles;
+    const int m_base = block * Lay::kUnitRows + L.row_group * 16 * kTiles;
     const int ks = shard * shard_len, ke = min(K, ks + shard_len);
     const bool active = m_base < M;   // wave-uniform; idle waves still stage x
     const uint16_t* wrow[kTiles];
@@ -192,19 +195,23 @@ __device__ void splitk(const uint16_t* __restrict__ x, const uint16_t* __restric
 
     if constexpr (NT == 1) {
       // One token tile (N <= 16): few accumulators, and long shards (the planner caps their
-      // partials), so each group's weights are loaded a group ahead, across passes too.
+      // partials), so each group's weights are loaded a group ahead, across passes too. Step i
+      // takes the wave's group i * slices + slice (hipskinny/splitk4.h's `run`, the same walk).
       constexpr int kGroupsPerPass = KC / 128;
+      const int groups = (ke - ks + 127) / 128;
       pipelined<2, Weights>(
-          (ke - ks + 127) / 128,
-          [&](int g, Weights& b) { load_group_clamped(b.v, wrow, ks + 128 * g, K, lane); },   // (rows clamped)
-          [&](int g, const Weights& b) {
-            const int k0 = ks + 128 * g;
-            if (g % kGroupsPerPass == 0) {
+          (groups + Lay::kSlices - 1) >> LG,
+          [&](int i, Weights& b) {   // (rows and groups clamped)
+            load_group_clamped(b.v, wrow, ks + 128 * min((i << LG) + L.slice, groups - 1), K, lane);
+          },
+          [&](int i, const Weights& b) {
+            const int g0 = i << LG, g = g0 + L.slice, k0 = ks + 128 * g0;
+            if (g0 % kGroupsPerPass == 0) {
               __syncthreads();   // every wave is done with the previous pass (or unit)
               stage<NT, KC>(xs, x, x_stride, N, k0, min(KC, ke - k0));
               __syncthreads();
             }
-            if (active) multiply<T, NT, KC>(acc, b.v, xs, 16 * (g % kGroupsPerPass), lane);
+            if (active && g < groups) multiply<T, NT, KC>(acc, b.v, xs, 16 * (g % kGroupsPerPass), lane);
           });
     } else {
       for (int k0 = ks; k0 < ke; k0 += KC) {
@@ -212,39 +219,38 @@ __device__ void splitk(const uint16_t* __restrict__ x, const uint16_t* __restric
         __syncthreads();   // every wave is done with the previous pass (or unit)
         stage<NT, KC>(xs, x, x_stride, N, k0, len);
         __syncthreads();
-        if (active) {
-          int g = 0;
-          for (; 128 * (g + 1) <= len; ++g) group<T, NT, KC, false>(acc, xs, wrow, k0 + 128 * g, 16 * g, K, lane);
+        if (active) {   // the wave's groups of the pass: slice, slice + slices, ...
+          int g = L.slice;
+          for (; 128 * (g + 1) <= len; g += Lay::kSlices)
+            group<T, NT, KC, false>(acc, xs, wrow, k0 + 128 * g, 16 * g, K, lane);
           if (128 * g < len) group<T, NT, KC, true>(acc, xs, wrow, k0 + 128 * g, 16 * g, K, lane);
         }
       }
     }
 
-    if (shards == 1) {
-      write_out<NT>(acc, reinterpret_cast<float*>(xs), out, N, M, block * kRows, lane, wave);
-      continue;
-    }
-
-    if (!finish_shards<NT, ATOMIC>(acc, xs, partials, counters, u, block, shards, N)) continue;
-    write_out<NT>(acc, reinterpret_cast<float*>(xs), out, N, M, block * kRows, lane, wave);
+    reduce_slices<NT>(acc, xs, L, lane);
+    if (shards > 1 && !finish_shards<NT, ATOMIC>(acc, xs, partials, counters, u, block, shards, N, L)) continue;
+    write_out<NT>(acc, reinterpret_cast<float*>(xs), out, N, M, block * Lay::kUnitRows, lane, L);
   }
 }
 
 }  // namespace
 
-#define HS_SPLITK(T, TAG, NT, ATOMIC, SUFFIX)                                                     \
+#define HS_SPLITK(T, TAG, NT, ATOMIC, LG, SUFFIX)                                                 \
   extern "C" __global__ void __launch_bounds__(kThreads)                                         \
   skinny_gemm_splitk_##TAG##_t##NT##SUFFIX(                                                      \
       const uint16_t* __restrict__ x, const uint16_t* __restrict__ w, const uint16_t* __restrict__ bias, \
       uint16_t* __restrict__ y, float* __restrict__ partials, uint32_t* __restrict__ counters, int N, int M, \
       int K, int64_t x_stride, int64_t w_stride, int64_t bias_stride, int shard_len) {           \
-    splitk<T, NT, ATOMIC>(x, w, bias, y, partials, counters, N, M, K, x_stride, w_stride, bias_stride, \
-                          shard_len);                                                            \
+    splitk<T, NT, ATOMIC, LG>(x, w, bias, y, partials, counters, N, M, K, x_stride, w_stride, bias_stride, \
+                              shard_len);                                                        \
   }
 
-#define HS_SPLITK_NT(T, TAG, NT) HS_SPLITK(T, TAG, NT, false, ) HS_SPLITK(T, TAG, NT, true, _atomic)
-#define HS_SPLITK_ALL(T, TAG) \
-  HS_SPLITK_NT(T, TAG, 1) HS_SPLITK_NT(T, TAG, 2) HS_SPLITK_NT(T, TAG, 4) HS_SPLITK_NT(T, TAG, 8)
+// (_s<S>: S slices per unit, hipskinny/splitk.h: four at one and two token tiles, two at four.)
+#define HS_SPLITK_NT(T, TAG, NT, LG, S) HS_SPLITK(T, TAG, NT, false, LG, S) HS_SPLITK(T, TAG, NT, true, LG, S##_atomic)
+#define HS_SPLITK_ALL(T, TAG)                                                                            \
+  HS_SPLITK_NT(T, TAG, 1, 0, ) HS_SPLITK_NT(T, TAG, 2, 0, ) HS_SPLITK_NT(T, TAG, 4, 0, ) HS_SPLITK_NT(T, TAG, 8, 0, ) \
+  HS_SPLITK_NT(T, TAG, 1, 2, _s4) HS_SPLITK_NT(T, TAG, 2, 2, _s4) HS_SPLITK_NT(T, TAG, 4, 1, _s2)
 
 HS_SPLITK_ALL(hs::f16, f16)
 HS_SPLITK_ALL(hs::bf16, bf16)

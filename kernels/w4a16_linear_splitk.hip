@@ -18,15 +18,15 @@
 //            never checked)
 //   bias     null, or bias[n * bias_stride + m] in T (stride 0: one [M] row), added in fp32
 //   y        [N, M] T, contiguous; one rounding of sum + bias
-//   partials fp32 scratch, shards * ceil(M / 128) * 128 * 16 * NT floats; unused (may be null)
-//            when shards == 1
-//   counters ceil(M / 128) uint32, zero before the launch and zero again after it
+//   partials fp32 scratch, shards * ceil(M / R) * R * 16 * NT floats (R = 128 / S, the kernel's
+//            slices); unused (may be null) when shards == 1
+//   counters ceil(M / R) uint32, zero before the launch and zero again after it
 //   N (<= 16 * NT), M, K (a multiple of 32), x_stride, bias_stride, shard_len (a multiple of 128;
 //   shards = ceil(K / shard_len)), log2_g: g(k) = k >> log2_g (the group size's log2; 31 for
 //   per-channel scales of any K, whose one group is then g = 0), row_groups = K / G.
 //   Limits: M * K / 8 < 2^32 words (32-bit word offsets).
 //
-// Launch: w4a16_linear_splitk_<f16|bf16>_t<NT>, NT = 1, 2, 4, block (256, 1, 1), any grid, dynamic LDS
+// Launch: w4a16_linear_splitk_<f16|bf16>_t<NT>[_s<S>], NT = 1, 2, 4, S = 4, 4, 2, block (256, 1, 1), any grid, dynamic LDS
 // 16 * NT * KC * 2 = 32 KiB (KC = 1024 / NT), no static LDS.
 //
 // Work split, tile multiply, K order, x staging (with the act-order gather), shard reduction and
@@ -152,7 +152,7 @@ struct Int4 {
   }
 };
 
-template <typename T, int NT>
+template <typename T, int NT, int LG>
 __device__ void w4a16_linear_splitk(const uint16_t* __restrict__ x, const uint32_t* __restrict__ w,
                              const uint16_t* __restrict__ scales, const uint8_t* __restrict__ zeros,
                              const int32_t* __restrict__ perm, const uint16_t* __restrict__ bias,
@@ -162,21 +162,24 @@ __device__ void w4a16_linear_splitk(const uint16_t* __restrict__ x, const uint32
   // One copy of the main loop: symmetric weights (no zeros) take z = 8 by a uniform branch per
   // load (two copies, zeros as a template parameter, spill SGPRs on gfx950).
   const Int4<T> wt{w, scales, zeros, (uint32_t)(K >> 3), (uint32_t)row_groups, log2_g};
-  run<T, NT, true>(wt, x, perm, bias, y, partials, counters, N, M, K, x_stride, bias_stride, shard_len);
+  run<T, NT, LG, true>(wt, x, perm, bias, y, partials, counters, N, M, K, x_stride, bias_stride, shard_len);
 }
 
 }  // namespace
 
-#define HS_W4A16_SPLITK(T, TAG, NT)                                                                           \
-  extern "C" __global__ void __launch_bounds__(kThreads) w4a16_linear_splitk_##TAG##_t##NT(                          \
+#define HS_W4A16_SPLITK(T, TAG, NT, LG, SUFFIX)                                                              \
+  extern "C" __global__ void __launch_bounds__(kThreads) w4a16_linear_splitk_##TAG##_t##NT##SUFFIX(           \
       const uint16_t* __restrict__ x, const uint32_t* __restrict__ w, const uint16_t* __restrict__ scales,    \
       const uint8_t* __restrict__ zeros, const int32_t* __restrict__ perm, const uint16_t* __restrict__ bias,  \
       uint16_t* __restrict__ y, float* __restrict__ partials, uint32_t* __restrict__ counters, int N, int M,   \
       int K, int64_t x_stride, int64_t bias_stride, int shard_len, int log2_g, int row_groups) {              \
-    w4a16_linear_splitk<T, NT>(x, w, scales, zeros, perm, bias, y, partials, counters, N, M, K, x_stride, bias_stride, \
-                        shard_len, log2_g, row_groups);                                                       \
+    w4a16_linear_splitk<T, NT, LG>(x, w, scales, zeros, perm, bias, y, partials, counters, N, M, K, x_stride,   \
+                                   bias_stride, shard_len, log2_g, row_groups);                               \
   }
-#define HS_W4A16_SPLITK_ALL(T, TAG) HS_W4A16_SPLITK(T, TAG, 1) HS_W4A16_SPLITK(T, TAG, 2) HS_W4A16_SPLITK(T, TAG, 4)
+// (_s<S>: S slices per unit, hipskinny/splitk.h: four at one and two token tiles, two at four.)
+#define HS_W4A16_SPLITK_ALL(T, TAG)                                                                           \
+  HS_W4A16_SPLITK(T, TAG, 1, 0, ) HS_W4A16_SPLITK(T, TAG, 2, 0, ) HS_W4A16_SPLITK(T, TAG, 4, 0, )             \
+  HS_W4A16_SPLITK(T, TAG, 1, 2, _s4) HS_W4A16_SPLITK(T, TAG, 2, 2, _s4) HS_W4A16_SPLITK(T, TAG, 4, 1, _s2)
 
 HS_W4A16_SPLITK_ALL(hs::f16, f16)
 HS_W4A16_SPLITK_ALL(hs::bf16, bf16)

@@ -77,3 +77,20 @@ def keep_shards(monkeypatch):
     monkeypatch.setattr(_linear, "PARTIAL_SHARE", 1e9)
     yield
     ops.forget_plans()
+
+
+@pytest.fixture
+def force_slices(monkeypatch):
+    """``force(S)``: from then on the split-K planner takes S slices per unit wherever the code object
+    builds them (`_linear.built_slices`), one elsewhere -- every slice variant runs on the emulator,
+    not only those the planner picks for a test's small shapes."""
+    from hipskinny import ops
+    from hipskinny.ops import _linear
+    built = _linear.built_slices
+
+    def force(s: int) -> None:
+        monkeypatch.setattr(_linear, "built_slices",
+                            lambda module, kernel, nt: tuple(v for v in built(module, kernel, nt) if v == s) or (1,))
+        ops.forget_plans()
+    yield force
+    ops.forget_plans()

@@ -56,10 +56,17 @@ Configuration rules, larger N:
   these sizes: per weight byte, a unit of R features and L columns re-reads x for ``16 * NT / R``
   bytes and moves ``64 * NT / L`` bytes of partials; for a given number of units (R * L fixed)
   the sum is smallest at L = 4 R -- 512 columns for R = 128.)
+* **Slices**: the kernels' ``_s<v>`` variants (v = 4 at one and two token tiles, 2 at four; which
+  a code object has: `built_slices`) make a unit 128 / v features, the v waves of each row group
+  taking every v-th group of the shard and summing in LDS at the end: v times the units without fp32
+  partials, for x staged v times as often per weight. `splitk_split` weighs each v with its shards
+  (SPLITK_SLICE_COST per extra slice on the compute) and takes the fewest slices, then shards, within
+  1% of the best estimate. A layer of few row blocks (the routers, Qwen3's small projections at 4 bits
+  on CDNA) gets its CUs this way where the partials' cap would hold it to few units.
 * **Grid**: ``min(units, CU count * groups per CU)`` persistent workgroups of 256 threads,
   groups per CU from the kernel's VGPRs and its 32 KiB of LDS, at most 4.
-* **Scratch**: the partials (``S * ceil(M / 128) * 128 * 16 * NT`` fp32, or one slice per
-  row block for the atomic variant, in a slot of its own: it needs them zero on entry, and
+* **Scratch**: the partials (``S * ceil(M / R) * R * 16 * NT`` fp32, R = 128 / slices, or one
+  slice per row block for the atomic variant, in a slot of its own: it needs them zero on entry, and
   the deterministic kernel leaves its partials as written) and one counter per row block
   come from the scratch pool of (device, stream), sized by the call's shapes; the kernel
   leaves the counters (and the atomic slices) zero, so nothing is cleared per call.
@@ -148,6 +155,15 @@ SPLITK_COMPUTE: dict[str, dict[str, tuple[float, float]]] = {
 # from `python -m benchmarks.profile matmul_4bit gfx950 4 4096 14336` (a prologue of ~170 VALU against
 # ~180 per group); an assumption for the other kernels. Short shards pay it more often.
 SPLITK_UNIT_OVERHEAD = 1.0
+# Slices per split-K unit (``splitk.h``): the kernels' variants ``_s<S>`` split a unit's 128 features
+# into 128 / S, each row group's S waves taking every S-th group of the shard and summing in LDS, so a
+# small layer has S times the units without fp32 partials. x is staged for 1 / S of the weights it was;
+# SPLITK_SLICE_COST: the compute added per extra slice, as a share of the kernel's (SPLITK_COMPUTE). The
+# VALU per weight at 4 slices against 1, same shards (`benchmarks.choices.measure`, Qwen3-30B-A3B qkv
+# 5120 x 2048 and o_proj 2048 x 4096 at N = 16): +22% matmul_4bit gfx942, +30% fp8_linear gfx950, +47%
+# w4a16_linear gfx942 (o_proj); at 2 slices, N = 64 on gfx1100, +10% (its matrix roof unchanged).
+SPLITK_SLICES = (1, 2, 4)
+SPLITK_SLICE_COST = 0.1
 
 
 def k_chunk(n: int, k: int, lds_bytes: int, wave_size: int, chunk: int = 8, op: str = "skinny_gemm",
@@ -262,9 +278,10 @@ def unavoidable_bytes(n: int, m: int, k: int, weight_bits: int, x_bytes: int) ->
     return m * k * weight_bits / 8 + n * k * x_bytes + 2 * n * m
 
 
-def shard_partial_bytes(info: ArchInfo, n: int, nt: int, m: int) -> int:
-    """The fp32 partial bytes one shard of every row block publishes (`partial_rows` token rows)."""
-    return -(-m // SPLITK_ROWS) * SPLITK_ROWS * partial_rows(info, n, nt) * 4
+def shard_partial_bytes(info: ArchInfo, n: int, nt: int, m: int, rows: int = SPLITK_ROWS) -> int:
+    """The fp32 partial bytes one shard of every row block (``rows`` features) publishes (`partial_rows`
+    token rows)."""
+    return -(-m // rows) * rows * partial_rows(info, n, nt) * 4
 
 
 def partial_shards(info: ArchInfo, n: int, nt: int, m: int, k: int, weight_bits: int, x_bytes: int) -> int:
@@ -275,9 +292,22 @@ def partial_shards(info: ArchInfo, n: int, nt: int, m: int, k: int, weight_bits:
 
 
 def kernel_stem(kernel: str) -> str:
-    """A split-K kernel's name as SPLITK_COMPUTE keys it: without token tiles and the atomic variant,
-    bf16 as f16, fnuz as ocp (their compute is the same)."""
-    return re.sub(r"_t\d+", "", kernel).replace("_atomic", "").replace("bf16", "f16").replace("fnuz", "ocp")
+    """A split-K kernel's name as SPLITK_COMPUTE keys it: without token tiles, slices and the atomic
+    variant, bf16 as f16, fnuz as ocp (their compute is the same)."""
+    return re.sub(r"_t\d+(_s\d+)?", "", kernel).replace("_atomic", "").replace("bf16", "f16").replace("fnuz", "ocp")
+
+
+def sliced(kernel: str, nt: int, slices: int) -> str:
+    """The name of split-K kernel ``kernel`` (at ``nt`` token tiles) with ``slices`` slices per unit:
+    ``_t<nt>`` becomes ``_t<nt>_s<slices>`` (one slice: the name as it is)."""
+    return kernel if slices == 1 else re.sub(rf"_t{nt}(?=_|$)", f"_t{nt}_s{slices}", kernel, count=1)
+
+
+def built_slices(module: Any, kernel: str, nt: int) -> tuple[int, ...]:
+    """The slice counts ``module`` (a loaded code object) builds for split-K kernel ``kernel``: 1 and
+    each S whose `sliced` name it has (the kernel sources decide; the planner only reads them)."""
+    names = {k.name for k in module.code.kernels}
+    return tuple(s for s in SPLITK_SLICES if s == 1 or sliced(kernel, nt, s) in names)
 
 
 def compute_ratio(kernel: str, arch: str, nt: int) -> float:
@@ -295,34 +325,44 @@ def busiest_share(units: int, cus: int) -> float:
     return -(-units // cus) * cus / units
 
 
-def splitk_shards(info: ArchInfo, nt: int, m: int, k: int, *, n: int, weight_bits: int | None, x_bytes: int,
-                  compute: float = 0.0) -> int:
-    """Shards of K for a split-K call (see the module docstring): at least the count that gives
-    `splitk_units` units (at most one per 128 columns, at least 128 * nt columns each, within the
-    partials' cap at one token tile), more where the estimate -- the larger of the bytes (the
-    partials included, slowed by too few units in flight) and ``compute`` (`compute_ratio`, plus a
-    unit's own SPLITK_UNIT_OVERHEAD) on the busiest of the flagship's CUs -- says they pay; the fewest
-    shards within 1% of the best."""
+def splitk_split(info: ArchInfo, nt: int, m: int, k: int, *, n: int, weight_bits: int | None, x_bytes: int,
+                 compute: float = 0.0, slices: tuple[int, ...] = (1,)) -> tuple[int, int]:
+    """(slices, shards) for a split-K call (see the module docstring), ``slices`` the counts built. Per
+    slice count S (units of 128 / S features): at least the shards that give `splitk_units` units (at
+    most one per 128 columns, at least 128 * nt columns each, within the partials' cap at one token
+    tile), more where the estimate -- the larger of the bytes (the partials included, slowed by too few
+    units in flight) and ``compute`` (`compute_ratio`, plus a unit's own SPLITK_UNIT_OVERHEAD and
+    SPLITK_SLICE_COST per extra slice) on the busiest of the flagship's CUs -- says they pay. Of every
+    candidate within 1% of the best estimate: the fewest slices, then the fewest shards."""
     groups = -(-k // SPLITK_GROUP)
-    blocks = -(-m // SPLITK_ROWS)
     little = splitk_units(info)
     most = max(1, min(groups, k // (SPLITK_GROUP * nt)))
     if weight_bits is not None and nt == 1:      # (more token tiles: the kernels wait per group)
         most = min(most, partial_shards(info, n, nt, m, k, weight_bits, x_bytes))
-    least = max(1, min(math.ceil(little / blocks), most))
     unavoidable = unavoidable_bytes(n, m, k, weight_bits or 16, x_bytes)
-    per_shard = shard_partial_bytes(info, n, nt, m)
 
-    def estimate(shards: int) -> float:
-        units = blocks * shards
-        memory = (1 + (shards > 1) * shards * per_shard / unavoidable) * max(1.0, little / units)
+    def estimate(sl: int, shards: int) -> float:
+        rows = SPLITK_ROWS // sl
+        units = -(-m // rows) * shards
+        partials = (shards > 1) * shards * shard_partial_bytes(info, n, nt, m, rows)
+        memory = (1 + partials / unavoidable) * max(1.0, little / units)
         # (a unit's own work, set-up and reduction, as SPLITK_UNIT_OVERHEAD groups of its shard's)
         overhead = (1 + SPLITK_UNIT_OVERHEAD / -(-groups // shards)) / (1 + SPLITK_UNIT_OVERHEAD / groups)
-        return max(memory, compute * overhead * busiest_share(units, info.default_cu_count))
+        cost = compute * (1 + SPLITK_SLICE_COST * (sl - 1)) * overhead
+        return max(memory, cost * busiest_share(units, info.default_cu_count))
 
-    counts = sorted({-(-groups // -(-groups // s)) for s in range(least, most + 1)})
-    best = min(estimate(s) for s in counts)
-    return next(s for s in counts if estimate(s) <= 1.01 * best)
+    candidates = []
+    for sl in sorted(slices):
+        least = max(1, min(math.ceil(little / -(-m // (SPLITK_ROWS // sl))), most))
+        candidates += [(sl, c) for c in sorted({-(-groups // -(-groups // s)) for s in range(least, most + 1)})]
+    best = min(estimate(*c) for c in candidates)
+    return next(c for c in candidates if estimate(*c) <= 1.01 * best)
+
+
+def splitk_shards(info: ArchInfo, nt: int, m: int, k: int, *, n: int, weight_bits: int | None, x_bytes: int,
+                  compute: float = 0.0) -> int:
+    """Shards of K for a split-K call of the one-slice kernels (`splitk_split` with slices 1)."""
+    return splitk_split(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes, compute=compute)[1]
 
 
 def shard_len(info: ArchInfo, nt: int, m: int, k: int, *, n: int | None = None, weight_bits: int | None = None,
@@ -341,30 +381,36 @@ def splitk_plan(device: Device, family: str, kernel_name: Callable[[int, bool], 
                 lds: int = SPLITK_LDS, atomic: bool = False, weight_bits: int | None = None,
                 x_bytes: int = 2) -> LaunchPlan:
     """The split-K configuration every split-K family shares (this module's, fp8_linear's and the
-    4-bit ones'): token tiles for N, shards from the arch's flagship CU count (never the device's:
-    the same bits on every GPU), a persistent grid of this device's CUs x the workgroups per CU
-    the kernel's registers and ``lds`` allow. ``kernel_name(token_tiles, atomic)`` names the kernel
-    in ``family``; ``atomic`` asks for the atomic variant when there is more than one shard;
-    ``weight_bits`` and ``x_bytes`` (the operands' sizes) cap the shards' partials (PARTIAL_SHARE);
-    None: no cap."""
+    4-bit ones'): token tiles for N, slices (those the code object builds, `built_slices`) and shards
+    from the arch's flagship CU count (never the device's: the same bits on every GPU), a persistent
+    grid of this device's CUs x the workgroups per CU the kernel's registers and ``lds`` allow.
+    ``kernel_name(token_tiles, atomic)`` names the one-slice kernel in ``family``; ``atomic`` asks for
+    the atomic variant when there is more than one shard; ``weight_bits`` and ``x_bytes`` (the
+    operands' sizes) cap the shards' partials (PARTIAL_SHARE); None: no cap."""
     info = device.arch
     nt = token_tiles(n)
-    length = shard_len(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes,
-                       compute=compute_ratio(kernel_name(nt, False), info.name, nt))
+    module = registry.load(device, family)
+    base = kernel_name(nt, False)
+    slices, shards = splitk_split(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes,
+                                  compute=compute_ratio(base, info.name, nt), slices=built_slices(module, base, nt))
+    groups_k = -(-k // SPLITK_GROUP)
+    length = SPLITK_GROUP * -(-groups_k // shards)
     shards = -(-k // length)
-    blocks = -(-m // SPLITK_ROWS)
+    rows = SPLITK_ROWS // slices
+    blocks = -(-m // rows)
     use_atomic = atomic and shards > 1
-    name = kernel_name(nt, use_atomic)
-    fn, meta = registry.load(device, family).kernel(name)
+    name = sliced(kernel_name(nt, use_atomic), nt, slices)
+    fn, meta = module.kernel(name)
     groups = groups_per_cu(info, meta, lds, MAX_SPLITK_GROUPS_PER_CU)
     units = blocks * shards
     grid = max(1, min(units, device.properties.cu_count * groups))
-    unit_floats = SPLITK_ROWS * 16 * nt
+    unit_floats = rows * 16 * nt
     partial_bytes = 0 if shards == 1 else 4 * unit_floats * (blocks if use_atomic else units)
     return make_plan(fn, meta, (grid, 1, 1), shared_mem=lds,
-                     info={"kernel": name, "token_tiles": nt, "shard_len": length, "shards": shards,
-                           "units": units, "groups_per_cu": groups, "grid": grid, "lds_bytes": lds,
-                           "partial_bytes": partial_bytes, "counter_bytes": 4 * blocks if shards > 1 else 0})
+                     info={"kernel": name, "token_tiles": nt, "slices": slices, "shard_len": length,
+                           "shards": shards, "units": units, "groups_per_cu": groups, "grid": grid,
+                           "lds_bytes": lds, "partial_bytes": partial_bytes,
+                           "counter_bytes": 4 * blocks if shards > 1 else 0})
 
 
 def splitk_launch(device: Device, plan: LaunchPlan, pointers: tuple[str, ...], ptrs: dict[str, str],

@@ -129,6 +129,28 @@ def test_small_n_on_the_splitk_kernel(arch):
 
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+@pytest.mark.parametrize("slices", [1, 2, 4])
+def test_every_slice_count(arch, slices, keep_shards, force_slices):
+    """The split-K kernels with 1, 2 and 4 slices per unit (where built: 4 at one token tile, 2 at
+    four), several row blocks of 128 / slices with a tail, several shards of an odd number of groups
+    (a slice without a group at the end), W8A16 per channel and W8A8 with block scales (a unit's
+    rows inside one 128-row scale block)."""
+    force_slices(slices)
+    flavor = NATIVE[arch]
+    for i, (n, m, k, gran) in enumerate([(12, 100, 1680, "channel"), (40, 200, 1168, "block")]):
+        x, w = _data(n, m, k, seed=40 + i, x_dtype=F16 if gran == "channel" else np.float32)
+        w8, ws = fp8.quantize(w, granularity=gran, flavor=flavor)
+        x8, xs = (x, None) if gran == "channel" else fp8.quantize(x, granularity="group", flavor=flavor)
+        dev = _dev(arch, 3)
+        with hipskinny.on_device(dev):
+            y = hipskinny.fp8_linear(x8, w8, ws, x_scale=xs)
+            info = op.plan_info(dev, x8.dtype, n, m, k, w_flavor=flavor, block=gran == "block", x_scaled=xs is not None)
+        assert dev.launches[-1].kernel == info["kernel"] and info["shards"] > 1
+        assert info["slices"] == (slices if slices in (1, 4 if info["token_tiles"] <= 2 else 2) else 1), info
+        assert_bound(y, x8, w8, ws, xs)
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
 @pytest.mark.parametrize("n", [3, 24])
 def test_nan_encodings_poison_only_their_rows_and_tokens(arch, n):
     m, k = 20, 160

@@ -247,6 +247,16 @@ def test_small_n_on_the_splitk_kernel(arch):
         _splitk_cases(arch, False, [(2, 40, 1024, 64, 2), (5, 130, 544, 32, 3), (8, 20, 512, 128, 1)])
 
 
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+@pytest.mark.parametrize("slices", [1, 2, 4])
+def test_every_slice_count(arch, slices, keep_shards, force_slices):
+    """The split-K kernels with 1, 2 and 4 slices per unit where built (4 at one token tile, 2 at
+    four; gfx942's bf16 one at four tiles is not): several row blocks of 128 / slices with a tail,
+    several shards of an odd number of groups (a slice without a group at the end)."""
+    force_slices(slices)
+    _splitk_cases(arch, slices == 2, [(12, 100, 1664, 64, 3), (40, 200, 1152, 128, 2)])
+
+
 def _splitk_cases(arch, nested, cases):
     for i, (n, m, k, bs, cus) in enumerate(cases):
         dt = (F16, BF16)[(i + nested) % 2]
@@ -260,7 +270,9 @@ def _splitk_cases(arch, nested, cases):
             y = bnb.matmul_4bit(x, packed, st, bias)
             info = op.plan_info(dev, dt, n, m, k)
         assert y.shape == (n, m) and y.dtype == dt
-        assert dev.launches[-1].kernel == info["kernel"] == f"matmul_4bit_splitk_{TAG[np.dtype(dt)]}_t{token_tiles(n)}"
+        nt = token_tiles(n)
+        name = _linear.sliced(f"matmul_4bit_splitk_{TAG[np.dtype(dt)]}_t{nt}", nt, info["slices"])
+        assert dev.launches[-1].kernel == info["kernel"] == name
         assert_route_bound(y, x, route_weights(packed, st, dt), bias)
 
 

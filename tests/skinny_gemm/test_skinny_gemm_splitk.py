@@ -91,8 +91,9 @@ def test_shards_and_partials_cover_the_cases():
     infos = [op.plan_info(dev, c[0], c[1], c[2], -(-c[3] // 8) * 8) for c in CASES]
     assert {i["shards"] == 1 for i in infos} == {True, False}
     for info, (_, _n, m, k, _) in zip(infos, CASES, strict=True):
-        blocks = -(-m // lin.SPLITK_ROWS)
-        unit_bytes = lin.SPLITK_ROWS * 16 * info["token_tiles"] * 4
+        rows = lin.SPLITK_ROWS // info["slices"]            # a unit's features
+        blocks = -(-m // rows)
+        unit_bytes = rows * 16 * info["token_tiles"] * 4
         expected = 0 if info["shards"] == 1 else info["shards"] * blocks * unit_bytes
         assert info["partial_bytes"] == expected
         assert info["shards"] == -(-(-(-k // 8) * 8) // info["shard_len"])
@@ -190,8 +191,9 @@ def test_deterministic_across_calls_schedules_and_cu_counts(arch, keep_shards):
 def test_padded_strides_exact_buffers_and_every_variant(arch, n):
     """Device-side launches with explicit strides: x and W rows padded with NaN (never read),
     buffers allocated to the byte (the emulator faults on any access past them), a per-token
-    bias with padded rows, M below one block; one shard and several; every token-tile variant
-    that covers N gives the same bits (padded tokens only add zero columns). N = 5 and 9 leave
+    bias with padded rows, M below one block; one shard and several; every token-tile and slice
+    variant; those that cover N with the same slices give the same bits (padded tokens only add zero
+    columns; a slice's groups and their order do not depend on the token tiles). N = 5 and 9 leave
     lanes of the one-tile kernels without a token (they skip their partials: the atomic slice
     must still come back clean)."""
     dev = _dev(arch, 2)
@@ -209,16 +211,18 @@ def test_padded_strides_exact_buffers_and_every_variant(arch, n):
     dev.copy_to_device(x_d, xp.reshape(-1)[: x_bytes // 2], x_bytes)
     dev.copy_to_device(w_d, wp.reshape(-1)[: w_bytes // 2], w_bytes)
     dev.copy_to_device(b_d, bp.reshape(-1)[: b_bytes // 2], b_bytes)
+    module = registry.load(dev, op.SPLITK_FAMILY)
     for length, grid, atomic in ((1152, 1, False), (128, 3, False), (256, 2, True)):
-        shards, first = -(-k // length), None
-        for nt in lin.TOKEN_TILES:
-            part_bytes = 4 * lin.SPLITK_ROWS * 16 * nt * (1 if atomic else shards)
+        shards, first = -(-k // length), {}
+        for nt, slices in ((t, sl) for t in lin.TOKEN_TILES
+                           for sl in lin.built_slices(module, f"skinny_gemm_splitk_f16_t{t}", t)):
+            part_bytes = 4 * lin.SPLITK_ROWS // slices * 16 * nt * (1 if atomic else shards)
             part_d, cnt_d = dev.alloc(part_bytes), dev.alloc(4)
             dev.memset(part_d, 0, part_bytes)
             dev.memset(cnt_d, 0, 4)
             dev.memset(y_d, 0xFF, n * m * 2)      # an unwritten output would stay NaN
-            name = f"skinny_gemm_splitk_f16_t{nt}{'_atomic' if atomic else ''}"
-            fn, meta = registry.load(dev, op.SPLITK_FAMILY).kernel(name)
+            name = lin.sliced(f"skinny_gemm_splitk_f16_t{nt}{'_atomic' if atomic else ''}", nt, slices)
+            fn, meta = module.kernel(name)
             plan = make_plan(fn, meta, (grid, 1, 1), shared_mem=lin.SPLITK_LDS)
             dev.launch(plan.function, plan.grid, plan.block,
                        plan.kernarg((x_d, w_d, b_d, y_d, part_d, cnt_d, n, m, k, xs, ws, bs, length)),
@@ -232,10 +236,10 @@ def test_padded_strides_exact_buffers_and_every_variant(arch, n):
             if atomic:
                 dev.copy_to_host(left[1:], part_d, part_bytes)
                 assert not left.any(), (nt, length)                 # atomic slice cleaned
-            elif first is None:
-                first = y
-            else:   # the k order inside a shard does not depend on NT
-                np.testing.assert_array_equal(_bits(y), _bits(first))
+            elif slices not in first:
+                first[slices] = y
+            else:   # the k order inside a shard (and slice) does not depend on NT
+                np.testing.assert_array_equal(_bits(y), _bits(first[slices]))
             dev.free(part_d)
             dev.free(cnt_d)
     for ptr in (x_d, w_d, b_d, y_d):
@@ -244,8 +248,9 @@ def test_padded_strides_exact_buffers_and_every_variant(arch, n):
 
 def test_code_objects_have_no_spills_no_scratch_and_fit_lds():
     manifest = json.loads(MANIFEST.read_text())
-    expected = {f"skinny_gemm_splitk_{t}_t{nt}{a}" for t in ("f16", "bf16") for nt in lin.TOKEN_TILES
-                for a in ("", "_atomic")}
+    # every token tile with one slice, and S = 4 / 4 / 2 slices at 1 / 2 / 4 tiles (splitk.h's Layout)
+    variants = [f"t{nt}" for nt in lin.TOKEN_TILES] + ["t1_s4", "t2_s4", "t4_s2"]
+    expected = {f"skinny_gemm_splitk_{t}_{v}{a}" for t in ("f16", "bf16") for v in variants for a in ("", "_atomic")}
     for arch in SHIPPED_ARCHS:
         entry = manifest["code_objects"][f"{arch}/skinny_gemm_splitk"]
         kernels = {k["name"]: k for k in entry["kernels"]}
@@ -301,12 +306,15 @@ def test_partial_cap():
             for plan_info, bits in ops:
                 info = plan_info(dev, np.float16, n, m, k)
                 unavoidable = m * k * bits / 8 + 2 * n * k + 2 * n * m
-                rows = lin.partial_rows(ARCHS[arch], n, info["token_tiles"])
-                written = info["shards"] * -(-m // 128) * 128 * rows * 4 if info["shards"] > 1 else 0
+                rows, unit = lin.partial_rows(ARCHS[arch], n, info["token_tiles"]), 128 // info["slices"]
+                written = info["shards"] * -(-m // unit) * unit * rows * 4 if info["shards"] > 1 else 0
                 with pytest.MonkeyPatch.context() as mp:
                     mp.setattr(lin, "PARTIAL_SHARE", 1e9)
-                    uncapped = lin.shard_len(ARCHS[arch], info["token_tiles"], m, k, n=n, weight_bits=bits,
-                                             compute=lin.compute_ratio(info["kernel"], arch, info["token_tiles"]))
+                    _, shards = lin.splitk_split(ARCHS[arch], info["token_tiles"], m, k, n=n, weight_bits=bits,
+                                                 x_bytes=2, slices=(info["slices"],),
+                                                 compute=lin.compute_ratio(info["kernel"], arch, info["token_tiles"]))
+                    groups = -(-k // 128)
+                    uncapped = 128 * -(-groups // shards)
                 if info["token_tiles"] > 1:
                     assert info["shard_len"] == uncapped
                     continue

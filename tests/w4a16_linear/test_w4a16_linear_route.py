@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 
 import ml_dtypes
 import numpy as np
@@ -117,9 +118,10 @@ def _run(arch, dt, i, fused=None):
     assert y.shape == (n, m) and y.dtype == dt
     tag = TAG[np.dtype(dt)]
     if fused is False or not op.fusible(n, k, k if g == -1 else g):
-        assert kernels == [f"w4a16_linear_dequantize_{tag}", f"skinny_gemm_splitk_{tag}_t{token_tiles(n)}"], kernels
-    else:
-        assert kernels[-1] == f"w4a16_linear_splitk_{tag}_t{token_tiles(n)}", kernels
+        assert kernels[0] == f"w4a16_linear_dequantize_{tag}", kernels
+        assert re.fullmatch(rf"skinny_gemm_splitk_{tag}_t{token_tiles(n)}(_s[24])?", kernels[1]), kernels
+    else:   # (one slice or several: `_linear.built_slices`)
+        assert re.fullmatch(rf"w4a16_linear_splitk_{tag}_t{token_tiles(n)}(_s[24])?", kernels[-1]), kernels
     assert_route_bound(y, x, ckpt, fmt, g, bias)
 
 
@@ -155,8 +157,30 @@ def test_small_n_on_the_splitk_kernel(arch):
             dev = _dev(arch, 2)
             with hipskinny.on_device(dev):
                 y = w4a16.linear(x, prepared)
-                assert dev.launches[-1].kernel == f"w4a16_linear_splitk_{TAG[dt]}_t1"
+                assert re.fullmatch(rf"w4a16_linear_splitk_{TAG[dt]}_t1(_s4)?", dev.launches[-1].kernel)
             assert_route_bound(y, x, ckpt, fmt, g)
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+@pytest.mark.parametrize("slices", [1, 2, 4])
+def test_every_slice_count(arch, slices, keep_shards, force_slices):
+    """The fused split-K kernels with 1, 2 and 4 slices per unit where built (4 at one token tile,
+    2 at four): several row blocks of 128 / slices with a tail, several shards of an odd number of
+    groups (a slice without a group at the end), act-order and asymmetric."""
+    force_slices(slices)
+    cases = [(12, 104, 1664, 128, "gptq", False, True, F16), (40, 200, 1152, 64, "awq", False, False, BF16)]
+    for i, (n, m, k, g, fmt, sym, act, dt) in enumerate(cases):
+        ckpt, prepared = _layer(m, k, g, fmt, sym, act, dt, seed=100 + i)
+        x = np.random.default_rng(110 + i).standard_normal((n, k)).astype(dt)
+        dev = _dev(arch, 3)
+        with hipskinny.on_device(dev):
+            y = w4a16.linear(x, prepared)
+            info = op.plan_info(dev, dt, n, m, k)
+        nt = token_tiles(n)
+        assert info["shards"] > 1 and info["slices"] == (slices if slices in (1, 4 if nt <= 2 else 2) else 1)
+        assert dev.launches[-1].kernel == info["kernel"] == _linear.sliced(f"w4a16_linear_splitk_{TAG[dt]}_t{nt}", nt,
+                                                                           info["slices"])
+        assert_route_bound(y, x, ckpt, fmt, g)
 
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)

@@ -3,9 +3,12 @@
 // gfx11/gfx12), where each lane's results sit, the bank-spread LDS layout of staged x and
 // the lane's x operand, and the cross-shard reduction through self-cleaning counters.
 //
-// Work split (both families): a work unit is 128 output features x all N tokens x one K
-// shard, owned by one 256-thread workgroup; each wave owns 128 / waves features (two 16-row
-// tiles on wave64, one on wave32) and all NT 16-token tiles. A and B fragments hold 8
+// Work split (both families): a work unit is 128 / S output features x all N tokens x one K
+// shard, owned by one 256-thread workgroup (S, the unit's slices: 1, 2, 4 or, on wave32, 8, a
+// launch argument); its waves form waves / S row groups of 16 * kTiles features (two 16-row
+// tiles on wave64, one on wave32) and all NT 16-token tiles, and the S waves of a row group
+// (slices) take every S-th 128-column group of the shard. Slices trade x staged more often for
+// units without partials: a small layer fills more CUs. A and B fragments hold 8
 // elements of K per lane at k = 8 * (lane / 16) + e of a step (gfx11 WMMA: all 16 k in both
 // 16-lane halves); which columns of K a step covers is the family's choice, the same for A
 // and B, so the products pair correctly.
@@ -24,6 +27,22 @@ constexpr int kGroups = hs::kWave / 16;             // 16-lane groups, each 8 co
 constexpr int kStep = 8 * kGroups;                  // K columns per matrix instruction (pair on gfx942)
 constexpr int kUnroll = 128 / kStep;                // steps per 128-column group
 constexpr int kAccs = 256 / hs::kWave;              // fp32 results per lane of a 16x16 tile
+constexpr int kLogWaves = kWaves == 8 ? 3 : 2;
+
+// A unit's waves for 2^LG slices (see the top; the kernels' _s<S> variants): the slice-0 waves
+// (the first kRowGroups waves) hold the unit's sums after `reduce_slices`.
+template <int LG>
+struct Layout {
+  static constexpr int kLog = LG, kSlices = 1 << LG;
+  static constexpr int kUnitRows = kRows >> LG;      // features per unit
+  static constexpr int kRowGroups = kWaves >> LG;
+  static_assert(kRowGroups >= 1, "a slice is at least one wave");
+  int row_group;   // this wave's: its features start at 16 * kTiles * row_group
+  int slice;       // this wave's: it takes groups slice, slice + kSlices, ...
+  __device__ explicit Layout(int wave)
+      : row_group(LG == 0 ? wave : wave & (kRowGroups - 1)), slice(LG == 0 ? 0 : wave >> (kLogWaves - LG)) {}
+  __device__ inline bool owner() const { return LG == 0 || slice == 0; }
+};
 
 #if HS_GFX9
 typedef float accv __attribute__((ext_vector_type(4)));
@@ -185,17 +204,19 @@ struct Epilogue {
   bool out_bf16;
 };
 
-// y[:, m_block : m_block + 128] from the finished sums of every wave, called by the whole
-// workgroup. The tiles go through LDS (x's area: 128 features x 64 tokens of fp32 per round) so
-// the writes are coalesced rows. A thread keeps 4 consecutive features (their w_scale read once)
-// and takes every 8th token row, the row's x_scale and 4 biases loaded together: a round trip
-// per row of 4 outputs, not per output (NT = 8, short of registers: 1 feature, every 2nd row).
-template <int NT>
+// y[:, m_block : m_block + rows] from the finished sums of the slice-0 waves, called by the
+// whole workgroup. The tiles go through LDS (x's area: rows features x 64 tokens of fp32 per
+// round) so the writes are coalesced rows. A thread keeps 4 consecutive features (their w_scale
+// read once) and takes every (256 / (rows / 4))-th token row, the row's x_scale and 4 biases
+// loaded together: a round trip per row of 4 outputs, not per output (NT = 8, short of
+// registers: 1 feature).
+template <int NT, int LG>
 __device__ void write_out(const accv (&acc)[kTiles][NT], float* lds, const Epilogue& e, int N, int M, int m_block,
-                          int lane, int wave) {
+                          int lane, const Layout<LG>& L) {
   constexpr int kRound = NT < 4 ? NT : 4;   // token tiles per LDS round
-  constexpr int kCols = NT < 8 ? 4 : 1, kRowStep = kThreads / (kRows / kCols);
-  const int col = kCols * (threadIdx.x % (kRows / kCols)), m0 = m_block + col, row0 = threadIdx.x / (kRows / kCols);
+  constexpr int kCols = NT < 8 ? 4 : 1, rows = Layout<LG>::kUnitRows, kRowThreads = rows / kCols;
+  constexpr int row_step = kThreads / kRowThreads;
+  const int col = kCols * (threadIdx.x % kRowThreads), m0 = m_block + col, row0 = threadIdx.x / kRowThreads;
   // the features' w_scale: read once (NT = 8: with each row's operands)
   constexpr bool kKeepScales = NT < 8;
   float ws[kCols];
@@ -207,18 +228,21 @@ __device__ void write_out(const accv (&acc)[kTiles][NT], float* lds, const Epilo
 #pragma unroll
   for (int c = 0; c < NT; c += kRound) {
     __syncthreads();   // LDS is free (x pass or previous round done)
+    if (L.owner()) {
 #pragma unroll
-    for (int t = 0; t < kTiles; ++t)
+      for (int t = 0; t < kTiles; ++t)
 #pragma unroll
-      for (int nt = c; nt < c + kRound; ++nt)
+        for (int nt = c; nt < c + kRound; ++nt)
 #pragma unroll
-        for (int r = 0; r < kAccs; ++r)
-          lds[(16 * (nt - c) + result_row(lane, r)) * kRows + wave * 16 * kTiles + 16 * t + (lane & 15)] = acc[t][nt][r];
+          for (int r = 0; r < kAccs; ++r)
+            lds[(16 * (nt - c) + result_row(lane, r)) * rows + L.row_group * 16 * kTiles + 16 * t + (lane & 15)] =
+                acc[t][nt][r];
+    }
     __syncthreads();
-    const int rows = min(N - 16 * c, 16 * kRound);
+    const int n_rows = min(N - 16 * c, 16 * kRound);
     if (m0 >= M) continue;
 #pragma unroll 1
-    for (int row = row0; row < rows; row += kRowStep) {
+    for (int row = row0; row < n_rows; row += row_step) {
       const int n = 16 * c + row;
       if (!kKeepScales) load_scales();
       const float xv = e.x_scale != nullptr ? e.x_scale[(int64_t)n * e.xs_stride] : 1.0f;
@@ -228,11 +252,38 @@ __device__ void write_out(const accv (&acc)[kTiles][NT], float* lds, const Epilo
 #pragma unroll
       for (int i = 0; i < kCols; ++i) {
         if (m0 + i >= M) break;
-        float v = lds[row * kRows + col + i] * e.unbias;
+        float v = lds[row * rows + col + i] * e.unbias;
         if (e.w_scale != nullptr) v *= ws[i];
         if (e.x_scale != nullptr) v *= xv;
         if (e.bias != nullptr) v += e.out_bf16 ? hs::to_float<hs::bf16>(bv[i]) : hs::to_float<hs::f16>(bv[i]);
         e.y[(int64_t)n * M + m0 + i] = e.out_bf16 ? hs::from_float<hs::bf16>(v) : hs::from_float<hs::f16>(v);
+      }
+    }
+  }
+}
+
+// The unit's slices summed into the slice-0 waves, in slice order (the same bits for any
+// schedule): the other waves' tiles go through LDS (x's area, free after the main loop's last
+// pass once every wave has passed the barrier here). At most (S - 1) / S x 256 x kTiles x NT
+// accumulators: 16 KiB at NT = 4, S = 2 (larger S only at fewer token tiles).
+template <int NT, int LG>
+__device__ inline void reduce_slices(accv (&acc)[kTiles][NT], void* xs, const Layout<LG>& L, int lane) {
+  if constexpr (LG > 0) {
+    constexpr int kPer = kTiles * NT, kGroupsR = Layout<LG>::kRowGroups;   // kPer: accumulators per lane
+    accv* lds = reinterpret_cast<accv*>(xs);
+    __syncthreads();   // every wave is done reading x
+    if (!L.owner()) {
+      accv* mine = lds + ((L.slice - 1) * kGroupsR + L.row_group) * kPer * hs::kWave + lane;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) mine[j * hs::kWave] = acc[j / NT][j % NT];
+    }
+    __syncthreads();
+    if (L.owner()) {
+#pragma unroll
+      for (int sl = 1; sl < Layout<LG>::kSlices; ++sl) {
+        const accv* theirs = lds + ((sl - 1) * kGroupsR + L.row_group) * kPer * hs::kWave + lane;
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) acc[j / NT][j % NT] += theirs[j * hs::kWave];
       }
     }
   }
@@ -246,22 +297,24 @@ __device__ void write_out(const accv (&acc)[kTiles][NT], float* lds, const Epilo
 // the N tokens neither publishes nor reads them (never written out): at N = 4 a gfx9 tile moves
 // a quarter of its partial bytes. Atomic slices stay zero there, as every lane that adds also
 // reads and zeroes.
-template <int NT, bool ATOMIC>
+template <int NT, bool ATOMIC, int LG>
 __device__ inline bool finish_shards(accv (&acc)[kTiles][NT], void* xs, float* __restrict__ partials,
-                                     uint32_t* __restrict__ counters, int u, int block, int shards, int N) {
-  constexpr int kUnitFloats = kThreads * kTiles * NT * kAccs;   // = 128 * 16 * NT
+                                     uint32_t* __restrict__ counters, int u, int block, int shards, int N,
+                                     const Layout<LG>& L) {
+  // The slice-0 waves (threads 0 .. owners - 1) hold the unit's sums: rows * 16 * NT floats.
+  constexpr int owners = kThreads >> LG, unit_floats = (kThreads * kTiles * NT * kAccs) >> LG;
   // Whether this lane holds a token below N (its rows start at result_row(lane, 0)). One token
   // tile only (N <= 16): with more, the per-tile lane masks, hoisted out of the merge loop, cost
   // kernels at their SGPR limit spills (bf16 4-bit t2/t4, fp8 t8).
-  const bool live = NT > 1 || result_row(threadIdx.x % hs::kWave, 0) < N;
+  const bool live = L.owner() && (NT > 1 || result_row(threadIdx.x % hs::kWave, 0) < N);
   // Publish this shard's tile, then count it; the last of the row block finishes it.
-  // Slice layout: tile (t, nt) of thread i at ((t * NT + nt) * 256 + i) * kAccs floats.
-  accv* mine = reinterpret_cast<accv*>(partials + (int64_t)(ATOMIC ? block : u) * kUnitFloats) + threadIdx.x;
+  // Slice layout: tile (t, nt) of thread i at ((t * NT + nt) * owners + i) * kAccs floats.
+  accv* mine = reinterpret_cast<accv*>(partials + (int64_t)(ATOMIC ? block : u) * unit_floats) + threadIdx.x;
 #pragma unroll
   for (int t = 0; t < kTiles; ++t)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      accv* p = mine + (t * NT + nt) * kThreads;
+      accv* p = mine + (t * NT + nt) * owners;
       if (!live) continue;
       if (ATOMIC) {
 #pragma unroll
@@ -280,13 +333,13 @@ __device__ inline bool finish_shards(accv (&acc)[kTiles][NT], void* xs, float* _
 
   __threadfence();   // acquire: see every shard's partial tile
   if (threadIdx.x == 0) counters[block] = 0u;   // ready for the next call
-  accv* first = reinterpret_cast<accv*>(partials + (int64_t)(ATOMIC ? block : block * shards) * kUnitFloats) +
+  accv* first = reinterpret_cast<accv*>(partials + (int64_t)(ATOMIC ? block : block * shards) * unit_floats) +
                 threadIdx.x;
 #pragma unroll
   for (int t = 0; t < kTiles; ++t)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      accv* p = first + (t * NT + nt) * kThreads;
+      accv* p = first + (t * NT + nt) * owners;
       if (!live) continue;
       acc[t][nt] = *p;
       if (ATOMIC) *p = accv{};   // clean for the next call
@@ -302,7 +355,8 @@ __device__ inline bool finish_shards(accv (&acc)[kTiles][NT], void* xs, float* _
   if (!ATOMIC && NT >= 8) {
 #pragma unroll
     for (int j = 0; j < kTileCount; ++j)
-      for (int sh = 1; sh < shards; ++sh) acc[j / NT][j % NT] += first[(int64_t)sh * (kUnitFloats / kAccs) + j * kThreads];
+      for (int sh = 1; sh < shards; ++sh)
+        if (live) acc[j / NT][j % NT] += first[(int64_t)sh * (unit_floats / kAccs) + j * owners];
   } else if (!ATOMIC) {
     for (int sh = 1; sh < shards; sh += kShardsPer) {
 #pragma unroll
@@ -310,10 +364,10 @@ __device__ inline bool finish_shards(accv (&acc)[kTiles][NT], void* xs, float* _
         accv v[kShardsPer][kPart];
 #pragma unroll
         for (int s = 0; s < kShardsPer; ++s) {
-          const accv* q = first + (int64_t)(sh + s) * (kUnitFloats / kAccs);
+          const accv* q = first + (int64_t)(sh + s) * (unit_floats / kAccs);
 #pragma unroll
           for (int g = 0; g < kPart; ++g)
-            if (sh + s < shards && j0 + g < kTileCount && live) v[s][g] = q[(j0 + g) * kThreads];
+            if (sh + s < shards && j0 + g < kTileCount && live) v[s][g] = q[(j0 + g) * owners];
         }
         __builtin_amdgcn_sched_barrier(0);   // every load issued before the first add waits
 #pragma unroll

@@ -6,10 +6,10 @@
 // loads issued groups ahead, the shard reduction (hipskinny/splitk.h) and the write-out.
 //
 // Work split, tile multiply, shard reduction: hipskinny/splitk.h, as kernels/skinny_gemm_splitk.hip
-// (a unit is 128 features x all tokens x one K shard; each wave owns 128 / waves features; x is
-// staged as T in LDS per pass of KC = 1024 / NT columns (32 KiB); the last-arriving workgroup of a
-// row block sums the shards in shard order, so results are bitwise the same for any grid, CU
-// count or schedule). Within a shard the lane's raw weight bytes and scales of the next groups are
+// (a unit is 128 / S features x all tokens x one K shard, S slices; each wave owns 16 * kTiles
+// features and, with S slices, every S-th group of the shard; x is staged as T in LDS per pass of
+// KC = 1024 / NT columns (32 KiB); the last-arriving workgroup of a row block sums the shards in
+// shard order, so results are bitwise the same for any grid, CU count or schedule). Within a shard the lane's raw weight bytes and scales of the next groups are
 // loaded while the current one is widened and multiplied (three groups ahead at NT = 1, one
 // otherwise; weights are widened one matrix step at a time).
 //
@@ -255,8 +255,8 @@ __device__ void stage(hs::u32x4* xs, const uint16_t* __restrict__ x, const int32
 // x [N, x_stride] T (16-byte aligned, x_stride a multiple of 8, unless gathered through perm),
 // perm null or int32 [K] (PERM only: 16-byte aligned), bias (null, or bias[n * bias_stride + m]), y [N, M] T,
 // partials / counters as hipskinny/splitk.h's finish_shards; K a multiple of 32, shard_len a
-// multiple of 128. Dynamic LDS 32 KiB.
-template <typename T, int NT, bool PERM, class W>
+// multiple of 128; 2^LG slices (hipskinny/splitk.h: at most 8 / NT). Dynamic LDS 32 KiB.
+template <typename T, int NT, int LG, bool PERM, class W>
 __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* __restrict__ perm,
                     const uint16_t* __restrict__ bias, uint16_t* __restrict__ y, float* __restrict__ partials,
                     uint32_t* __restrict__ counters, int N, int M, int K, int64_t x_stride, int64_t bias_stride,
@@ -266,15 +266,16 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
   extern __shared__ hs::u32x4 xs[];
 
   const int lane = threadIdx.x % hs::kWave;
-  const int wave = hs::wave_index();
+  typedef Layout<LG> Lay;
+  const Lay L(hs::wave_index());
   const int shards = (K + shard_len - 1) / shard_len;
-  const int blocks = (M + kRows - 1) / kRows;
+  const int blocks = (M + Lay::kUnitRows - 1) / Lay::kUnitRows;
   const int units = blocks * shards;
   const Epilogue out{nullptr, 0, nullptr, 0, 1.0f, bias, bias_stride, y, std::is_same<T, hs::bf16>::value};
 
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     const int block = u / shards, shard = u % shards;
-    const int m_base = block * kRows + wave * 16 * kTiles;
+    const int m_base = block * Lay::kUnitRows + L.row_group * 16 * kTiles;
     const int ks = shard * shard_len, ke = min(K, ks + shard_len);
     const bool active = m_base < M;   // wave-uniform; idle waves still stage x
     typename W::Row row[kTiles];
@@ -287,28 +288,34 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) acc[t][nt] = accv{};
 
-    // The shard's 128-column groups, staged KC columns per pass, each group's raw operands loaded
-    // kDepth - 1 groups ahead (across passes too: splitk.h's `pipelined`), so their latency
+    // The shard's 128-column groups, staged KC columns per pass; this wave's (every slices-th,
+    // from its slice on: step i takes group i * slices + slice, a pass holding whole steps) each
+    // loaded kDepth - 1 steps ahead (across passes too: splitk.h's `pipelined`), so their latency
     // overlaps the decode and matrix work of the groups before. One token tile (N <= 16) keeps
     // four groups' raw bytes in registers: its accumulators are few, and its shards are long
     // (the planner caps their fp32 partials); more tiles keep two.
     constexpr int kDepth = NT == 1 ? 4 : 2;
     const int groups = (ke - ks + 127) / 128;
+    const int steps = (groups + Lay::kSlices - 1) >> LG;
     pipelined<kDepth, typename W::Raw, (NT > 1)>(
-        groups, [&](int g, typename W::Raw& r) { wt.load(r, row, ks + 128 * g, K, lane); },   // (rows clamped)
-        [&](int g, const typename W::Raw& cur) {
-          const int k0 = ks + 128 * g;
-          if (g % kGroupsPerPass == 0) {
+        steps,
+        [&](int i, typename W::Raw& r) {   // (rows and groups clamped)
+          wt.load(r, row, ks + 128 * min((i << LG) + L.slice, groups - 1), K, lane);
+        },
+        [&](int i, const typename W::Raw& cur) {
+          const int g0 = i << LG, g = g0 + L.slice;
+          if (g0 % kGroupsPerPass == 0) {
             __syncthreads();   // every wave is done with the previous pass (or unit); tables are written
-            stage<NT, KC, PERM>(xs, x, perm, x_stride, N, k0, min(KC, ke - k0), K);
+            stage<NT, KC, PERM>(xs, x, perm, x_stride, N, ks + 128 * g0, min(KC, ke - ks - 128 * g0), K);
             __syncthreads();
           }
-          if (!active) return;
-          group<T, NT, KC>(acc, wt, cur, xs, k0, 16 * (g % kGroupsPerPass), K, lane);
+          if (!active || g >= groups) return;
+          group<T, NT, KC>(acc, wt, cur, xs, ks + 128 * g, 16 * (g % kGroupsPerPass), K, lane);
         });
 
-    if (shards > 1 && !finish_shards<NT, false>(acc, xs, partials, counters, u, block, shards, N)) continue;
-    write_out<NT>(acc, reinterpret_cast<float*>(xs), out, N, M, block * kRows, lane, wave);
+    reduce_slices<NT>(acc, xs, L, lane);
+    if (shards > 1 && !finish_shards<NT, false>(acc, xs, partials, counters, u, block, shards, N, L)) continue;
+    write_out<NT>(acc, reinterpret_cast<float*>(xs), out, N, M, block * Lay::kUnitRows, lane, L);
   }
 }
 
