@@ -81,16 +81,17 @@ def keep_shards(monkeypatch):
 
 @pytest.fixture
 def force_slices(monkeypatch):
-    """``force(S)``: from then on the split-K planner takes S slices per unit wherever the code object
-    builds them (`_linear.built_slices`), one elsewhere -- every slice variant runs on the emulator,
-    not only those the planner picks for a test's small shapes."""
+    """``force(S)``: from then on split-K plans take S slices per unit wherever the code object builds
+    them (`_linear.built_slices`), one elsewhere, with the planner's shards -- every slice variant runs
+    on the emulator, not only those the planner picks for a test's small shapes."""
     from hipskinny import ops
     from hipskinny.ops import _linear
-    built = _linear.built_slices
+    split = _linear.splitk_split
 
     def force(s: int) -> None:
-        monkeypatch.setattr(_linear, "built_slices",
-                            lambda module, kernel, nt: tuple(v for v in built(module, kernel, nt) if v == s) or (1,))
+        def forced(*args, slices=(1,), **kwargs):
+            return (s if s in slices else 1), split(*args, slices=slices, **kwargs)[1]
+        monkeypatch.setattr(_linear, "splitk_split", forced)
         ops.forget_plans()
     yield force
     ops.forget_plans()

@@ -327,13 +327,14 @@ def busiest_share(units: int, cus: int) -> float:
 
 def splitk_split(info: ArchInfo, nt: int, m: int, k: int, *, n: int, weight_bits: int | None, x_bytes: int,
                  compute: float = 0.0, slices: tuple[int, ...] = (1,)) -> tuple[int, int]:
-    """(slices, shards) for a split-K call (see the module docstring), ``slices`` the counts built. Per
-    slice count S (units of 128 / S features): at least the shards that give `splitk_units` units (at
-    most one per 128 columns, at least 128 * nt columns each, within the partials' cap at one token
+    """(slices, shards) for a split-K call (see the module docstring), ``slices`` the counts built
+    (units of 128 / S features for S slices). At one slice, at least the shards that give `splitk_units`
+    units (at most one per 128 columns, at least 128 * nt columns each, within the partials' cap at one token
     tile), more where the estimate -- the larger of the bytes (the partials included, slowed by too few
     units in flight) and ``compute`` (`compute_ratio`, plus a unit's own SPLITK_UNIT_OVERHEAD and
-    SPLITK_SLICE_COST per extra slice) on the busiest of the flagship's CUs -- says they pay. Of every
-    candidate within 1% of the best estimate: the fewest slices, then the fewest shards."""
+    SPLITK_SLICE_COST per extra slice) on the busiest of the flagship's CUs -- says they pay: the
+    one-slice plan first, then more slices at no fewer shards than it where the estimate says so. Of
+    the candidates within 1% of the best estimate: the fewest slices, then the fewest shards."""
     groups = -(-k // SPLITK_GROUP)
     little = splitk_units(info)
     most = max(1, min(groups, k // (SPLITK_GROUP * nt)))
@@ -351,12 +352,17 @@ def splitk_split(info: ArchInfo, nt: int, m: int, k: int, *, n: int, weight_bits
         cost = compute * (1 + SPLITK_SLICE_COST * (sl - 1)) * overhead
         return max(memory, cost * busiest_share(units, info.default_cu_count))
 
-    candidates = []
-    for sl in sorted(slices):
-        least = max(1, min(math.ceil(little / -(-m // (SPLITK_ROWS // sl))), most))
-        candidates += [(sl, c) for c in sorted({-(-groups // -(-groups // s)) for s in range(least, most + 1)})]
-    best = min(estimate(*c) for c in candidates)
-    return next(c for c in candidates if estimate(*c) <= 1.01 * best)
+    def best_of(candidates: list[tuple[int, int]]) -> tuple[int, int]:
+        best = min(estimate(*c) for c in candidates)
+        return next(c for c in candidates if estimate(*c) <= 1.01 * best)
+
+    def counts(least: int) -> list[int]:   # the shard counts that shard lengths give, from `least` wanted
+        return sorted({-(-groups // -(-groups // s)) for s in range(least, most + 1)})
+
+    one = best_of([(1, c) for c in counts(max(1, min(math.ceil(little / -(-m // SPLITK_ROWS)), most)))])
+    # More slices only add units to the one-slice plan (at least its shards): a wave's chain of groups,
+    # groups / (shards x slices), never grows, and neither does a CU's (units beyond the CUs queue).
+    return best_of([one] + [(sl, c) for sl in sorted(slices) if sl > 1 for c in counts(one[1]) if c >= one[1]])
 
 
 def splitk_shards(info: ArchInfo, nt: int, m: int, k: int, *, n: int, weight_bits: int | None, x_bytes: int,

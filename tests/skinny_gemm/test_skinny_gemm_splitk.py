@@ -380,6 +380,31 @@ def test_shards_weigh_compute_on_the_busiest_cu():
                              compute=lin.compute_ratio("w4a16_linear_splitk_f16_t1", "gfx1100", 1)) == 1
 
 
+def test_slices_give_small_layers_their_cus():
+    """Slices (`_linear.splitk_split`): a layer of few row blocks whose partials are capped takes units
+    of 128 / S features instead of staying on few CUs; a layer that fills the CUs keeps one slice; the
+    names and the variants a code object builds (`sliced`, `built_slices`)."""
+    mi300, navi31 = ARCHS["gfx942"], ARCHS["gfx1100"]
+    qkv = dict(n=16, weight_bits=4, x_bytes=2, compute=lin.compute_ratio("matmul_4bit_splitk_f16_t1", "gfx942", 1))
+    # 4-bit Qwen3-30B-A3B qkv at N = 16: 40 row blocks, one shard under the cap; 4 slices: 160 units
+    assert lin.splitk_split(mi300, 1, 5120, 2048, slices=(1,), **qkv) == (1, 1)
+    assert lin.splitk_split(mi300, 1, 5120, 2048, slices=(1, 4), **qkv) == (4, 1)
+    assert lin.splitk_split(mi300, 1, 151936, 2048, slices=(1, 4), **qkv) == (1, 1)     # lm_head: 1187 blocks
+    # the router on the XTX at N = 64 (one row block, matrix-bound): two slices of its four shards
+    router = dict(n=64, weight_bits=16, x_bytes=2, compute=lin.compute_ratio("skinny_gemm_splitk_f16_t4", "gfx1100", 4))
+    assert lin.splitk_split(navi31, 4, 128, 2048, slices=(1, 2), **router) == (2, 4)
+    assert lin.sliced("skinny_gemm_splitk_f16_t1_atomic", 1, 4) == "skinny_gemm_splitk_f16_t1_s4_atomic"
+    assert lin.sliced("fp8_linear_splitk_f16_ocp_block_t4", 4, 2) == "fp8_linear_splitk_f16_ocp_block_t4_s2"
+    assert lin.sliced("w4a16_linear_splitk_bf16_t2", 2, 1) == "w4a16_linear_splitk_bf16_t2"
+    for arch in SHIPPED_ARCHS:
+        dev = EmulatedDevice(arch, 1)
+        module = registry.load(dev, "matmul_4bit_splitk")
+        assert [lin.built_slices(module, f"matmul_4bit_splitk_f16_t{nt}", nt) for nt in (1, 2, 4)] == [
+            (1, 4), (1, 4), (1, 2)]
+        assert lin.built_slices(module, "matmul_4bit_splitk_bf16_t4", 4) == ((1,) if arch == "gfx942" else (1, 2))
+        assert lin.built_slices(registry.load(dev, "fp8_linear_splitk"), "fp8_linear_splitk_f16_ocp_t8", 8) == (1,)
+
+
 def test_short_shards_pay_their_units_own_work(monkeypatch):
     """A unit's set-up and reduction (`_linear.SPLITK_UNIT_OVERHEAD` groups) weigh against shorter
     shards: FP8 Llama-3 qkv at N = 4 on gfx950 keeps 8 shards of 4 groups (384 units on 256 CUs), not

@@ -305,24 +305,28 @@ __device__ inline bool finish_shards(accv (&acc)[kTiles][NT], void* xs, float* _
   constexpr int owners = kThreads >> LG, unit_floats = (kThreads * kTiles * NT * kAccs) >> LG;
   // Whether this lane holds a token below N (its rows start at result_row(lane, 0)). One token
   // tile only (N <= 16): with more, the per-tile lane masks, hoisted out of the merge loop, cost
-  // kernels at their SGPR limit spills (bf16 4-bit t2/t4, fp8 t8).
-  const bool live = L.owner() && (NT > 1 || result_row(threadIdx.x % hs::kWave, 0) < N);
+  // kernels at their SGPR limit spills (bf16 4-bit t2/t4, fp8 t8). The other slices' waves: in
+  // the mask at one tile (as cheap as it was); with more, wave-uniform branches around all of it,
+  // not a mask on every load (loads under a branch make the compiler wait for each one).
+  const bool live = NT > 1 || (L.owner() && result_row(threadIdx.x % hs::kWave, 0) < N);
   // Publish this shard's tile, then count it; the last of the row block finishes it.
   // Slice layout: tile (t, nt) of thread i at ((t * NT + nt) * owners + i) * kAccs floats.
   accv* mine = reinterpret_cast<accv*>(partials + (int64_t)(ATOMIC ? block : u) * unit_floats) + threadIdx.x;
+  if (NT == 1 || L.owner()) {
 #pragma unroll
-  for (int t = 0; t < kTiles; ++t)
+    for (int t = 0; t < kTiles; ++t)
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      accv* p = mine + (t * NT + nt) * owners;
-      if (!live) continue;
-      if (ATOMIC) {
+      for (int nt = 0; nt < NT; ++nt) {
+        accv* p = mine + (t * NT + nt) * owners;
+        if (!live) continue;
+        if (ATOMIC) {
 #pragma unroll
-        for (int r = 0; r < kAccs; ++r) unsafeAtomicAdd(reinterpret_cast<float*>(p) + r, acc[t][nt][r]);
-      } else {
-        *p = acc[t][nt];
+          for (int r = 0; r < kAccs; ++r) unsafeAtomicAdd(reinterpret_cast<float*>(p) + r, acc[t][nt][r]);
+        } else {
+          *p = acc[t][nt];
+        }
       }
-    }
+  }
   __threadfence();   // release: the partial tile is visible device-wide before the count
   __syncthreads();
   // x's LDS is free now (the next pass begins with a barrier): it carries the ticket.
@@ -333,6 +337,7 @@ __device__ inline bool finish_shards(accv (&acc)[kTiles][NT], void* xs, float* _
 
   __threadfence();   // acquire: see every shard's partial tile
   if (threadIdx.x == 0) counters[block] = 0u;   // ready for the next call
+  if (NT > 1 && !L.owner()) return true;   // (on to write_out's barriers with the owners)
   accv* first = reinterpret_cast<accv*>(partials + (int64_t)(ATOMIC ? block : block * shards) * unit_floats) +
                 threadIdx.x;
 #pragma unroll
@@ -356,7 +361,7 @@ __device__ inline bool finish_shards(accv (&acc)[kTiles][NT], void* xs, float* _
 #pragma unroll
     for (int j = 0; j < kTileCount; ++j)
       for (int sh = 1; sh < shards; ++sh)
-        if (live) acc[j / NT][j % NT] += first[(int64_t)sh * (unit_floats / kAccs) + j * owners];
+        acc[j / NT][j % NT] += first[(int64_t)sh * (unit_floats / kAccs) + j * owners];
   } else if (!ATOMIC) {
     for (int sh = 1; sh < shards; sh += kShardsPer) {
 #pragma unroll
