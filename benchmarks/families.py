@@ -144,21 +144,24 @@ it had gave 160 CUs two units and 96 one (5.83 us, share 1.23); the planner's es
 (`_linear.splitk_shards`) takes 16 (4.72 us, share 1.0), and fewer, longer shards (224 units:
 7 shards) would leave 32 CUs idle.
 
-**Where the busiest CU binds (RESULTS at 605b878).** 58 rows are bound by VALU, LDS or matrix
-above 1.15x their floor once the compute roofs are charged on the busiest CU (81 at 3e1f74a, before
-the partials' price was fixed and their cap raised; 138 with session 21's plans). 20 are routers
-(one 128-row block: at most 4 units at N = 64 on 40-304 CUs; a few microseconds, mostly launch and
-round trips). 20 are 4-bit layers at N = 16 on CDNA (and two Qwen3 ones on gfx1100) whose shards the
-partial cap holds (`_linear.PARTIAL_SHARE` = 0.09, for the DRAM-ratio target): 4-bit Qwen3 qkv on
-gfx942 runs 40 units on 304 CUs (6.4x its floor). Raising the cap trades that target away:
-measured at N = 16 on 90 rows (matmul_4bit, fp8_linear, skinny_gemm; six layers; five archs) caps
-0.05 / 0.08 / 0.10 gave DRAM ratios up to 1.050 / 1.078 / 1.099 and 24 / 16 / 12 rows
-compute-bound above 1.15x. Units of 64 rows would double a small layer's units without partials:
-the way out, a kernel change. 10 are N = 64 rows: the gfx950 4-bit LDS rows above, the gate_up
-layers on CDNA (224 blocks: 448 units leave the busiest CU 1.36x / 1.14x the average) and layers
-whose next shard count would not even their CUs (gfx1151 Llama o_proj: 32 units on 40 CUs; 2
-shards still give the busiest CU 2). 8 are gfx950 4-bit rows at N <= 16 bound by their VALU (above)
-with shares 1.0-1.14.
+**Where the busiest CU binds (RESULTS at ca2b10a).** 28 rows are bound by VALU, LDS or matrix
+above 1.15x their floor with the compute roofs charged on the busiest CU (58 at 605b878). The 30
+gone are the routers (all 20: one 128-row block) and the smallest 4-bit layers at N = 16, which the
+split-K kernels' slices now spread (`_t<NT>_s<S>`, `hipskinny/splitk.h`: a unit of 128 / S
+features, its S waves per row group taking every S-th group and summing in LDS): 4-bit Qwen3 qkv
+on gfx942 runs 160 units instead of 40 without partials, 6.81 -> 3.34 us, now latency-bound; the
+routers at N = 64 on RDNA went from matrix-bound on 4 CUs (5.65-6.55 us) to latency-bound
+(3.1-4.3 us). The planner (`_linear.splitk_split`) adds slices to the one-slice plan only up to the
+flagship's CUs: an earlier rule that let sliced units queue (several per CU) took 4 slices for 8
+more rows (21 compute-bound left) but made 8 rows up to 33% slower, their units each paying their
+own x passes and reduction, which the planner's estimate does not see. Left: Llama-3 qkv and
+o_proj sized 4-bit layers at N = 16 on CDNA (96 units at 2 shards: 4 slices would queue 384 on 304
+CUs; S = 2 is not built at one token tile), gfx1100's Qwen3 qkv / o_proj at N = 16 (40-48 units on
+96 CUs, the same), the gate_up layers on CDNA (448 units: busiest CU 1.36x / 1.14x the average),
+the gfx950 4-bit rows above (LDS at N = 64, VALU at N <= 16 with shares 1.0-1.14), gfx1151's Llama
+o_proj and gfx1100's Qwen3 qkv at N = 64 (32 / 80 units: no shard count evens their CUs). A
+per-CU chain term in the estimate (a unit's fixed passes times the units a CU queues) would let
+slices queue where it pays.
 """
 
 
