@@ -302,12 +302,12 @@ __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w
       constexpr int kGroupsPerPass = KC / 128;
       const int groups = (ke - ks + 127) / 128;
       pipelined<4, Weights>(
-          (groups + Lay::kSlices - 1) >> LG,
+          Lay::steps(groups),
           [&](int i, Weights& b) {   // (rows and groups clamped)
-            load_group_clamped(b.v, wrow, ks + 128 * min((i << LG) + L.slice, groups - 1), K, lane);
+            load_group_clamped(b.v, wrow, ks + 128 * L.loaded(i, groups), K, lane);
           },
           [&](int i, const Weights& b) {
-            const int g0 = i << LG, g = g0 + L.slice, k0 = ks + 128 * g, gq = g % kGroupsPerPass;
+            const int g0 = Lay::step_first(i), g = L.group(i), k0 = ks + 128 * g, gq = g % kGroupsPerPass;
             if (g0 % kGroupsPerPass == 0) {
               __syncthreads();
               stage<NT, KC, NAT>(xs, x, x_stride, N, ks + 128 * g0, min(KC, ke - ks - 128 * g0), flags);

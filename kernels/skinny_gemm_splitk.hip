@@ -200,12 +200,12 @@ __device__ void splitk(const uint16_t* __restrict__ x, const uint16_t* __restric
       constexpr int kGroupsPerPass = KC / 128;
       const int groups = (ke - ks + 127) / 128;
       pipelined<2, Weights>(
-          (groups + Lay::kSlices - 1) >> LG,
+          Lay::steps(groups),
           [&](int i, Weights& b) {   // (rows and groups clamped)
-            load_group_clamped(b.v, wrow, ks + 128 * min((i << LG) + L.slice, groups - 1), K, lane);
+            load_group_clamped(b.v, wrow, ks + 128 * L.loaded(i, groups), K, lane);
           },
           [&](int i, const Weights& b) {
-            const int g0 = i << LG, g = g0 + L.slice, k0 = ks + 128 * g0;
+            const int g0 = Lay::step_first(i), g = L.group(i), k0 = ks + 128 * g0;
             if (g0 % kGroupsPerPass == 0) {
               __syncthreads();   // every wave is done with the previous pass (or unit)
               stage<NT, KC>(xs, x, x_stride, N, k0, min(KC, ke - k0));

@@ -59,10 +59,11 @@ Configuration rules, larger N:
 * **Slices**: the kernels' ``_s<v>`` variants (v = 4 at one and two token tiles, 2 at four; which
   a code object has: `built_slices`) make a unit 128 / v features, the v waves of each row group
   taking every v-th group of the shard and summing in LDS at the end: v times the units without fp32
-  partials, for x staged v times as often per weight. `splitk_split` weighs each v with its shards
-  (SPLITK_SLICE_COST per extra slice on the compute) and takes the fewest slices, then shards, within
-  1% of the best estimate. A layer of few row blocks (the routers, Qwen3's small projections at 4 bits
-  on CDNA) gets its CUs this way where the partials' cap would hold it to few units.
+  partials, for x staged v times as often per weight. `splitk_split` adds slices to the one-slice
+  plan at no fewer shards and no more units than the flagship's CUs (SPLITK_SLICE_COST per extra
+  slice on the compute) and takes the fewest slices, then shards, within 1% of the best estimate. A
+  layer of few row blocks (the routers, Qwen3's small projections at 4 bits on CDNA) gets its CUs
+  this way where the partials' cap would hold it to few units.
 * **Grid**: ``min(units, CU count * groups per CU)`` persistent workgroups of 256 threads,
   groups per CU from the kernel's VGPRs and its 32 KiB of LDS, at most 4.
 * **Scratch**: the partials (``S * ceil(M / R) * R * 16 * NT`` fp32, R = 128 / slices, or one
@@ -384,8 +385,13 @@ def shard_len(info: ArchInfo, nt: int, m: int, k: int, *, n: int | None = None, 
     element) caps the partials at one token tile (`partial_shards`); None: no cap (and 16-bit weights
     in the estimate)."""
     n = 16 * nt if n is None else n
+    return shard_columns(k, splitk_shards(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes,
+                                          compute=compute))
+
+
+def shard_columns(k: int, shards: int) -> int:
+    """K columns per shard when K is cut into ``shards`` shards of whole 128-column groups."""
     groups = -(-k // SPLITK_GROUP)
-    shards = splitk_shards(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes, compute=compute)
     return SPLITK_GROUP * -(-groups // shards)
 
 
@@ -405,8 +411,7 @@ def splitk_plan(device: Device, family: str, kernel_name: Callable[[int, bool], 
     base = kernel_name(nt, False)
     slices, shards = splitk_split(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes,
                                   compute=compute_ratio(base, info.name, nt), slices=built_slices(module, base, nt))
-    groups_k = -(-k // SPLITK_GROUP)
-    length = SPLITK_GROUP * -(-groups_k // shards)
+    length = shard_columns(k, shards)
     shards = -(-k // length)
     rows = SPLITK_ROWS // slices
     blocks = -(-m // rows)

@@ -4,11 +4,11 @@
 // the lane's x operand, and the cross-shard reduction through self-cleaning counters.
 //
 // Work split (both families): a work unit is 128 / S output features x all N tokens x one K
-// shard, owned by one 256-thread workgroup (S, the unit's slices: 1, 2, 4 or, on wave32, 8, a
-// launch argument); its waves form waves / S row groups of 16 * kTiles features (two 16-row
-// tiles on wave64, one on wave32) and all NT 16-token tiles, and the S waves of a row group
-// (slices) take every S-th 128-column group of the shard. Slices trade x staged more often for
-// units without partials: a small layer fills more CUs. A and B fragments hold 8
+// shard, owned by one 256-thread workgroup (S, the unit's slices: 1, or the kernel's _s<S> at
+// compile time, `Layout`); its waves form waves / S row groups of 16 * kTiles features (two
+// 16-row tiles on wave64, one on wave32) and all NT 16-token tiles, and the S waves of a row
+// group (slices) take every S-th 128-column group of the shard. Slices trade x staged more often
+// for units without partials: a small layer fills more CUs. A and B fragments hold 8
 // elements of K per lane at k = 8 * (lane / 16) + e of a step (gfx11 WMMA: all 16 k in both
 // 16-lane halves); which columns of K a step covers is the family's choice, the same for A
 // and B, so the products pair correctly.
@@ -33,7 +33,7 @@ constexpr int kLogWaves = kWaves == 8 ? 3 : 2;
 // (the first kRowGroups waves) hold the unit's sums after `reduce_slices`.
 template <int LG>
 struct Layout {
-  static constexpr int kLog = LG, kSlices = 1 << LG;
+  static constexpr int kSlices = 1 << LG;
   static constexpr int kUnitRows = kRows >> LG;      // features per unit
   static constexpr int kRowGroups = kWaves >> LG;
   static_assert(kRowGroups >= 1, "a slice is at least one wave");
@@ -42,6 +42,13 @@ struct Layout {
   __device__ explicit Layout(int wave)
       : row_group(LG == 0 ? wave : wave & (kRowGroups - 1)), slice(LG == 0 ? 0 : wave >> (kLogWaves - LG)) {}
   __device__ inline bool owner() const { return LG == 0 || slice == 0; }
+  // A shard's groups walked in steps: step i covers groups i * kSlices .. + kSlices - 1 (a pass of x
+  // in LDS holds whole steps), this wave's group of it is `group(i)`; `loaded(i, groups)` is the
+  // same clamped to the shard's last group (loads sit under no branch: splitk.h's `pipelined`).
+  static __device__ inline int steps(int groups) { return (groups + kSlices - 1) >> LG; }
+  static __device__ inline int step_first(int i) { return i << LG; }
+  __device__ inline int group(int i) const { return step_first(i) + slice; }
+  __device__ inline int loaded(int i, int groups) const { return min(group(i), groups - 1); }
 };
 
 #if HS_GFX9

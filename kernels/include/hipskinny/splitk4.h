@@ -296,14 +296,13 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
     // (the planner caps their fp32 partials); more tiles keep two.
     constexpr int kDepth = NT == 1 ? 4 : 2;
     const int groups = (ke - ks + 127) / 128;
-    const int steps = (groups + Lay::kSlices - 1) >> LG;
     pipelined<kDepth, typename W::Raw, (NT > 1)>(
-        steps,
+        Lay::steps(groups),
         [&](int i, typename W::Raw& r) {   // (rows and groups clamped)
-          wt.load(r, row, ks + 128 * min((i << LG) + L.slice, groups - 1), K, lane);
+          wt.load(r, row, ks + 128 * L.loaded(i, groups), K, lane);
         },
         [&](int i, const typename W::Raw& cur) {
-          const int g0 = i << LG, g = g0 + L.slice;
+          const int g0 = Lay::step_first(i), g = L.group(i);
           if (g0 % kGroupsPerPass == 0) {
             __syncthreads();   // every wave is done with the previous pass (or unit); tables are written
             stage<NT, KC, PERM>(xs, x, perm, x_stride, N, ks + 128 * g0, min(KC, ke - ks - 128 * g0), K);
