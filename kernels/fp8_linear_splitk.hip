@@ -386,7 +386,7 @@ __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w
     splitk<T, FNUZ, NAT, BLOCK, NT, LG>(x, w, w_scale, x_scale, bias, y, partials, counters, N, M, K, x_stride, \
                                         w_stride, bias_stride, shard_len, ws_stride, xs_stride, flags);     \
   }
-// (_s<S>: S slices per unit, hipskinny/splitk.h: four at one and two token tiles, two at four.)
+// (_s<S>: S slices per unit, hipskinny/splitk.h: two or four at one and two token tiles, two at four.)
 #define HS_FP8_SPLITK_MODES(T, TAG, NT, LG, S)                                                                    \
   HS_FP8_SPLITK(T, TAG, false, false, ocp, false, , NT, LG, S)                                                     \
   HS_FP8_SPLITK(T, TAG, true, false, fnuz, false, , NT, LG, S)                                                     \
@@ -394,7 +394,8 @@ __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w
   HS_FP8_SPLITK(T, TAG, true, false, fnuz, true, _block, NT, LG, S)
 #define HS_FP8_SPLITK_ALL(T, TAG)                                                                                 \
   HS_FP8_SPLITK_MODES(T, TAG, 1, 0, ) HS_FP8_SPLITK_MODES(T, TAG, 2, 0, ) HS_FP8_SPLITK_MODES(T, TAG, 4, 0, )       \
-  HS_FP8_SPLITK_MODES(T, TAG, 8, 0, ) HS_FP8_SPLITK_MODES(T, TAG, 1, 2, _s4) HS_FP8_SPLITK_MODES(T, TAG, 2, 2, _s4) \
+  HS_FP8_SPLITK_MODES(T, TAG, 8, 0, ) HS_FP8_SPLITK_MODES(T, TAG, 1, 1, _s2) HS_FP8_SPLITK_MODES(T, TAG, 2, 1, _s2) \
+  HS_FP8_SPLITK_MODES(T, TAG, 1, 2, _s4) HS_FP8_SPLITK_MODES(T, TAG, 2, 2, _s4) \
   HS_FP8_SPLITK_MODES(T, TAG, 4, 1, _s2)
 
 HS_FP8_SPLITK_ALL(hs::f16, f16)
@@ -410,5 +411,5 @@ HS_FP8_SPLITK_ALL(hs::bf16, bf16)
   HS_FP8_SPLITK(hs::f16, fp8, false, true, ocp, true, _block, NT, LG, S)
 #endif
 HS_FP8_NATIVE(1, 0, ) HS_FP8_NATIVE(2, 0, ) HS_FP8_NATIVE(4, 0, ) HS_FP8_NATIVE(8, 0, )
-HS_FP8_NATIVE(1, 2, _s4) HS_FP8_NATIVE(2, 2, _s4) HS_FP8_NATIVE(4, 1, _s2)
+HS_FP8_NATIVE(1, 1, _s2) HS_FP8_NATIVE(2, 1, _s2) HS_FP8_NATIVE(1, 2, _s4) HS_FP8_NATIVE(2, 2, _s4) HS_FP8_NATIVE(4, 1, _s2)
 #endif

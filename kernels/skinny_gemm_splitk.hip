@@ -246,10 +246,11 @@ __device__ void splitk(const uint16_t* __restrict__ x, const uint16_t* __restric
                               shard_len);                                                        \
   }
 
-// (_s<S>: S slices per unit, hipskinny/splitk.h: four at one and two token tiles, two at four.)
+// (_s<S>: S slices per unit, hipskinny/splitk.h: two or four at one and two token tiles, two at four.)
 #define HS_SPLITK_NT(T, TAG, NT, LG, S) HS_SPLITK(T, TAG, NT, false, LG, S) HS_SPLITK(T, TAG, NT, true, LG, S##_atomic)
 #define HS_SPLITK_ALL(T, TAG)                                                                            \
   HS_SPLITK_NT(T, TAG, 1, 0, ) HS_SPLITK_NT(T, TAG, 2, 0, ) HS_SPLITK_NT(T, TAG, 4, 0, ) HS_SPLITK_NT(T, TAG, 8, 0, ) \
+  HS_SPLITK_NT(T, TAG, 1, 1, _s2) HS_SPLITK_NT(T, TAG, 2, 1, _s2)                                         \
   HS_SPLITK_NT(T, TAG, 1, 2, _s4) HS_SPLITK_NT(T, TAG, 2, 2, _s4) HS_SPLITK_NT(T, TAG, 4, 1, _s2)
 
 HS_SPLITK_ALL(hs::f16, f16)

@@ -63,6 +63,7 @@ struct Int4 {
   const uint8_t* zero_p;
   uint32_t words, row_groups;   // per row: K / 8, K / G
   int log2_g;
+  uint32_t magic;               // int4.h's magic_const, made once (gfx9: a VGPR for the whole loop)
 
   // 32-bit element offsets of a lane's row from the uniform base pointers: the loads take the
   // scalar-base + 32-bit-offset form.
@@ -119,7 +120,7 @@ struct Int4 {
           sc.c[t][j] = both(0xD400u + 16u * z);
         } else {
           float s = hs::to_float<T>((uint16_t)r.s[t][j]);
-          if constexpr (kCanonical<T>) s = canonical(s);
+          if constexpr (kCanonical<T>) s = hs::canonical(s);
           sc.a[t][j] = valid[j] ? __builtin_bit_cast(uint32_t, s) : 0u;
           sc.b[t][j] = __builtin_bit_cast(uint32_t, (float)z);
         }
@@ -130,7 +131,7 @@ struct Int4 {
     const uint32_t wd = r.w[t][j][s];
     if constexpr (!kBf16<T>) {
       uint32_t p[4];
-      hs::int4::dequant_f16(wd, hs::int4::magic_const<hs::f16>(), __builtin_bit_cast(hs::half2v, sc.b[t][j]),
+      hs::int4::dequant_f16(wd, magic, __builtin_bit_cast(hs::half2v, sc.b[t][j]),
                       __builtin_bit_cast(hs::half2v, sc.c[t][j]), p);
       const hs::half2v ss = __builtin_bit_cast(hs::half2v, sc.a[t][j]);
 #pragma unroll
@@ -161,7 +162,7 @@ __device__ void w4a16_linear_splitk(const uint16_t* __restrict__ x, const uint32
                              int row_groups) {
   // One copy of the main loop: symmetric weights (no zeros) take z = 8 by a uniform branch per
   // load (two copies, zeros as a template parameter, spill SGPRs on gfx950).
-  const Int4<T> wt{w, scales, zeros, (uint32_t)(K >> 3), (uint32_t)row_groups, log2_g};
+  const Int4<T> wt{w, scales, zeros, (uint32_t)(K >> 3), (uint32_t)row_groups, log2_g, hs::int4::magic_const<T>()};
   run<T, NT, LG, true>(wt, x, perm, bias, y, partials, counters, N, M, K, x_stride, bias_stride, shard_len);
 }
 
@@ -176,9 +177,10 @@ __device__ void w4a16_linear_splitk(const uint16_t* __restrict__ x, const uint32
     w4a16_linear_splitk<T, NT, LG>(x, w, scales, zeros, perm, bias, y, partials, counters, N, M, K, x_stride,   \
                                    bias_stride, shard_len, log2_g, row_groups);                               \
   }
-// (_s<S>: S slices per unit, hipskinny/splitk.h: four at one and two token tiles, two at four.)
+// (_s<S>: S slices per unit, hipskinny/splitk.h: two or four at one and two token tiles, two at four.)
 #define HS_W4A16_SPLITK_ALL(T, TAG)                                                                           \
   HS_W4A16_SPLITK(T, TAG, 1, 0, ) HS_W4A16_SPLITK(T, TAG, 2, 0, ) HS_W4A16_SPLITK(T, TAG, 4, 0, )             \
+  HS_W4A16_SPLITK(T, TAG, 1, 1, _s2) HS_W4A16_SPLITK(T, TAG, 2, 1, _s2)                                 \
   HS_W4A16_SPLITK(T, TAG, 1, 2, _s4) HS_W4A16_SPLITK(T, TAG, 2, 2, _s4) HS_W4A16_SPLITK(T, TAG, 4, 1, _s2)
 
 HS_W4A16_SPLITK_ALL(hs::f16, f16)

@@ -56,12 +56,13 @@ Configuration rules, larger N:
   these sizes: per weight byte, a unit of R features and L columns re-reads x for ``16 * NT / R``
   bytes and moves ``64 * NT / L`` bytes of partials; for a given number of units (R * L fixed)
   the sum is smallest at L = 4 R -- 512 columns for R = 128.)
-* **Slices**: the kernels' ``_s<v>`` variants (v = 4 at one and two token tiles, 2 at four; which
-  a code object has: `built_slices`) make a unit 128 / v features, the v waves of each row group
+* **Slices**: the kernels' ``_s<v>`` variants (v = 2 or 4 at one and two token tiles, 2 at four;
+  which a code object has: `built_slices`) make a unit 128 / v features, the v waves of each row group
   taking every v-th group of the shard and summing in LDS at the end: v times the units without fp32
   partials, for x staged v times as often per weight. `splitk_split` adds slices to the one-slice
-  plan at no fewer shards and no more units than the flagship's CUs (SPLITK_SLICE_COST per extra
-  slice on the compute) and takes the fewest slices, then shards, within 1% of the best estimate. A
+  plan at no fewer shards (two slices: at least half of them) and no more units than the flagship's
+  CUs (SPLITK_SLICE_COST per extra slice on the compute) and takes the fewest slices, then shards,
+  within 1% of the best estimate. A
   layer of few row blocks (the routers, Qwen3's small projections at 4 bits on CDNA) gets its CUs
   this way where the partials' cap would hold it to few units.
 * **Grid**: ``min(units, CU count * groups per CU)`` persistent workgroups of 256 threads,
@@ -334,9 +335,9 @@ def splitk_split(info: ArchInfo, nt: int, m: int, k: int, *, n: int, weight_bits
     tile), more where the estimate -- the larger of the bytes (the partials included, slowed by too few
     units in flight) and ``compute`` (`compute_ratio`, plus a unit's own SPLITK_UNIT_OVERHEAD and
     SPLITK_SLICE_COST per extra slice) on the busiest of the flagship's CUs -- says they pay: the
-    one-slice plan first, then more slices at no fewer shards than it and no more units than the
-    flagship's CUs where the estimate says so. Of the candidates within 1% of the best estimate: the
-    fewest slices, then the fewest shards."""
+    one-slice plan first, then more slices at no fewer shards than it (two slices: at least half its
+    shards) and no more units than the flagship's CUs where the estimate says so. Of the candidates
+    within 1% of the best estimate: the fewest slices, then the fewest shards."""
     groups = -(-k // SPLITK_GROUP)
     little = splitk_units(info)
     most = max(1, min(groups, k // (SPLITK_GROUP * nt)))
@@ -362,14 +363,19 @@ def splitk_split(info: ArchInfo, nt: int, m: int, k: int, *, n: int, weight_bits
         return sorted({-(-groups // -(-groups // s)) for s in range(least, most + 1)})
 
     one = best_of([(1, c) for c in counts(max(1, min(math.ceil(little / -(-m // SPLITK_ROWS)), most)))])
-    # More slices only add units to the one-slice plan (at least its shards: a wave's chain of groups,
-    # groups / (shards x slices), never grows), and only up to the flagship's CUs: they fill idle CUs.
-    # Queued behind each other, a CU's units each pay their own x passes and reduction, which the
-    # estimate does not see (measured: FP8 W8A8 block-scaled Llama-3 qkv N = 16 on gfx942, 240 units
-    # -> 960 with 4 slices, 5.17 -> 6.87 us, latency-bound).
+    # More slices at no fewer shards than the one-slice plan (a wave's chain of groups, groups / (shards
+    # x slices), never grows), or two slices at half its shards, rounded up (the same units with half
+    # the partials, each wave's chain of groups unchanged, a unit's x passes at most doubled: measured
+    # on the 109 report rows where it changes the plan, 49 >5% faster, 4 slower, at most 10%: matmul_4bit
+    # Llama-3 qkv N = 4 on gfx942, 3.30 -> 3.63 us; four slices at fewer shards lost up to 18%, FP8
+    # W8A8 block-scaled 4096 x 4096 N = 16). And only up to the flagship's CUs: queued behind each
+    # other, a CU's units each pay their own x passes and reduction, which the estimate does not see
+    # (measured: FP8 W8A8 block-scaled Llama-3 qkv N = 16 on gfx942, 240 units -> 960 with 4 slices,
+    # 5.17 -> 6.87 us, latency-bound).
     cus = info.default_cu_count
-    return best_of([one] + [(sl, c) for sl in sorted(slices) if sl > 1 for c in counts(one[1])
-                            if c >= one[1] and -(-m // (SPLITK_ROWS // sl)) * c <= cus])
+    return best_of([one] + [(sl, c) for sl in sorted(slices) if sl > 1 for c in counts(-(-one[1] // 2))
+                            if (c >= one[1] or (sl == 2 and 2 * c >= one[1]))
+                            and -(-m // (SPLITK_ROWS // sl)) * c <= cus])
 
 
 def splitk_shards(info: ArchInfo, nt: int, m: int, k: int, *, n: int, weight_bits: int | None, x_bytes: int,

@@ -109,7 +109,8 @@ def test_fused_against_exact(arch, quant_type, nested):
         assert_bound(y, x, packed, st, bias)
         from hipskinny.arch import ARCHS
 
-        assert info["staged_once"] == (n * k * 2 <= ARCHS[arch].lds_per_workgroup - 1088)
+        static = 256 * 8 + 256 * 4     # the codebook's pair table and the nested map
+        assert info["staged_once"] == (n * k * 2 <= ARCHS[arch].lds_per_workgroup - static)
 
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
@@ -250,9 +251,10 @@ def test_small_n_on_the_splitk_kernel(arch):
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
 @pytest.mark.parametrize("slices", [1, 2, 4])
 def test_every_slice_count(arch, slices, keep_shards, force_slices):
-    """The split-K kernels with 1, 2 and 4 slices per unit where built (4 at one token tile, 2 at
-    four; gfx942's bf16 one at four tiles is not): several row blocks of 128 / slices with a tail,
-    several shards of an odd number of groups (a slice without a group at the end)."""
+    """The split-K kernels with 1, 2 and 4 slices per unit where built (2 and 4 at one token tile,
+    2 at four; gfx942's bf16 ones with 2 slices at two and four tiles are not): several row blocks
+    of 128 / slices with a tail, several shards of an odd number of groups (a slice without a group
+    at the end)."""
     force_slices(slices)
     _splitk_cases(arch, slices == 2, [(12, 100, 1664, 64, 3), (40, 200, 1152, 128, 2)])
 

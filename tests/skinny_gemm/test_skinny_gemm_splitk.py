@@ -248,8 +248,8 @@ def test_padded_strides_exact_buffers_and_every_variant(arch, n):
 
 def test_code_objects_have_no_spills_no_scratch_and_fit_lds():
     manifest = json.loads(MANIFEST.read_text())
-    # every token tile with one slice, and S = 4 / 4 / 2 slices at 1 / 2 / 4 tiles (splitk.h's Layout)
-    variants = [f"t{nt}" for nt in lin.TOKEN_TILES] + ["t1_s4", "t2_s4", "t4_s2"]
+    # every token tile with one slice, and S = 2 and 4 slices at 1 and 2 tiles, 2 at 4 (splitk.h's Layout)
+    variants = [f"t{nt}" for nt in lin.TOKEN_TILES] + ["t1_s2", "t1_s4", "t2_s2", "t2_s4", "t4_s2"]
     expected = {f"skinny_gemm_splitk_{t}_{v}{a}" for t in ("f16", "bf16") for v in variants for a in ("", "_atomic")}
     for arch in SHIPPED_ARCHS:
         entry = manifest["code_objects"][f"{arch}/skinny_gemm_splitk"]
@@ -393,6 +393,15 @@ def test_slices_give_small_layers_their_cus():
     # the router on the XTX at N = 64 (one row block, matrix-bound): two slices of its four shards
     router = dict(n=64, weight_bits=16, x_bytes=2, compute=lin.compute_ratio("skinny_gemm_splitk_f16_t4", "gfx1100", 4))
     assert lin.splitk_split(navi31, 4, 128, 2048, slices=(1, 2), **router) == (2, 4)
+    # 4-bit Llama-3 qkv at N = 16 (48 row blocks, two shards under the cap): 4 slices would queue 384
+    # units on 304 CUs; 2 slices give 192
+    assert lin.splitk_split(mi300, 1, 6144, 4096, slices=(1, 2, 4), **qkv) == (2, 2)
+    # FP8 Llama-3 o_proj at N = 64: two slices take the place of half the shards (256 units either
+    # way, half the partials)
+    fp8 = lin.compute_ratio("fp8_linear_splitk_f16_ocp_t4", "gfx942", 4)
+    o_proj = dict(n=64, weight_bits=8, x_bytes=2, compute=fp8)
+    assert lin.splitk_split(mi300, 4, 4096, 4096, slices=(1,), **o_proj) == (1, 8)
+    assert lin.splitk_split(mi300, 4, 4096, 4096, slices=(1, 2), **o_proj) == (2, 4)
     assert lin.sliced("skinny_gemm_splitk_f16_t1_atomic", 1, 4) == "skinny_gemm_splitk_f16_t1_s4_atomic"
     assert lin.sliced("fp8_linear_splitk_f16_ocp_block_t4", 4, 2) == "fp8_linear_splitk_f16_ocp_block_t4_s2"
     assert lin.sliced("w4a16_linear_splitk_bf16_t2", 2, 1) == "w4a16_linear_splitk_bf16_t2"
@@ -400,8 +409,9 @@ def test_slices_give_small_layers_their_cus():
         dev = EmulatedDevice(arch, 1)
         module = registry.load(dev, "matmul_4bit_splitk")
         assert [lin.built_slices(module, f"matmul_4bit_splitk_f16_t{nt}", nt) for nt in (1, 2, 4)] == [
-            (1, 4), (1, 4), (1, 2)]
-        assert lin.built_slices(module, "matmul_4bit_splitk_bf16_t4", 4) == ((1,) if arch == "gfx942" else (1, 2))
+            (1, 2, 4), (1, 2, 4), (1, 2)]
+        assert [lin.built_slices(module, f"matmul_4bit_splitk_bf16_t{nt}", nt) for nt in (2, 4)] == (
+            [(1, 4), (1,)] if arch == "gfx942" else [(1, 2, 4), (1, 2)])
         assert lin.built_slices(registry.load(dev, "fp8_linear_splitk"), "fp8_linear_splitk_f16_ocp_t8", 8) == (1,)
 
 

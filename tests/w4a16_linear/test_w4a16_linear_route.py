@@ -157,15 +157,15 @@ def test_small_n_on_the_splitk_kernel(arch):
             dev = _dev(arch, 2)
             with hipskinny.on_device(dev):
                 y = w4a16.linear(x, prepared)
-                assert re.fullmatch(rf"w4a16_linear_splitk_{TAG[dt]}_t1(_s4)?", dev.launches[-1].kernel)
+                assert re.fullmatch(rf"w4a16_linear_splitk_{TAG[dt]}_t1(_s[24])?", dev.launches[-1].kernel)
             assert_route_bound(y, x, ckpt, fmt, g)
 
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
 @pytest.mark.parametrize("slices", [1, 2, 4])
 def test_every_slice_count(arch, slices, keep_shards, force_slices):
-    """The fused split-K kernels with 1, 2 and 4 slices per unit where built (4 at one token tile,
-    2 at four): several row blocks of 128 / slices with a tail, several shards of an odd number of
+    """The fused split-K kernels with 1, 2 and 4 slices per unit where built (2 and 4 at one token
+    tile, 2 at four): several row blocks of 128 / slices with a tail, several shards of an odd number of
     groups (a slice without a group at the end), act-order and asymmetric."""
     force_slices(slices)
     cases = [(12, 104, 1664, 128, "gptq", False, True, F16), (40, 200, 1152, 64, "awq", False, False, BF16)]
@@ -177,7 +177,7 @@ def test_every_slice_count(arch, slices, keep_shards, force_slices):
             y = w4a16.linear(x, prepared)
             info = op.plan_info(dev, dt, n, m, k)
         nt = token_tiles(n)
-        assert info["shards"] > 1 and info["slices"] == (slices if slices in (1, 4 if nt <= 2 else 2) else 1)
+        assert info["shards"] > 1 and info["slices"] == (slices if slices in ((1, 2, 4) if nt <= 2 else (1, 2)) else 1)
         assert dev.launches[-1].kernel == info["kernel"] == _linear.sliced(f"w4a16_linear_splitk_{TAG[dt]}_t{nt}", nt,
                                                                            info["slices"])
         assert_route_bound(y, x, ckpt, fmt, g)

@@ -100,13 +100,6 @@ template <> __device__ inline uint32_t pack2<hs::bf16>(float2v p) {
 // Whether pack2<T> needs canonical NaN inputs.
 template <typename T> constexpr bool kCanonical = !HS_CVT_PK && __is_same(T, hs::bf16);
 
-// Any NaN as the canonical quiet NaN (see pack2<bf16>); integer compare, which the compiler
-// does not fold away as it may a float one.
-__device__ inline float canonical(float v) {
-  const uint32_t u = __builtin_bit_cast(uint32_t, v);
-  return (u & 0x7fffffffu) > 0x7f800000u ? __builtin_bit_cast(float, 0x7fc00000u) : v;
-}
-
 // The B fragment of one step from the lane's four decoded dwords.
 __device__ inline frag w_frag(const uint32_t (&d)[4], int lane) {
 #if HS_WMMA11
@@ -271,7 +264,15 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
   const int shards = (K + shard_len - 1) / shard_len;
   const int blocks = (M + Lay::kUnitRows - 1) / Lay::kUnitRows;
   const int units = blocks * shards;
-  const Epilogue out{nullptr, 0, nullptr, 0, 1.0f, bias, bias_stride, y, std::is_same<T, hs::bf16>::value};
+  // y and the bias are read after a unit's loop only: on gfx9 held in VGPRs (uniform values), so
+  // the loop keeps the SGPRs it needs (its 4-bit kernels sit at the 102-SGPR limit).
+  uint16_t* y_v = y;
+  const uint16_t* bias_v = bias;
+  int64_t bias_stride_v = bias_stride;
+#if HS_GFX9
+  asm("" : "+v"(y_v), "+v"(bias_v), "+v"(bias_stride_v));
+#endif
+  const Epilogue out{nullptr, 0, nullptr, 0, 1.0f, bias_v, bias_stride_v, y_v, std::is_same<T, hs::bf16>::value};
 
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     const int block = u / shards, shard = u % shards;
