@@ -63,6 +63,7 @@ __device__ inline void decode(uint32_t w, float s, const hs::codebook::pair* tab
 // weight bytes and the block scale (nested: the absmax code and its absmax2, decoded per group).
 template <typename T, bool NESTED>
 struct Bnb4 {
+  static constexpr bool kOutputInVgprs = true;   // (else SGPR spills on gfx942 / gfx950)
   const uint8_t* w;
   const void* absmax;
   const float* absmax2;

@@ -58,6 +58,7 @@ using hs::int4::kBf16;
 // bytes (4 words) and the group's scale and zero point.
 template <typename T>
 struct Int4 {
+  static constexpr bool kOutputInVgprs = false;
   const uint32_t* w;
   const uint16_t* scale_p;
   const uint8_t* zero_p;
