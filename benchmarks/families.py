@@ -118,50 +118,46 @@ against half-byte weights that share is four times fp16's. VALU per weight byte 
 point: met on gfx11/gfx12 at N <= 4 (medians 0.18-0.38 against 0.50-0.91) and on gfx942 at N = 1
 (0.090, max 0.119, against 0.120); **missed** on gfx950 (N = 1 0.092, the split-K kernel at N = 4
 0.093, against 0.077), where the two VALU-bound N = 1 rows (Llama's gate_up_proj, Qwen's lm_head)
-stand 1.02 and 1.09x their floor. Main loop at N = 1 (gfx942 listing, YTILE 4, nested absmax): 292 VALU per 4
-rows x 16 weight bytes = 73 per row: two shifts per dword and one SDWA `and` per lookup to turn the
-nibbles into codebook offsets (`hipskinny/codebook.h`), 4 packed fp32 FMAs per dword, x widened once
-for the 4 rows, the scale per chunk (the row's two absmax2 entries selected, one FMA). The split-K
-kernel (N = 9..64, and N = 2..8 of large layers on CDNA) widens each weight in registers: about 100
-(fp16) / 150 (bf16) VALU per 16 weight bytes per row on gfx942, 85 on gfx950, 180 / 230 on gfx11
-(the half exchange for WMMA), shared by all N tokens.
+stand 1.02 and 1.09x their floor. The codebook sits in LDS as a table of value pairs, one entry per
+packed byte (`hipskinny/codebook.h`): a byte's two weights take one 8-byte lookup and one operation
+for its address (an SDWA byte select and shift on gfx9), where a 16-entry table took two lookups and
+two to three operations. At N = 1 (gfx942, `python -m benchmarks.profile matmul_4bit gfx942 1 4096
+4096`): 3.09 VALU lane-operations per weight, one `v_fma_mix_f32` (x widened in the multiply) and
+half an address per weight, the rest loads' addresses and the scale per chunk; VALU per weight byte
+0.119 -> 0.097 on the Llama o_proj row. The split-K kernel (N = 9..64, and N = 2..8 of large layers
+on CDNA) widens each weight in registers once for all N tokens: 2.43 VALU lane-operations per
+weight on gfx950 (3.17 with the 16-entry table; `python -m benchmarks.profile matmul_4bit gfx950 4
+4096 14336`): half an address, one packed fp32 multiply and one packed conversion per pair.
 
-**gfx950 at N = 64 is LDS-bound (1.65-1.72x the floor).** A codebook lookup reads 4 LDS bytes per
-nibble (8 per weight byte, whatever the table's layout: a byte-pair table reads 8 bytes per byte),
-and each wave reads all of x for its 32 rows (4N / 32 = 8 LDS bytes per weight byte at N = 64).
-gfx950's LDS moves 9.8 bytes per DRAM byte (78.6 TB/s against 8 TB/s), so the lookups alone take
-0.82x the memory time and x as much again; within 1.15x would need x shared by 80+ rows per wave
-(the split-K tile holds 32; 64 would give about 1.2x). The 16-bit routes avoid the lookups but move
-4.5 bytes per weight.
+**gfx950 is LDS-bound (N = 64: 1.71-1.95x the floor; N = 4 and 16: 1.14-1.21x on gate_up and
+the lm_heads; Llama down_proj at N = 16 1.70x, its 320 units giving the busiest CU 1.6x the
+average).** A lookup reads 8 LDS bytes per weight byte whatever the table's layout (the pair table
+halves the lookups' instructions, not their bytes), and each wave reads all of x for its 32 rows
+(4N / 32 = 8 LDS bytes per weight byte at N = 64, 2 at N = 16). gfx950's LDS moves 9.8 bytes per
+DRAM byte (78.6 TB/s against 8 TB/s, 128 B/clk/CU assumed as on CDNA3: no source gives CDNA4's),
+so the lookups alone take 0.82x the memory time; within 1.15x at N = 64 would need x shared by 80+
+rows per wave (the split-K tile holds 32). Before the pair table the same rows at N <= 16 were
+VALU-bound (Llama down_proj N = 4: 1.24x, 4.73 us; now 1.07x, 4.07 us). The 16-bit routes avoid the
+lookups but move 4.5 bytes per weight.
 
-**gfx950 Llama down_proj at N = 4 is VALU-bound at 1.24x** (`python -m benchmarks.profile matmul_4bit
-gfx950 4 4096 14336`). The split-K kernel's decode is 144 VALU
-per group and wave (8 lookups' offsets, 4 packed multiplies and 4 packed conversions per dword of 8
-weights), about 35 more per group in the loop (loads' addresses, scales, x addresses), and the plan
-(16 shards of 7 groups: 512 units, two on every CU) adds each unit's prologue, about 170 VALU, 12%
-of the total. The model now charges the busiest CU (`busiest_cu_share`): the 13 shards of 416 units
-it had gave 160 CUs two units and 96 one (5.83 us, share 1.23); the planner's estimate
-(`_linear.splitk_shards`) takes 16 (4.72 us, share 1.0), and fewer, longer shards (224 units:
-7 shards) would leave 32 CUs idle.
-
-**Where the busiest CU binds (RESULTS at ca2b10a).** 28 rows are bound by VALU, LDS or matrix
-above 1.15x their floor with the compute roofs charged on the busiest CU (58 at 605b878). The 30
-gone are the routers (all 20: one 128-row block) and the smallest 4-bit layers at N = 16, which the
-split-K kernels' slices now spread (`_t<NT>_s<S>`, `hipskinny/splitk.h`: a unit of 128 / S
-features, its S waves per row group taking every S-th group and summing in LDS): 4-bit Qwen3 qkv
-on gfx942 runs 160 units instead of 40 without partials, 6.81 -> 3.34 us, now latency-bound; the
-routers at N = 64 on RDNA went from matrix-bound on 4 CUs (5.65-6.55 us) to latency-bound
-(3.1-4.3 us). The planner (`_linear.splitk_split`) adds slices to the one-slice plan only up to the
-flagship's CUs: an earlier rule that let sliced units queue (several per CU) took 4 slices for 8
-more rows (21 compute-bound left) but made 8 rows up to 33% slower, their units each paying their
-own x passes and reduction, which the planner's estimate does not see. Left: Llama-3 qkv and
-o_proj sized 4-bit layers at N = 16 on CDNA (96 units at 2 shards: 4 slices would queue 384 on 304
-CUs; S = 2 is not built at one token tile), gfx1100's Qwen3 qkv / o_proj at N = 16 (40-48 units on
-96 CUs, the same), the gate_up layers on CDNA (448 units: busiest CU 1.36x / 1.14x the average),
-the gfx950 4-bit rows above (LDS at N = 64, VALU at N <= 16 with shares 1.0-1.14), gfx1151's Llama
-o_proj and gfx1100's Qwen3 qkv at N = 64 (32 / 80 units: no shard count evens their CUs). A
-per-CU chain term in the estimate (a unit's fixed passes times the units a CU queues) would let
-slices queue where it pays.
+**Where the busiest CU binds (RESULTS at da569d1).** 14 rows are bound by VALU, LDS or matrix
+above 1.15x their floor with the compute roofs charged on the busiest CU (28 at ca2b10a, 58 at
+605b878). Slices (`_t<NT>_s<S>`, `hipskinny/splitk.h`: a unit of 128 / S features, its S waves per
+row group taking every S-th group and summing in LDS) are now built with two slices at one and two
+token tiles as well, and the planner (`_linear.splitk_split`) may take two slices in place of half
+the one-slice plan's shards (the same units, half the partials, each wave's chain of groups
+unchanged). Gone since ca2b10a: the Llama-3-sized 4-bit qkv at N = 16 on CDNA (96 units -> 192 at
+two slices; gfx942 6.78 -> 3.95 us, latency-bound), gfx1100's Qwen3 qkv / o_proj at N = 16 (40-48
+units -> 80-96; 9.85 -> 5.92 us, memory-bound), the gfx950 rows the pair table took off the VALU
+(N = 4: Llama down_proj, gate_up, lm_head). Still sliced only up to the flagship's CUs: a rule that
+let sliced units queue (several per CU) made 8 rows up to 33% slower (each unit pays its own x
+passes and reduction, which the planner's estimate does not see); four slices at fewer shards than
+the one-slice plan lost up to 18% on latency-bound rows (FP8 W8A8 block-scaled 4096 x 4096 N = 16),
+so only two slices may replace shards. Left: the gfx950 LDS-bound rows above (7), gfx942's gate_up
+at N = 64 (LDS 1.48x; w4a16's matrix 1.28x; 448 units, busiest CU 1.36x the average: no split
+evens 224 row blocks on 304 CUs under the partials' cap), w4a16's Llama down_proj at N = 16 on
+gfx950 (VALU 1.61x, the same 320 units), the Qwen3 qkv at N = 64 on gfx1100 and Llama o_proj on
+gfx1151 for both 4-bit formats (matrix 1.19-1.2x: 80 / 32 units on 96 / 40 CUs).
 """
 
 
