@@ -118,27 +118,40 @@ against half-byte weights that share is four times fp16's. VALU per weight byte 
 point: met on gfx11/gfx12 at N <= 4 (medians 0.18-0.38 against 0.50-0.91) and on gfx942 at N = 1
 (0.090, max 0.119, against 0.120); **missed** on gfx950 (N = 1 0.092, the split-K kernel at N = 4
 0.093, against 0.077), where the two VALU-bound N = 1 rows (Llama's gate_up_proj, Qwen's lm_head)
-stand 1.02 and 1.09x their floor. The codebook sits in LDS as a table of value pairs, one entry per
-packed byte (`hipskinny/codebook.h`): a byte's two weights take one 8-byte lookup and one operation
-for its address (an SDWA byte select and shift on gfx9), where a 16-entry table took two lookups and
-two to three operations. At N = 1 (gfx942, `python -m benchmarks.profile matmul_4bit gfx942 1 4096
-4096`): 3.09 VALU lane-operations per weight, one `v_fma_mix_f32` (x widened in the multiply) and
-half an address per weight, the rest loads' addresses and the scale per chunk; VALU per weight byte
-0.119 -> 0.097 on the Llama o_proj row. The split-K kernel (N = 9..64, and N = 2..8 of large layers
-on CDNA) widens each weight in registers once for all N tokens: 2.43 VALU lane-operations per
-weight on gfx950 (3.17 with the 16-entry table; `python -m benchmarks.profile matmul_4bit gfx950 4
-4096 14336`): half an address, one packed fp32 multiply and one packed conversion per pair.
+stand 1.02 and 1.09x their floor. Main loop at N = 1 (gfx942 listing, YTILE 4, nested absmax): 292 VALU per 4
+rows x 16 weight bytes = 73 per row: two shifts per dword and one SDWA `and` per lookup to turn the
+nibbles into codebook offsets (`hipskinny/codebook.h`), 4 packed fp32 FMAs per dword, x widened once
+for the 4 rows, the scale per chunk (the row's two absmax2 entries selected, one FMA). The split-K
+kernel (N = 9..64, and N = 2..8 of large layers on CDNA) widens each weight in registers: about 100
+(fp16) / 150 (bf16) VALU per 16 weight bytes per row on gfx942, 85 on gfx950, 180 / 230 on gfx11
+(the half exchange for WMMA), shared by all N tokens.
 
-**gfx950 is LDS-bound (N = 64: 1.71-1.95x the floor; N = 4 and 16: 1.14-1.21x on gate_up and
-the lm_heads; Llama down_proj at N = 16 1.70x, its 320 units giving the busiest CU 1.6x the
-average).** A lookup reads 8 LDS bytes per weight byte whatever the table's layout (the pair table
-halves the lookups' instructions, not their bytes), and each wave reads all of x for its 32 rows
-(4N / 32 = 8 LDS bytes per weight byte at N = 64, 2 at N = 16). gfx950's LDS moves 9.8 bytes per
-DRAM byte (78.6 TB/s against 8 TB/s, 128 B/clk/CU assumed as on CDNA3: no source gives CDNA4's),
-so the lookups alone take 0.82x the memory time; within 1.15x at N = 64 would need x shared by 80+
-rows per wave (the split-K tile holds 32). Before the pair table the same rows at N <= 16 were
-VALU-bound (Llama down_proj N = 4: 1.24x, 4.73 us; now 1.07x, 4.07 us). The 16-bit routes avoid the
-lookups but move 4.5 bytes per weight.
+**gfx950 at N = 64 is LDS-bound (1.65-1.72x the floor).** A codebook lookup reads 4 LDS bytes per
+nibble (8 per weight byte, whatever the table's layout: a byte-pair table reads 8 bytes per byte),
+and each wave reads all of x for its 32 rows (4N / 32 = 8 LDS bytes per weight byte at N = 64).
+gfx950's LDS moves 9.8 bytes per DRAM byte (78.6 TB/s against 8 TB/s), so the lookups alone take
+0.82x the memory time and x as much again; within 1.15x would need x shared by 80+ rows per wave
+(the split-K tile holds 32; 64 would give about 1.2x). The 16-bit routes avoid the lookups but move
+4.5 bytes per weight.
+
+**gfx950 Llama down_proj at N = 4 is VALU-bound at 1.24x** (`python -m benchmarks.profile matmul_4bit
+gfx950 4 4096 14336`). The split-K kernel's decode is 144 VALU
+per group and wave (8 lookups' offsets, 4 packed multiplies and 4 packed conversions per dword of 8
+weights), about 35 more per group in the loop (loads' addresses, scales, x addresses), and the plan
+(16 shards of 7 groups: 512 units, two on every CU) adds each unit's prologue, about 170 VALU, 12%
+of the total. The model now charges the busiest CU (`busiest_cu_share`): the 13 shards of 416 units
+it had gave 160 CUs two units and 96 one (5.83 us, share 1.23); the planner's estimate
+(`_linear.splitk_shards`) takes 16 (4.72 us, share 1.0), and fewer, longer shards (224 units:
+7 shards) would leave 32 CUs idle.
+
+**A pair table for the codebook was tried and left out.** One entry per packed byte ({code[hi],
+code[lo]}, 2 KiB) takes a byte's two weights in one 8-byte lookup and one address operation: VALU
+per weight and lane 3.17 -> 2.43 in the split-K kernel on gfx950, which the model turned into 14
+fewer compute-bound rows. But 256 entries of 8 bytes cover each LDS bank pair 16 times, so lanes of
+one access reading different bytes collide (NF4's 16 values are equally likely by design: about 3
+lanes per bank pair among 16), while the 16-entry table sits in 16 distinct banks and never
+conflicts. The model counts LDS bytes, not bank conflicts, so it could not weigh that; the 4-bit
+rows on gfx950 that are LDS-bound already would have been the ones to lose.
 
 **Where the busiest CU binds (RESULTS at da569d1).** 14 rows are bound by VALU, LDS or matrix
 above 1.15x their floor with the compute roofs charged on the busiest CU (28 at ca2b10a, 58 at

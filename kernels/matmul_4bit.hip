@@ -21,18 +21,18 @@
 //   log2_bs  log2(blocksize), 5..12; K a multiple of the blocksize (so of 32)
 //
 // Launch: matmul_4bit_<f16|bf16>_n<N>_y<YTILE>, block (256, 1, 1), any grid, dynamic LDS
-// N * kc * 2 bytes (x staged as it is, widened to fp32 when read), plus 3072 static bytes (the
-// codebook's pair table, hipskinny/codebook.h, and the nested map).
+// N * kc * 2 bytes (x staged as it is, widened to fp32 when read), plus 1088 static bytes (the
+// codebook and the nested map).
 //
 // dequantize_4bit_<f16|bf16> (the op's route for other shapes; arguments and rules at its
-// definition): block (256, 1, 1), any grid, 3072 static LDS bytes.
+// definition): block (256, 1, 1), any grid, 1088 static LDS bytes.
 //
 // Work split as kernels/skinny_gemm.hip (hs::lane_split::run; this file is its body): a wave owns YTILE consecutive rows x all tokens;
 // lane l takes the 32-column chunks (16 weight bytes) g with g % wave == l in increasing g;
 // each chunk's sums are scaled by its block's absmax (a chunk never straddles a block) and
 // added to the accumulator; a fixed xor butterfly reduces across lanes. Results are bitwise
-// the same for any grid, YTILE, kc or CU count. The codebook's pair table (and code2) sit in
-// LDS: lanes reading different entries hit different banks, equal entries broadcast.
+// the same for any grid, YTILE, kc or CU count. The codebook (and code2) sit in LDS: lanes
+// reading different entries hit different banks, equal entries broadcast.
 #include "hipskinny/codebook.h"
 #include "hipskinny/common.h"
 #include "hipskinny/lane_split.h"
@@ -85,11 +85,11 @@ struct Matmul4bit : hs::lane_split::Body {
   uint32_t last2;       // nested: the last absmax2 entry
   bool two_entries;     // nested: row_blocks <= 256 (see chunks)
   int row_q;            // 16-byte LDS slots per staged token row
-  hs::codebook::pair* code;   // LDS: the codebook's pair table (hipskinny/codebook.h)
+  float* code;    // LDS: the 16-entry codebook
   float* code2;   // LDS: the nested map's 256 entries
 
   HS_BODY bool prologue(hs::u32x4* xs, bool staged_once) const {
-    hs::codebook::fill(code, code_g);
+    if (threadIdx.x < 16) code[threadIdx.x] = code_g[threadIdx.x];
     if (flags & kNested) code2[threadIdx.x] = code2_g[threadIdx.x];   // kThreads == 256 entries
     if (staged_once) stage_x<NP>(xs, x, x_stride, 0, K, kc);
     return true;
@@ -202,7 +202,7 @@ __device__ void matmul_4bit(const uint16_t* __restrict__ x, const uint8_t* __res
                             const float* __restrict__ code_g, const uint16_t* __restrict__ bias,
                             uint16_t* __restrict__ y, int M, int K, int64_t x_stride, int64_t bias_stride, int kc,
                             int log2_bs, int flags) {
-  __shared__ hs::codebook::pair code[hs::codebook::kEntries];
+  __shared__ float code[16];
   __shared__ float code2[256];
   const float offset = (flags & kNested) ? *offset_p : 0.0f;
   const uint32_t row_blocks = (uint32_t)K >> log2_bs;
@@ -225,7 +225,7 @@ __device__ void matmul_4bit(const uint16_t* __restrict__ x, const uint8_t* __res
 template <typename T, bool NESTED, bool K8>
 __device__ void dequantize_groups(const uint8_t* __restrict__ w, const void* __restrict__ absmax,
                                   const float* __restrict__ absmax2, const float* code2, float offset,
-                                  const hs::codebook::pair* code, uint16_t* __restrict__ out, int M, int K, int pitch,
+                                  const float* code, uint16_t* __restrict__ out, int M, int K, int pitch,
                                   int log2_bs) {
   const auto scale = [&](uint32_t b) {
     return NESTED ? __builtin_fmaf(code2[static_cast<const uint8_t*>(absmax)[b]], absmax2[b >> 8], offset)
@@ -254,7 +254,7 @@ __device__ void dequantize_groups(const uint8_t* __restrict__ w, const void* __r
         const uint32_t f = e + j;
         const uint32_t byte = w[f >> 1];
         const uint32_t nib = (f & 1) ? (byte & 15u) : (byte >> 4);
-        v[j] = k + j < K ? hs::from_float<T>(hs::codebook::value(code, nib) * scale(f >> log2_bs)) : (uint16_t)0;
+        v[j] = k + j < K ? hs::from_float<T>(code[nib] * scale(f >> log2_bs)) : (uint16_t)0;
       }
     }
     *reinterpret_cast<hs::u32x4*>(out + (uint64_t)m * (uint32_t)pitch + k) =
@@ -268,10 +268,10 @@ __device__ void dequantize(const uint8_t* __restrict__ w, const void* __restrict
                            const float* __restrict__ absmax2, const float* __restrict__ code2_g,
                            const float* __restrict__ offset_p, const float* __restrict__ code_g,
                            uint16_t* __restrict__ out, int M, int K, int pitch, int log2_bs, int flags) {
-  __shared__ hs::codebook::pair code[hs::codebook::kEntries];
+  __shared__ float code[16];
   __shared__ float code2[256];
   const bool nested = (flags & kNested) != 0;
-  hs::codebook::fill(code, code_g);
+  if (threadIdx.x < 16) code[threadIdx.x] = code_g[threadIdx.x];
   if (nested) code2[threadIdx.x] = code2_g[threadIdx.x];
   __syncthreads();
   const float offset = nested ? *offset_p : 0.0f;

@@ -22,20 +22,21 @@
 //   shard_len (a multiple of 128; shards = ceil(K / shard_len)), log2_bs (5..12), flags
 //   Limits: M * K >> log2_bs < 2^30 blocks (scale byte offsets are 32-bit).
 //
-// Launch: matmul_4bit_splitk_<f16|bf16>_t<NT>[_s<S>], NT = 1, 2, 4, S = 4, 4, 2, block (256, 1, 1), any grid, dynamic
-// LDS 16 * NT * KC * 2 = 32 KiB (KC = 1024 / NT), plus 3072 static bytes (the codebook's pair table and
-// code2) -- over half of gfx942's 64 KiB: one workgroup per CU there (two need <= 32 KiB in all).
+// Launch: matmul_4bit_splitk_<f16|bf16>_t<NT>[_s<S>], NT = 1, 2, 4, S = 2, 4 (NT <= 2) or 2, block (256, 1, 1), any grid, dynamic
+// LDS 16 * NT * KC * 2 = 32 KiB (KC = 1024 / NT), plus 1088 static bytes (codebook and code2) --
+// just over half of gfx942's 64 KiB: one workgroup per CU there (two need <= 32 KiB in all).
 //
 // Work split, tile multiply, K order, x staging, shard reduction and bounds: hipskinny/splitk4.h
 // (the skeleton shared with kernels/w4a16_linear_splitk.hip); this file is its weight policy: a lane's 16
 // bytes are 32 consecutive columns of its row, one block scale (a block is >= 32 columns) serves
 // them all. Deterministic variant only.
 //
-// Dequant per weight byte: one lookup of its two values (hipskinny/codebook.h's pair table, one
-// operation for the address: an SDWA byte select and shift on gfx9, two elsewhere), one fp32
+// Dequant per weight byte: one lookup address each nibble (codebook in LDS at nibble * 4: two
+// shifts per dword and one mask per lookup, the mask an SDWA byte select on gfx9), one fp32
 // multiply per weight (v_pk_mul_f32 on pairs on gfx9), one conversion per weight with the pair
 // packed in place (v_cvt_pk_* on gfx950, SDWA / true16 halves on gfx942 / gfx11; bf16 elsewhere
-// by integer RNE).
+// by integer RNE). About 100 (f16) / 150 (bf16) VALU per 16 weight bytes per row on gfx942, 85
+// on gfx950, 145 / 180 on gfx1201, 180 / 230 on gfx11 (the half exchange).
 //
 // Bounds: as hipskinny/splitk4.h; K a multiple of 32 (of the blocksize), pieces past K decode to
 // zero.
@@ -51,24 +52,25 @@ enum Flags : int { kNested = 1 };  // `flags` bits, copied into the manifest (la
 
 // Eight weights (one dword: bytes 0..3, high nibble first) as four dwords of T pairs.
 template <typename T>
-__device__ inline void decode(uint32_t w, float s, const hs::codebook::pair* table, uint32_t (&d)[4]) {
-  hs::codebook::pair p[4];
-  hs::codebook::pairs(table, w, p);
+__device__ inline void decode(uint32_t w, float s, const float* code, uint32_t (&d)[4]) {
+  float v[8];
+  hs::codebook::values(code, w, v);
   // gfx9 multiplies a pair at once (v_pk_mul_f32).
-#pragma unroll
-  for (int b = 0; b < 4; ++b) d[b] = pack2<T>(p[b] * s);
+  d[0] = pack2<T>((float2v){v[0], v[1]} * s);
+  d[1] = pack2<T>((float2v){v[2], v[3]} * s);
+  d[2] = pack2<T>((float2v){v[4], v[5]} * s);
+  d[3] = pack2<T>((float2v){v[6], v[7]} * s);
 }
 
 // The weight policy of hipskinny/splitk4.h for bitsandbytes' format: per tile and piece the 16
 // weight bytes and the block scale (nested: the absmax code and its absmax2, decoded per group).
 template <typename T, bool NESTED>
 struct Bnb4 {
-  static constexpr bool kOutputInVgprs = true;   // (else SGPR spills on gfx942 / gfx950)
   const uint8_t* w;
   const void* absmax;
   const float* absmax2;
-  const hs::codebook::pair* code;   // LDS
-  const float* code2;               // LDS
+  const float* code;    // LDS
+  const float* code2;   // LDS
   float offset;
   int K, log2_bs;
   uint32_t row_blocks;
@@ -121,7 +123,7 @@ struct Bnb4 {
         float s;
         if constexpr (NESTED) s = __builtin_fmaf(code2[r.q[t][j]], r.s[t][j], offset);
         else s = r.s[t][j];
-        if constexpr (kCanonical<T>) s = hs::canonical(s);
+        if constexpr (kCanonical<T>) s = canonical(s);
         sc.s[t][j] = valid[j] ? s : 0.0f;
       }
   }
@@ -139,12 +141,15 @@ __device__ void matmul_4bit_splitk(const uint16_t* __restrict__ x, const uint8_t
                                    uint16_t* __restrict__ y, float* __restrict__ partials,
                                    uint32_t* __restrict__ counters, int N, int M, int K, int64_t x_stride,
                                    int64_t bias_stride, int shard_len, int log2_bs, int flags) {
-  // The codebook's pair table and the nested map in LDS: lanes reading different entries hit
-  // different banks, equal entries broadcast. Written before the first pass's barrier.
-  __shared__ hs::codebook::pair code[hs::codebook::kEntries];
+  // The codebook and the nested map in LDS: lanes reading different entries hit different banks,
+  // equal entries broadcast. Written before the first pass's barrier.
+  __shared__ float code[16];
   __shared__ float code2[256];
   const bool nested = (flags & kNested) != 0;
-  hs::codebook::fill<kCanonical<T>>(code, code_g);
+  if (threadIdx.x < 16) {
+    const float c = code_g[threadIdx.x];
+    code[threadIdx.x] = kCanonical<T> ? canonical(c) : c;
+  }
   if (nested) code2[threadIdx.x] = code2_g[threadIdx.x];   // kThreads == 256 entries
   const uint32_t row_blocks = (uint32_t)K >> log2_bs;
   if (nested) {

@@ -58,7 +58,6 @@ using hs::int4::kBf16;
 // bytes (4 words) and the group's scale and zero point.
 template <typename T>
 struct Int4 {
-  static constexpr bool kOutputInVgprs = false;
   const uint32_t* w;
   const uint16_t* scale_p;
   const uint8_t* zero_p;
@@ -121,7 +120,7 @@ struct Int4 {
           sc.c[t][j] = both(0xD400u + 16u * z);
         } else {
           float s = hs::to_float<T>((uint16_t)r.s[t][j]);
-          if constexpr (kCanonical<T>) s = hs::canonical(s);
+          if constexpr (kCanonical<T>) s = canonical(s);
           sc.a[t][j] = valid[j] ? __builtin_bit_cast(uint32_t, s) : 0u;
           sc.b[t][j] = __builtin_bit_cast(uint32_t, (float)z);
         }

@@ -1,10 +1,8 @@
-// Lookups in a bitsandbytes 16-entry fp32 codebook (NF4/FP4) held in LDS as a table of pairs: entry
-// b is {code[b >> 4], code[b & 15]}, the two values of a packed byte b in column order (the high
-// nibble is the first column). One lookup per byte -- one LDS read of 8 bytes and one VALU
-// operation for its address -- where a table of 16 took one read and one to two operations per
-// nibble: the lookups were most of the 4-bit kernels' LDS instructions and a third of their VALU.
-// 2 KiB; 256 consecutive 8-byte entries, so lanes reading different entries hit different bank
-// pairs and equal entries broadcast.
+// Lookups in a 16-entry fp32 codebook held in LDS (bitsandbytes NF4/FP4), eight weights (one
+// dword of packed nibbles) at a time. A lookup's address is the table plus nibble * 4 bytes (the
+// base folds into the LDS instruction's offset), so the cost per weight is what turns its nibble
+// into that byte offset: lanes reading different entries hit different banks, equal entries
+// broadcast (16 consecutive dwords: conflict-free).
 #pragma once
 
 #include "hipskinny/common.h"
@@ -12,62 +10,53 @@
 namespace hs {
 namespace codebook {
 
-typedef float pair __attribute__((ext_vector_type(2)));
+// A dword's nibbles made ready for offset<B>: hi for the high nibbles, lo for the low ones.
+struct Nibbles {
+  uint32_t hi, lo;
+};
 
-constexpr int kEntries = 256;
-
-// The table from the 16-entry codebook in global memory, one entry per thread of a 256-thread
-// workgroup (CANONICAL: every NaN entry as the canonical quiet NaN). The caller's barrier
-// publishes it.
-template <bool CANONICAL = false>
-__device__ inline void fill(pair* table, const float* __restrict__ code) {
-  static_assert(kEntries == 256, "one entry per thread");
-  const uint32_t b = threadIdx.x;
-  float hi = code[b >> 4], lo = code[b & 15u];
-  if constexpr (CANONICAL) {
-    hi = canonical(hi);
-    lo = canonical(lo);
-  }
-  table[b] = pair{hi, lo};
-}
-
-// Codebook entry q (0..15): entry q of the table holds {code[0], code[q]}.
-__device__ inline float value(const pair* table, uint32_t q) { return table[q].y; }
-
-// The byte offset of byte B of w's entry (B * 8): one operation (an SDWA byte select on gfx9).
-template <int B>
-__device__ inline uint32_t offset(uint32_t w) {
+__device__ inline Nibbles prepare(uint32_t w) {
 #if HS_GFX9
-  uint32_t a;
-  asm("v_lshlrev_b32_sdwa %0, 3, %1 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:DWORD src1_sel:BYTE_%c2"
-      : "=v"(a) : "v"(w), "i"(B));
-  return a;
+  // Shifted only: offset<B> masks byte B of each with one SDWA and (bits 4..7 of w's byte B end up
+  // at bits 2..5 of hi's, bits 0..3 at 2..5 of lo's).
+  return Nibbles{w >> 2, w << 2};
 #else
-  return ((w >> (8 * B)) & 0xffu) << 3;
+  // Every nibble as a byte offset at once (two operations per four bytes), then one extraction
+  // per lookup; opaque so that the masks are not folded back into each extraction.
+  uint32_t hi = (w >> 2) & 0x3c3c3c3cu, lo = (w << 2) & 0x3c3c3c3cu;
+  asm("" : "+v"(hi), "+v"(lo));
+  return Nibbles{hi, lo};
 #endif
 }
 
-__device__ inline pair lookup(const pair* table, uint32_t off) {
-  return *reinterpret_cast<const pair*>(reinterpret_cast<const char*>(table) + off);
+// The byte offset (nibble * 4) held in byte B of a prepared word.
+template <int B>
+__device__ inline uint32_t offset(uint32_t prepared) {
+#if HS_GFX9
+  uint32_t a;
+  asm("v_and_b32_sdwa %0, 60, %1 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:DWORD src1_sel:BYTE_%c2"
+      : "=v"(a) : "v"(prepared), "i"(B));
+  return a;
+#else
+  return (prepared >> (8 * B)) & 0xffu;   // masked by prepare
+#endif
 }
 
-// The four pairs of a dword of packed nibbles: p[b] holds columns 2b, 2b + 1.
-__device__ inline void pairs(const pair* table, uint32_t w, pair (&p)[4]) {
-  p[0] = lookup(table, offset<0>(w));
-  p[1] = lookup(table, offset<1>(w));
-  p[2] = lookup(table, offset<2>(w));
-  p[3] = lookup(table, offset<3>(w));
+__device__ inline float lookup(const float* code, uint32_t off) {
+  return *reinterpret_cast<const float*>(reinterpret_cast<const char*>(code) + off);
 }
 
 // The eight codebook values of a dword, in column order (byte b's high nibble is column 2b).
-__device__ inline void values(const pair* table, uint32_t w, float (&v)[8]) {
-  pair p[4];
-  pairs(table, w, p);
-#pragma unroll
-  for (int b = 0; b < 4; ++b) {
-    v[2 * b] = p[b].x;
-    v[2 * b + 1] = p[b].y;
-  }
+__device__ inline void values(const float* code, uint32_t w, float (&v)[8]) {
+  const Nibbles p = prepare(w);
+  v[0] = lookup(code, offset<0>(p.hi));
+  v[1] = lookup(code, offset<0>(p.lo));
+  v[2] = lookup(code, offset<1>(p.hi));
+  v[3] = lookup(code, offset<1>(p.lo));
+  v[4] = lookup(code, offset<2>(p.hi));
+  v[5] = lookup(code, offset<2>(p.lo));
+  v[6] = lookup(code, offset<3>(p.hi));
+  v[7] = lookup(code, offset<3>(p.lo));
 }
 
 }  // namespace codebook

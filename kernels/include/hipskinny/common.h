@@ -155,11 +155,4 @@ __device__ inline float wave_sum(float v) {
 #endif
 }
 
-// Any NaN as the canonical quiet NaN (splitk4.h's pack2<bf16> rounds by integer add and needs
-// it); integer compare, which the compiler does not fold away as it may a float one.
-__device__ inline float canonical(float v) {
-  const uint32_t u = __builtin_bit_cast(uint32_t, v);
-  return (u & 0x7fffffffu) > 0x7f800000u ? __builtin_bit_cast(float, 0x7fc00000u) : v;
-}
-
 }  // namespace hs

@@ -25,7 +25,6 @@
 // half 1's, read from x chunks 8 j + s and 8 j + 4 + s.
 //
 // The weight policy W (a small struct the family defines) provides:
-//   kOutputInVgprs                           hold y and the bias in VGPRs on gfx9 (see `run`)
 //   Row row(int64_t m)                       where row m's bytes and scales live
 //   void load(Raw&, const Row (&)[kTiles], int k0, int K, int lane)
 //                                            issue the loads of the group at column k0: per tile
@@ -100,6 +99,13 @@ template <> __device__ inline uint32_t pack2<hs::bf16>(float2v p) {
 
 // Whether pack2<T> needs canonical NaN inputs.
 template <typename T> constexpr bool kCanonical = !HS_CVT_PK && __is_same(T, hs::bf16);
+
+// Any NaN as the canonical quiet NaN (see pack2<bf16>); integer compare, which the compiler
+// does not fold away as it may a float one.
+__device__ inline float canonical(float v) {
+  const uint32_t u = __builtin_bit_cast(uint32_t, v);
+  return (u & 0x7fffffffu) > 0x7f800000u ? __builtin_bit_cast(float, 0x7fc00000u) : v;
+}
 
 // The B fragment of one step from the lane's four decoded dwords.
 __device__ inline frag w_frag(const uint32_t (&d)[4], int lane) {
@@ -265,17 +271,7 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
   const int shards = (K + shard_len - 1) / shard_len;
   const int blocks = (M + Lay::kUnitRows - 1) / Lay::kUnitRows;
   const int units = blocks * shards;
-  // y and the bias are read after a unit's loop only: where the policy asks (W::kOutputInVgprs), on
-  // gfx9 they are held in VGPRs (uniform values), so the loop keeps the SGPRs it needs (bitsandbytes'
-  // kernels sit at the 102-SGPR limit). Not by default: it lengthens a wave's chain of round trips
-  // (w4a16 Llama-3 qkv N = 8 on gfx950: 5 -> 7, 2.95 -> 3.33 us).
-  uint16_t* y_v = y;
-  const uint16_t* bias_v = bias;
-  int64_t bias_stride_v = bias_stride;
-#if HS_GFX9
-  if constexpr (W::kOutputInVgprs) asm("" : "+v"(y_v), "+v"(bias_v), "+v"(bias_stride_v));
-#endif
-  const Epilogue out{nullptr, 0, nullptr, 0, 1.0f, bias_v, bias_stride_v, y_v, std::is_same<T, hs::bf16>::value};
+  const Epilogue out{nullptr, 0, nullptr, 0, 1.0f, bias, bias_stride, y, std::is_same<T, hs::bf16>::value};
 
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     const int block = u / shards, shard = u % shards;
