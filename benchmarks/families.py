@@ -153,24 +153,28 @@ lanes per bank pair among 16), while the 16-entry table sits in 16 distinct bank
 conflicts. The model counts LDS bytes, not bank conflicts, so it could not weigh that; the 4-bit
 rows on gfx950 that are LDS-bound already would have been the ones to lose.
 
-**Where the busiest CU binds (RESULTS at da569d1).** 14 rows are bound by VALU, LDS or matrix
-above 1.15x their floor with the compute roofs charged on the busiest CU (28 at ca2b10a, 58 at
-605b878). Slices (`_t<NT>_s<S>`, `hipskinny/splitk.h`: a unit of 128 / S features, its S waves per
-row group taking every S-th group and summing in LDS) are now built with two slices at one and two
-token tiles as well, and the planner (`_linear.splitk_split`) may take two slices in place of half
-the one-slice plan's shards (the same units, half the partials, each wave's chain of groups
-unchanged). Gone since ca2b10a: the Llama-3-sized 4-bit qkv at N = 16 on CDNA (96 units -> 192 at
-two slices; gfx942 6.78 -> 3.95 us, latency-bound), gfx1100's Qwen3 qkv / o_proj at N = 16 (40-48
-units -> 80-96; 9.85 -> 5.92 us, memory-bound), the gfx950 rows the pair table took off the VALU
-(N = 4: Llama down_proj, gate_up, lm_head). Still sliced only up to the flagship's CUs: a rule that
-let sliced units queue (several per CU) made 8 rows up to 33% slower (each unit pays its own x
-passes and reduction, which the planner's estimate does not see); four slices at fewer shards than
-the one-slice plan lost up to 18% on latency-bound rows (FP8 W8A8 block-scaled 4096 x 4096 N = 16),
-so only two slices may replace shards. Left: the gfx950 LDS-bound rows above (7), gfx942's gate_up
-at N = 64 (LDS 1.48x; w4a16's matrix 1.28x; 448 units, busiest CU 1.36x the average: no split
-evens 224 row blocks on 304 CUs under the partials' cap), w4a16's Llama down_proj at N = 16 on
-gfx950 (VALU 1.61x, the same 320 units), the Qwen3 qkv at N = 64 on gfx1100 and Llama o_proj on
-gfx1151 for both 4-bit formats (matrix 1.19-1.2x: 80 / 32 units on 96 / 40 CUs).
+**Where the busiest CU binds (RESULTS at da569d1, matmul_4bit and w4a16_linear re-run at
+cba7052 / f04af6c).** 18 rows are bound by VALU, LDS or matrix above 1.15x their floor with the
+compute roofs charged on the busiest CU (28 at ca2b10a, 58 at 605b878). Slices (`_t<NT>_s<S>`,
+`hipskinny/splitk.h`: a unit of 128 / S features, its S waves per row group taking every S-th group
+and summing in LDS) are now built with two slices at one and two token tiles as well, and the
+planner (`_linear.splitk_split`) may take two slices in place of half the one-slice plan's shards
+(the same units, half the partials, each wave's chain of groups unchanged). Gone since ca2b10a:
+the Llama-3-sized 4-bit qkv at N = 16 on CDNA (96 units -> 192 at two slices; gfx942 6.78 -> 3.95
+us, latency-bound) and gfx1100's Qwen3 qkv / o_proj at N = 16 (40-48 units -> 80-96; 9.85 -> 5.92
+us, memory-bound). Still sliced only up to the flagship's CUs: a rule that let sliced units queue
+(several per CU) made 8 rows up to 33% slower (each unit pays its own x passes and reduction, which
+the planner's estimate does not see); four slices at fewer shards than the one-slice plan lost up
+to 18% on latency-bound rows (FP8 W8A8 block-scaled 4096 x 4096 N = 16), so only two slices may
+replace shards, and even that costs up to 12% on a few latency-bound rows at one token tile on
+CDNA (w4a16 Llama-3 qkv N = 4 on gfx942: 6 shards -> two slices of 3, 2.90 -> 3.24 us). Left: the
+gfx950 4-bit rows above (VALU at N <= 16, 1.2-1.3x with busiest-CU shares 1.0-1.14, Llama
+down_proj at N = 16 1.86x with 320 units on 256 CUs; LDS at N = 64), the gate_up layers on gfx942
+(448 units, busiest CU 1.36x the average: no split evens 224 row blocks on 304 CUs under the
+partials' cap; VALU 1.17x at N = 16, LDS 1.48x / w4a16's matrix 1.28x at N = 64), w4a16's Llama
+down_proj at N = 16 on gfx950 (VALU 1.61x, the same 320 units), and the Qwen3 qkv at N = 64 on
+gfx1100 and Llama o_proj on gfx1151 for both 4-bit formats (matrix 1.19-1.2x: 80 / 32 units on
+96 / 40 CUs).
 """
 
 
