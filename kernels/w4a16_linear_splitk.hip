@@ -63,7 +63,7 @@ struct Int4 {
   const uint8_t* zero_p;
   uint32_t words, row_groups;   // per row: K / 8, K / G
   int log2_g;
-  uint32_t magic;               // int4.h's magic_const, made once (gfx9: a VGPR for the whole loop)
+  uint32_t magic;               // fp16: int4.h's magic_const, made once (gfx9: a VGPR for the whole loop)
 
   // 32-bit element offsets of a lane's row from the uniform base pointers: the loads take the
   // scalar-base + 32-bit-offset form.
@@ -162,7 +162,8 @@ __device__ void w4a16_linear_splitk(const uint16_t* __restrict__ x, const uint32
                              int row_groups) {
   // One copy of the main loop: symmetric weights (no zeros) take z = 8 by a uniform branch per
   // load (two copies, zeros as a template parameter, spill SGPRs on gfx950).
-  const Int4<T> wt{w, scales, zeros, (uint32_t)(K >> 3), (uint32_t)row_groups, log2_g, hs::int4::magic_const<T>()};
+  const Int4<T> wt{w, scales, zeros, (uint32_t)(K >> 3), (uint32_t)row_groups, log2_g,
+                     kBf16<T> ? 0u : hs::int4::magic_const<hs::f16>()};   // (bf16 decodes in fp32)
   run<T, NT, LG, true>(wt, x, perm, bias, y, partials, counters, N, M, K, x_stride, bias_stride, shard_len);
 }
 

@@ -62,9 +62,8 @@ Configuration rules, larger N:
   partials, for x staged v times as often per weight. `splitk_split` adds slices to the one-slice
   plan at no fewer shards (two slices: at least half of them) and no more units than the flagship's
   CUs (SPLITK_SLICE_COST per extra slice on the compute) and takes the fewest slices, then shards,
-  within 1% of the best estimate. A
-  layer of few row blocks (the routers, Qwen3's small projections at 4 bits on CDNA) gets its CUs
-  this way where the partials' cap would hold it to few units.
+  within 1% of the best estimate. A layer of few row blocks (the routers, Qwen3's small projections
+  at 4 bits on CDNA) gets its CUs this way where the partials' cap would hold it to few units.
 * **Grid**: ``min(units, CU count * groups per CU)`` persistent workgroups of 256 threads,
   groups per CU from the kernel's VGPRs and its 32 KiB of LDS, at most 4.
 * **Scratch**: the partials (``S * ceil(M / R) * R * 16 * NT`` fp32, R = 128 / slices, or one
