@@ -131,13 +131,14 @@ def test_small_n_on_the_splitk_kernel(arch):
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
 @pytest.mark.parametrize("slices", [1, 2, 4])
 def test_every_slice_count(arch, slices, keep_shards, force_slices):
-    """The split-K kernels with 1, 2 and 4 slices per unit (where built: 2 and 4 at one token tile,
-    2 at four), several row blocks of 128 / slices with a tail, several shards of an odd number of groups
-    (a slice without a group at the end), W8A16 per channel and W8A8 with block scales (a unit's
-    rows inside one 128-row scale block)."""
+    """The split-K kernels with 1, 2 and 4 slices per unit (where built: 2 and 4 at one and two
+    token tiles, 2 at four) at N of one, two and four tiles: several row blocks of 128 / slices with
+    a tail, several shards of an odd number of groups (a slice without a group at the end), W8A16 per
+    channel and W8A8 with block scales (a unit's rows inside one 128-row scale block)."""
     force_slices(slices)
     flavor = NATIVE[arch]
-    for i, (n, m, k, gran) in enumerate([(12, 100, 1680, "channel"), (40, 200, 1168, "block")]):
+    for i, (n, m, k, gran) in enumerate([(12, 100, 1680, "channel"), (40, 200, 1168, "block"),
+                                         (24, 136, 1680, "channel")]):
         x, w = _data(n, m, k, seed=40 + i, x_dtype=F16 if gran == "channel" else np.float32)
         w8, ws = fp8.quantize(w, granularity=gran, flavor=flavor)
         x8, xs = (x, None) if gran == "channel" else fp8.quantize(x, granularity="group", flavor=flavor)

@@ -250,12 +250,12 @@ def test_small_n_on_the_splitk_kernel(arch):
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
 @pytest.mark.parametrize("slices", [1, 2, 4])
 def test_every_slice_count(arch, slices, keep_shards, force_slices):
-    """The split-K kernels with 1, 2 and 4 slices per unit where built (2 and 4 at one token tile,
-    2 at four; gfx942's bf16 ones with 2 slices at two and four tiles are not): several row blocks
-    of 128 / slices with a tail, several shards of an odd number of groups (a slice without a group
-    at the end)."""
+    """The split-K kernels with 1, 2 and 4 slices per unit where built (2 and 4 at one and two token
+    tiles, 2 at four; gfx942's bf16 ones with 2 slices at two and four tiles are not) at N of one,
+    two and four tiles: several row blocks of 128 / slices with a tail, several shards of an odd
+    number of groups (a slice without a group at the end)."""
     force_slices(slices)
-    _splitk_cases(arch, slices == 2, [(12, 100, 1664, 64, 3), (40, 200, 1152, 128, 2)])
+    _splitk_cases(arch, slices == 2, [(12, 100, 1664, 64, 3), (40, 200, 1152, 128, 2), (24, 136, 1664, 64, 3)])
 
 
 def _splitk_cases(arch, nested, cases):

@@ -164,11 +164,13 @@ def test_small_n_on_the_splitk_kernel(arch):
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
 @pytest.mark.parametrize("slices", [1, 2, 4])
 def test_every_slice_count(arch, slices, keep_shards, force_slices):
-    """The fused split-K kernels with 1, 2 and 4 slices per unit where built (2 and 4 at one token
-    tile, 2 at four): several row blocks of 128 / slices with a tail, several shards of an odd number of
-    groups (a slice without a group at the end), act-order and asymmetric."""
+    """The fused split-K kernels with 1, 2 and 4 slices per unit where built (2 and 4 at one and two
+    token tiles, 2 at four) at N of one, two and four tiles: several row blocks of 128 / slices with
+    a tail, several shards of an odd number of groups (a slice without a group at the end),
+    act-order, asymmetric and symmetric."""
     force_slices(slices)
-    cases = [(12, 104, 1664, 128, "gptq", False, True, F16), (40, 200, 1152, 64, "awq", False, False, BF16)]
+    cases = [(12, 104, 1664, 128, "gptq", False, True, F16), (40, 200, 1152, 64, "awq", False, False, BF16),
+             (24, 136, 1664, 128, "gptq", True, False, F16)]
     for i, (n, m, k, g, fmt, sym, act, dt) in enumerate(cases):
         ckpt, prepared = _layer(m, k, g, fmt, sym, act, dt, seed=100 + i)
         x = np.random.default_rng(110 + i).standard_normal((n, k)).astype(dt)
