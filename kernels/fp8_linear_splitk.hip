@@ -9,7 +9,7 @@
 // Arguments (strides in elements of their operand):
 //   x, w, w_scale, x_scale, bias, y, flags   as kernels/fp8_linear.hip (the same modes,
 //            scale layouts and flags; K a multiple of 16, x and w 16-byte aligned)
-//   partials fp32 scratch, a slot of R * 16 * NT floats per segment: units + blocks slots
+//   partials fp32 scratch, a slot of R * 16 * NT floats per segment: (units + blocks - 1) slots
 //            (hipskinny/splitk.h's Walk; blocks = ceil(M / R), R = 128 / S); unused
 //            (may be null) when no row block is split (unit_len a multiple of K's groups)
 //   counters ceil(M / R) uint32, zero before the launch and zero again after it

@@ -7,7 +7,7 @@
 //   w        [M, w_stride]  weights; w_stride >= K, a multiple of 8; 16-byte aligned
 //   bias     null, or bias[n * bias_stride + m] (bias_stride 0 broadcasts one [M] row)
 //   y        [N, M]         output, contiguous
-//   partials fp32 scratch, a slot of R * 16 * NT floats per segment: units + blocks slots
+//   partials fp32 scratch, a slot of R * 16 * NT floats per segment: (units + blocks - 1) slots
 //            (hipskinny/splitk.h's Walk; blocks = ceil(M / R), R = 128 / S), or one per row block
 //            (atomic); unused (may be null) when no row block is split (unit_len a multiple of K's groups)
 //   counters ceil(M / R) uint32, zero before the launch and zero again after it

@@ -18,7 +18,7 @@
 //            never checked)
 //   bias     null, or bias[n * bias_stride + m] in T (stride 0: one [M] row), added in fp32
 //   y        [N, M] T, contiguous; one rounding of sum + bias
-//   partials fp32 scratch, a slot of R * 16 * NT floats per segment: units + blocks slots
+//   partials fp32 scratch, a slot of R * 16 * NT floats per segment: (units + blocks - 1) slots
 //            (hipskinny/splitk.h's Walk; blocks = ceil(M / R), R = 128 / S); unused
 //            (may be null) when no row block is split (unit_len a multiple of K's groups)
 //   counters ceil(M / R) uint32, zero before the launch and zero again after it

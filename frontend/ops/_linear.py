@@ -72,7 +72,7 @@ Configuration rules, larger N:
   partials' cap would hold it to few units.
 * **Grid**: ``min(units, CU count * groups per CU)`` persistent workgroups of 256 threads,
   groups per CU from the kernel's VGPRs and its 32 KiB of LDS, at most 4.
-* **Scratch**: the partials (a slot of ``R * 16 * NT`` fp32 per segment, ``units + row blocks``
+* **Scratch**: the partials (a slot of ``R * 16 * NT`` fp32 per segment, ``units + row blocks - 1``
   slots, R = 128 / slices, or one per row block for the atomic variant, in a scratch slot of its own:
   it needs them zero on entry, and the deterministic kernel leaves its partials as written) and one
   counter per row block come from the scratch pool of (device, stream), sized by the call's shapes; the kernel
@@ -458,10 +458,8 @@ def splitk_plan(device: Device, family: str, kernel_name: Callable[[int, bool], 
     groups = groups_per_cu(info, meta, lds, MAX_SPLITK_GROUPS_PER_CU)
     grid = max(1, min(units, device.properties.cu_count * groups))
     unit_floats = rows * 16 * nt
-    # a slot per segment, u + block < units + blocks (splitk.h's Walk; that bound, not the exact
-    # units + blocks - 1, so that the scratch scales with M like the rest of the plan), or one per row
-    # block (atomic)
-    partial_bytes = 0 if shards == 1 else 4 * unit_floats * (blocks if use_atomic else units + blocks)
+    # a slot per segment, u + block (splitk.h's Walk), or one per row block (atomic)
+    partial_bytes = 0 if shards == 1 else 4 * unit_floats * (blocks if use_atomic else units + blocks - 1)
     return make_plan(fn, meta, (grid, 1, 1), shared_mem=lds,
                      info={"kernel": name, "token_tiles": nt, "slices": slices, "unit_len": SPLITK_GROUP * length,
                            "shards": shards, "units": units, "groups_per_cu": groups, "grid": grid,

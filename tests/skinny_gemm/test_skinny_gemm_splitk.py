@@ -88,7 +88,7 @@ def test_capped_long_shards_match_exact_math(arch, force_slices):
 
 def test_shards_and_partials_cover_the_cases():
     """The cases above exercise one shard and several, and partial scratch sized by shape: a slot per
-    segment of the walk (`_linear.walk`: fewer than units + row blocks)."""
+    segment of the walk (`_linear.walk`: units + row blocks - 1)."""
     dev = _dev("gfx942", 2)
     infos = [op.plan_info(dev, c[0], c[1], c[2], -(-c[3] // 8) * 8) for c in CASES]
     assert {i["shards"] == 1 for i in infos} == {True, False}
@@ -98,7 +98,7 @@ def test_shards_and_partials_cover_the_cases():
         unit_bytes = rows * 16 * info["token_tiles"] * 4
         units, _, _, shards = lin.walk(blocks, groups, info["unit_len"] // 128)
         assert (info["units"], info["shards"]) == (units, shards)
-        assert info["partial_bytes"] == (0 if shards == 1 else (units + blocks) * unit_bytes)
+        assert info["partial_bytes"] == (0 if shards == 1 else (units + blocks - 1) * unit_bytes)
 
 
 # Units of the walk (`_linear.walk`) at M = 300 (three row blocks of 128, two tiles of the last idle)

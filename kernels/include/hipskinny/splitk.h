@@ -8,8 +8,8 @@
 // row blocks' 128-column groups (`Walk`: it may end one row block and begin the next), owned by
 // one 256-thread workgroup; its waves form waves / S row groups of 16 * kTiles features (two
 // 16-row tiles on wave64, one on wave32) and all NT 16-token tiles, and the S waves of a row
-// group (slices) take every S-th 128-column group of the unit's part of a row block. Slices
-// trade x staged more often for units without partials: a small layer fills more CUs. A and B fragments hold 8
+// group (slices) take every S-th 128-column group of the unit's part of a row block. Slices trade x staged more often
+// for units without partials: a small layer fills more CUs. A and B fragments hold 8
 // elements of K per lane at k = 8 * (lane / 16) + e of a step (gfx11 WMMA: all 16 k in both
 // 16-lane halves); which columns of K a step covers is the family's choice, the same for A
 // and B, so the products pair correctly.
@@ -141,8 +141,7 @@ __device__ inline accv mma8(u32x2 a, u32x2 b, accv c) {
 // each row block give row blocks x shards units. A unit's part of one row block is a segment
 // (a unit has two or more when its run crosses a row block's end); a row block's segments (its
 // shards) belong to units first .. last and are summed in that order, the same bits for any
-// grid, CU count or schedule. L a multiple of G: whole row blocks, nothing summed. (Unsigned
-// 32-bit: the ops' grids are at most the units, so positions stay below twice blocks x G.)
+// grid, CU count or schedule. L a multiple of G: whole row blocks, nothing summed.
 struct Segment {
   int block, g0, g1;   // the row block and its groups [g0, g1)
 };
