@@ -38,46 +38,40 @@ Configuration rules, larger N:
 
 * **Token tiles** ``NT``: the smallest of 1, 2, 4, 8 with ``16 * NT >= N`` (padded tokens
   are zero in LDS and cost matrix work only).
-* **Units**: the row blocks' 128-column groups form one walk (block 0's, then block 1's, ...), and
-  a work unit is ``unit_len`` columns of it (a multiple of 128; `walk`, ``splitk.h``'s Walk): a unit
-  may end one row block and begin the next, its part of each a segment, so a row block is cut into
-  shards (its segments) wherever units end. Candidate lengths: a row block cut into S equal shards,
-  at most one per 128 columns, at least ``128 * NT`` columns each, and the lengths that deal the walk
-  evenly to the flagship's CUs, r units each (a layer of 224 row blocks on 256 CUs: 256 units of 28
-  groups, not 448 of 16 with 192 CUs doing two and 64 one). At one token tile (N <= 16) the split row
-  blocks' fp32 partial tiles (the token rows the kernel publishes, `partial_rows`) stay within
-  PARTIAL_SHARE of the call's unavoidable bytes (`partial_shards`: weights at the op's bits per
-  element, x, y). There the kernels load a segment's groups ahead (`splitk.h` pipelined), so the
-  longer units the cap gives small layers keep short chains; with more token tiles they wait for
-  each group (registers). Within those limits `splitk_split` takes at least the shards that give
-  `splitk_units` work units of 128 features -- the flagship's bandwidth x DRAM latency over
-  SPLITK_UNIT_BYTES -- and other lengths where an estimate says they pay: the larger of the call's
-  bytes (partials included, slowed in proportion when fewer units than that are in flight) and the
-  kernel's compute (SPLITK_COMPUTE, measured; plus a segment's own work, SPLITK_UNIT_OVERHEAD)
-  charged on the busiest of the flagship's CUs, a unit running on one CU. A layer of 32 row blocks
-  on a 96-CU part whose kernel is matrix-bound takes 3 shards (96 units), not 1; where the bytes
+* **Shards**: K is cut into ``S`` shards of ``shard_len`` columns (a multiple of 128), at most one
+  per 128 columns, at least ``128 * NT`` columns each, and at one token tile (N <= 16) few enough
+  that all shards' fp32 partial tiles (the token rows the kernel publishes, `partial_rows`) stay
+  within PARTIAL_SHARE of the call's unavoidable bytes (`partial_shards`: weights at the op's bits
+  per element, x, y). There the kernels load a shard's groups ahead (`splitk.h` pipelined), so the
+  longer shards the cap gives small layers keep short chains; with more token tiles they wait
+  for each group (registers). Within those limits `splitk_shards` takes at least the count that
+  gives `splitk_units` work units of 128 features -- the flagship's bandwidth x DRAM latency over
+  SPLITK_UNIT_BYTES -- and more where an estimate says they pay: the larger of the call's bytes
+  (partials included, slowed in proportion when fewer units than that are in flight) and the
+  kernel's compute (SPLITK_COMPUTE, measured; plus a unit's own work, SPLITK_UNIT_OVERHEAD) charged
+  on the busiest of the flagship's CUs, a unit running on one CU. A layer of 32 row blocks on a
+  96-CU part whose kernel is matrix-bound takes 3 shards (96 units), not 1; where the bytes
   dominate it stays at 1. Arch facts only, *not* this device: results must not depend on the CU
-  count. A unit length that is a multiple of a row block's groups skips the partials entirely. (Why
+  count. ``S = 1`` skips the partials entirely. (Why
   these sizes: per weight byte, a unit of R features and L columns re-reads x for ``16 * NT / R``
   bytes and moves ``64 * NT / L`` bytes of partials; for a given number of units (R * L fixed)
   the sum is smallest at L = 4 R -- 512 columns for R = 128.)
 * **Slices**: the kernels' ``_s<v>`` variants (v = 2 or 4 at one and two token tiles, 2 at four;
-  which a code object has: `built_slices`) make a row block 128 / v features, the v waves of each row
-  group taking every v-th group of the segment and summing in LDS at the end: v times the units
-  without fp32 partials, for x staged v times as often per weight. `splitk_split` adds slices to the
-  one-slice plan at no longer units (two slices: at most twice as long) and no more units than the
-  flagship's CUs (SPLITK_SLICE_COST per extra slice on the compute) and takes the fewest slices, then
-  the fewest partials, then the longest units, within 1% of the best estimate. A layer of few row
-  blocks (the routers, Qwen3's small projections at 4 bits on CDNA) gets its CUs this way where the
-  partials' cap would hold it to few units.
+  which a code object has: `built_slices`) make a unit 128 / v features, the v waves of each row group
+  taking every v-th group of the shard and summing in LDS at the end: v times the units without fp32
+  partials, for x staged v times as often per weight. `splitk_split` adds slices to the one-slice
+  plan at no fewer shards (two slices: at least half of them) and no more units than the flagship's
+  CUs (SPLITK_SLICE_COST per extra slice on the compute) and takes the fewest slices, then shards,
+  within 1% of the best estimate. A layer of few row blocks (the routers, Qwen3's small projections
+  at 4 bits on CDNA) gets its CUs this way where the partials' cap would hold it to few units.
 * **Grid**: ``min(units, CU count * groups per CU)`` persistent workgroups of 256 threads,
   groups per CU from the kernel's VGPRs and its 32 KiB of LDS, at most 4.
-* **Scratch**: the partials (a slot of ``R * 16 * NT`` fp32 per segment, ``units + row blocks - 1``
-  slots, R = 128 / slices, or one per row block for the atomic variant, in a scratch slot of its own:
-  it needs them zero on entry, and the deterministic kernel leaves its partials as written) and one
-  counter per row block come from the scratch pool of (device, stream), sized by the call's shapes; the kernel
+* **Scratch**: the partials (``S * ceil(M / R) * R * 16 * NT`` fp32, R = 128 / slices, or one
+  slice per row block for the atomic variant, in a slot of its own: it needs them zero on entry, and
+  the deterministic kernel leaves its partials as written) and one counter per row block
+  come from the scratch pool of (device, stream), sized by the call's shapes; the kernel
   leaves the counters (and the atomic slices) zero, so nothing is cleared per call.
-* ``deterministic=True`` sums a row block's shard partials in shard order: bitwise equal across
+* ``deterministic=True`` sums the shard partials in shard order: bitwise equal across
   calls, schedules and CU counts. ``deterministic=False`` adds them atomically (one slice
   instead of S to write and read back; last bits follow arrival order); with ``S = 1``
   both are the same kernel.
@@ -332,105 +326,78 @@ def busiest_share(units: int, cus: int) -> float:
     return -(-units // cus) * cus / units
 
 
-def walk(blocks: int, groups: int, unit_groups: int) -> tuple[int, int, int, int]:
-    """``splitk.h``'s Walk of ``blocks`` row blocks of ``groups`` 128-column groups each, cut into units
-    of ``unit_groups`` consecutive groups (a unit may end one row block and begin the next): (units,
-    segments in all -- a unit's part of one row block --, segments of the row blocks that are split,
-    each publishing an fp32 partial tile, the most segments of one row block)."""
-    b = np.arange(blocks, dtype=np.int64)
-    count = ((b + 1) * groups - 1) // unit_groups - b * groups // unit_groups + 1
-    return (-(-blocks * groups // unit_groups), int(count.sum()), int(count[count > 1].sum()), int(count.max()))
-
-
 def splitk_split(info: ArchInfo, nt: int, m: int, k: int, *, n: int, weight_bits: int | None, x_bytes: int,
                  compute: float = 0.0, slices: tuple[int, ...] = (1,)) -> tuple[int, int]:
-    """(slices, unit groups) for a split-K call (see the module docstring), ``slices`` the counts built
-    (row blocks of 128 / S features for S slices), a unit ``unit groups`` consecutive 128-column groups
-    of the row blocks' walk (`walk`). Candidate lengths: a row block's groups cut into shards (at one
-    slice, at least the shards that give `splitk_units` units; at most one per 128 columns, at least
-    128 * nt columns each), and the lengths that deal the walk evenly to the flagship's CUs, r units
-    each; at one token tile the split row blocks' partials within their cap. The estimate -- the
-    larger of the bytes (the partials included, slowed by too few units in flight) and ``compute``
-    (`compute_ratio`, plus a segment's own SPLITK_UNIT_OVERHEAD and SPLITK_SLICE_COST per extra slice)
-    on the busiest of the flagship's CUs -- picks: the one-slice plan first, then more slices at no
-    longer units than it (two slices: at most twice as long) and no more units than the flagship's
-    CUs. Of the candidates within 1% of the best estimate: the fewest slices, then the fewest partials,
-    then the longest units."""
+    """(slices, shards) for a split-K call (see the module docstring), ``slices`` the counts built
+    (units of 128 / S features for S slices). At one slice, at least the shards that give `splitk_units`
+    units (at most one per 128 columns, at least 128 * nt columns each, within the partials' cap at one token
+    tile), more where the estimate -- the larger of the bytes (the partials included, slowed by too few
+    units in flight) and ``compute`` (`compute_ratio`, plus a unit's own SPLITK_UNIT_OVERHEAD and
+    SPLITK_SLICE_COST per extra slice) on the busiest of the flagship's CUs -- says they pay: the
+    one-slice plan first, then more slices at no fewer shards than it (two slices: at least half its
+    shards) and no more units than the flagship's CUs where the estimate says so. Of the candidates
+    within 1% of the best estimate: the fewest slices, then the fewest shards."""
     groups = -(-k // SPLITK_GROUP)
     little = splitk_units(info)
-    cus = info.default_cu_count
     most = max(1, min(groups, k // (SPLITK_GROUP * nt)))
-    shortest = -(-groups // most)
-    cap = None
     if weight_bits is not None and nt == 1:      # (more token tiles: the kernels wait per group)
-        cap = PARTIAL_SHARE * unavoidable_bytes(n, m, k, weight_bits, x_bytes)
         most = min(most, partial_shards(info, n, nt, m, k, weight_bits, x_bytes))
     unavoidable = unavoidable_bytes(n, m, k, weight_bits or 16, x_bytes)
 
-    def facts(sl: int, length: int) -> tuple[int, int, int, int, int]:
+    def estimate(sl: int, shards: int) -> float:
         rows = SPLITK_ROWS // sl
-        blocks = -(-m // rows)
-        units, segments, split, _ = walk(blocks, groups, length)
-        return blocks, units, segments, split * rows * partial_rows(info, n, nt) * 4, rows
-
-    def allowed(sl: int, length: int) -> bool:
-        return length >= shortest and (cap is None or length >= groups or facts(sl, length)[3] <= cap)
-
-    def estimate(sl: int, length: int) -> float:
-        blocks, units, segments, partials, _ = facts(sl, length)
+        units = -(-m // rows) * shards
+        partials = (shards > 1) * shards * shard_partial_bytes(info, n, nt, m, rows)
         memory = (1 + partials / unavoidable) * max(1.0, little / units)
-        # The busiest CU's groups, a segment's own work (set-up and reduction) as SPLITK_UNIT_OVERHEAD
-        # groups, over the average CU's when every row block is one segment.
-        busiest = -(-units // cus) * (length + SPLITK_UNIT_OVERHEAD * segments / units)
-        cost = compute * (1 + SPLITK_SLICE_COST * (sl - 1)) * busiest * cus / (blocks * (groups + SPLITK_UNIT_OVERHEAD))
-        return max(memory, cost)
+        # (a unit's own work, set-up and reduction, as SPLITK_UNIT_OVERHEAD groups of its shard's)
+        overhead = (1 + SPLITK_UNIT_OVERHEAD / -(-groups // shards)) / (1 + SPLITK_UNIT_OVERHEAD / groups)
+        cost = compute * (1 + SPLITK_SLICE_COST * (sl - 1)) * overhead
+        return max(memory, cost * busiest_share(units, info.default_cu_count))
 
     def best_of(candidates: list[tuple[int, int]]) -> tuple[int, int]:
         best = min(estimate(*c) for c in candidates)
         return next(c for c in candidates if estimate(*c) <= 1.01 * best)
 
-    def lengths(sl: int, least: int) -> list[int]:
-        """Shard lengths from ``least`` shards of a row block on, and the even deals of the walk to the
-        CUs (r units each, as many as the shard lengths give at most), allowed ones: the fewest partials
-        first, then the longest."""
-        blocks = -(-m // (SPLITK_ROWS // sl))
-        cut = {-(-groups // s) for s in range(least, most + 1)}
-        rounds = max(-(-blocks * -(-groups // c) // cus) for c in range(least, most + 1))
-        even = {-(-blocks * groups // (cus * r)) for r in range(1, rounds + 1)}
-        return sorted((x for x in cut | even if allowed(sl, x)), key=lambda x: (facts(sl, x)[3], -x)) or [groups]
+    def counts(least: int) -> list[int]:   # the shard counts that shard lengths give, from `least` wanted
+        return sorted({-(-groups // -(-groups // s)) for s in range(least, most + 1)})
 
-    one = best_of([(1, x) for x in lengths(1, max(1, min(math.ceil(little / -(-m // SPLITK_ROWS)), most)))])
-    # More slices at no longer units than the one-slice plan (a wave's chain of groups, length / slices,
-    # never grows), or two slices at up to twice its length (the same units with half the partials,
-    # each wave's chain of groups unchanged, a unit's x passes at most doubled: measured on the 109
-    # report rows where it changed the plan, 49 >5% faster, 4 slower, at most 10%: matmul_4bit Llama-3
-    # qkv N = 4 on gfx942, 3.30 -> 3.63 us; four slices at fewer shards lost up to 18%, FP8 W8A8
-    # block-scaled 4096 x 4096 N = 16). And only up to the flagship's CUs: queued behind each other, a
-    # CU's units each pay their own x passes and reduction, which the estimate does not see (measured:
-    # FP8 W8A8 block-scaled Llama-3 qkv N = 16 on gfx942, 240 units -> 960 with 4 slices, 5.17 -> 6.87
-    # us, latency-bound).
-    return best_of([one] + [(sl, x) for sl in sorted(slices) if sl > 1 for x in lengths(sl, 1)
-                            if (x <= one[1] or (sl == 2 and x <= 2 * one[1]))
-                            and facts(sl, x)[1] <= cus])
+    one = best_of([(1, c) for c in counts(max(1, min(math.ceil(little / -(-m // SPLITK_ROWS)), most)))])
+    # More slices at no fewer shards than the one-slice plan (a wave's chain of groups, groups / (shards
+    # x slices), never grows), or two slices at half its shards, rounded up (the same units with half
+    # the partials, each wave's chain of groups unchanged, a unit's x passes at most doubled: measured
+    # on the 109 report rows where it changes the plan, 49 >5% faster, 4 slower, at most 10%: matmul_4bit
+    # Llama-3 qkv N = 4 on gfx942, 3.30 -> 3.63 us; four slices at fewer shards lost up to 18%, FP8
+    # W8A8 block-scaled 4096 x 4096 N = 16). And only up to the flagship's CUs: queued behind each
+    # other, a CU's units each pay their own x passes and reduction, which the estimate does not see
+    # (measured: FP8 W8A8 block-scaled Llama-3 qkv N = 16 on gfx942, 240 units -> 960 with 4 slices,
+    # 5.17 -> 6.87 us, latency-bound).
+    cus = info.default_cu_count
+    return best_of([one] + [(sl, c) for sl in sorted(slices) if sl > 1 for c in counts(-(-one[1] // 2))
+                            if (c >= one[1] or (sl == 2 and 2 * c >= one[1]))
+                            and -(-m // (SPLITK_ROWS // sl)) * c <= cus])
 
 
 def splitk_shards(info: ArchInfo, nt: int, m: int, k: int, *, n: int, weight_bits: int | None, x_bytes: int,
                   compute: float = 0.0) -> int:
-    """The most shards (segments) of a row block in the plan of the one-slice kernels (`splitk_split`
-    with slices 1): 1, no row block split."""
-    length = splitk_split(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes, compute=compute)[1]
-    return walk(-(-m // SPLITK_ROWS), -(-k // SPLITK_GROUP), length)[3]
+    """Shards of K for a split-K call of the one-slice kernels (`splitk_split` with slices 1)."""
+    return splitk_split(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes, compute=compute)[1]
 
 
-def unit_len(info: ArchInfo, nt: int, m: int, k: int, *, n: int | None = None, weight_bits: int | None = None,
-             x_bytes: int = 2, compute: float = 0.0) -> int:
-    """K columns per split-K unit of the one-slice kernels for N tokens (default 16 * nt) of x at
-    ``x_bytes`` per element (see the module docstring and `splitk_split`); a multiple of 128.
-    ``weight_bits`` (the weights' bits per element) caps the partials at one token tile
-    (`partial_shards`); None: no cap (and 16-bit weights in the estimate)."""
+def shard_len(info: ArchInfo, nt: int, m: int, k: int, *, n: int | None = None, weight_bits: int | None = None,
+              x_bytes: int = 2, compute: float = 0.0) -> int:
+    """K columns per split-K shard for N tokens (default 16 * nt) of x at ``x_bytes`` per element (see
+    the module docstring and `splitk_shards`); a multiple of 128. ``weight_bits`` (the weights' bits per
+    element) caps the partials at one token tile (`partial_shards`); None: no cap (and 16-bit weights
+    in the estimate)."""
     n = 16 * nt if n is None else n
-    return SPLITK_GROUP * splitk_split(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes,
-                                       compute=compute)[1]
+    return shard_columns(k, splitk_shards(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes,
+                                          compute=compute))
+
+
+def shard_columns(k: int, shards: int) -> int:
+    """K columns per shard when K is cut into ``shards`` shards of whole 128-column groups."""
+    groups = -(-k // SPLITK_GROUP)
+    return SPLITK_GROUP * -(-groups // shards)
 
 
 def splitk_plan(device: Device, family: str, kernel_name: Callable[[int, bool], str], n: int, m: int, k: int, *,
@@ -447,21 +414,22 @@ def splitk_plan(device: Device, family: str, kernel_name: Callable[[int, bool], 
     nt = token_tiles(n)
     module = registry.load(device, family)
     base = kernel_name(nt, False)
-    slices, length = splitk_split(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes,
+    slices, shards = splitk_split(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes,
                                   compute=compute_ratio(base, info.name, nt), slices=built_slices(module, base, nt))
+    length = shard_columns(k, shards)
+    shards = -(-k // length)
     rows = SPLITK_ROWS // slices
     blocks = -(-m // rows)
-    units, _, _, shards = walk(blocks, -(-k // SPLITK_GROUP), length)
     use_atomic = atomic and shards > 1
     name = sliced(kernel_name(nt, use_atomic), nt, slices)
     fn, meta = module.kernel(name)
     groups = groups_per_cu(info, meta, lds, MAX_SPLITK_GROUPS_PER_CU)
+    units = blocks * shards
     grid = max(1, min(units, device.properties.cu_count * groups))
     unit_floats = rows * 16 * nt
-    # a slot per segment, u + block (splitk.h's Walk), or one per row block (atomic)
-    partial_bytes = 0 if shards == 1 else 4 * unit_floats * (blocks if use_atomic else units + blocks - 1)
+    partial_bytes = 0 if shards == 1 else 4 * unit_floats * (blocks if use_atomic else units)
     return make_plan(fn, meta, (grid, 1, 1), shared_mem=lds,
-                     info={"kernel": name, "token_tiles": nt, "slices": slices, "unit_len": SPLITK_GROUP * length,
+                     info={"kernel": name, "token_tiles": nt, "slices": slices, "shard_len": length,
                            "shards": shards, "units": units, "groups_per_cu": groups, "grid": grid,
                            "lds_bytes": lds, "partial_bytes": partial_bytes,
                            "counter_bytes": 4 * blocks if shards > 1 else 0})
@@ -487,9 +455,9 @@ def plan_launch(device: Device, plan: LaunchPlan, pointers: tuple[str, ...], ptr
     """The launch of a lane-split plan (``values`` and its kc) or of a split-K one (``values``, N and
     its shard length; scratch slots as `splitk_launch`), with the scratch slots it needs."""
     info = plan.info
-    if "unit_len" not in info:
+    if "shard_len" not in info:
         return operands.launch(device, plan, pointers, **ptrs, **values, kc=info["k_chunk"]), ()
-    return splitk_launch(device, plan, pointers, ptrs, {"N": n, **values, "unit_len": info["unit_len"]},
+    return splitk_launch(device, plan, pointers, ptrs, {"N": n, **values, "shard_len": info["shard_len"]},
                          partials, counters)
 
 
