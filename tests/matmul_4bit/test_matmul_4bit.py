@@ -109,7 +109,8 @@ def test_fused_against_exact(arch, quant_type, nested):
         assert_bound(y, x, packed, st, bias)
         from hipskinny.arch import ARCHS
 
-        assert info["staged_once"] == (n * k * 2 <= ARCHS[arch].lds_per_workgroup - 1088)
+        static = 16 * 4 + 256 * 4      # the codebook and the nested map
+        assert info["staged_once"] == (n * k * 2 <= ARCHS[arch].lds_per_workgroup - static)
 
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
