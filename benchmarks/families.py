@@ -141,7 +141,7 @@ weights), about 35 more per group in the loop (loads' addresses, scales, x addre
 (16 shards of 7 groups: 512 units, two on every CU) adds each unit's prologue, about 170 VALU, 12%
 of the total. The model now charges the busiest CU (`busiest_cu_share`): the 13 shards of 416 units
 it had gave 160 CUs two units and 96 one (5.83 us, share 1.23); the planner's estimate
-(`_linear.splitk_shards`) takes 16 (4.72 us, share 1.0), and fewer, longer shards (224 units:
+(`_linear.splitk_split`) takes 16 (4.72 us, share 1.0), and fewer, longer shards (224 units:
 7 shards) would leave 32 CUs idle.
 
 **A pair table for the codebook was tried and left out.** One entry per packed byte ({code[hi],
@@ -175,6 +175,25 @@ partials' cap; VALU 1.17x at N = 16, LDS 1.48x / w4a16's matrix 1.28x at N = 64)
 down_proj at N = 16 on gfx950 (VALU 1.61x, the same 320 units), and the Qwen3 qkv at N = 64 on
 gfx1100 and Llama o_proj on gfx1151 for both 4-bit formats (matrix 1.19-1.2x: 80 / 32 units on
 96 / 40 CUs).
+
+**Units as runs of one walk (RESULTS at 8cd6e4b).** The split-K kernels now take a unit as a run
+of the row blocks' 128-column groups (`hipskinny/splitk.h` `Walk`): padded row blocks give the
+equal shards as before; unpadded, a unit may end one row block and begin the next, so the planner
+(`_linear.splitk_split`) can deal the walk evenly to the flagship's CUs -- where the call's bytes take
+at least `_linear.SPLITK_CROSSING_TRIPS` DRAM round trips, since a crossing unit chains a second
+reduction. Rows bound by VALU, LDS or matrix above 1.15x their floor 18 -> 12; 27 rows >5% faster
+(both 4-bit formats' Llama down_proj at N = 16 on gfx950 7.20 -> 4.57 us: 256 units of 28 groups
+with two slices; gate_up at N = 64 on gfx942 18.06 -> 15.23 us; gate_up at N = 4 on gfx950 9.92 ->
+9.03 us: 512 units of 14 groups, two per CU), 16 slower by 1-12%: FP8 Llama down_proj at N = 64 on
+gfx942, latency-bound, 13.38 -> 15.04 us (units of 24 groups crossing 112-group row blocks: the
+second reduction in a chain the bytes do not hide; the crossing rule counts the one-tile kernels'
+chains, shorter than these four-tile ones'), w4a16 Qwen3 lm_head at N = 64 on gfx950 23.43 -> 26.10
+us (500 crossing units: the partials' bytes outweigh the busiest-CU gain the planner's median compute
+ratio promised), and 1-2% on same-plan latency-bound rows (the walk's few more instructions).
+Still above 1.15x: the gfx950 4-bit rows at N = 64 (LDS 1.69-1.75x: the codebook lookups and the x
+operand reads, 18.5 LDS bytes per weight byte, which no split changes), gfx950 at N <= 16 (VALU
+1.15-1.3x; gate_up at N = 16 keeps 448 units under the partials' cap), and gfx942's gate_up and
+down_proj at N = 64 (LDS 1.23-1.25x).
 """
 
 

@@ -602,7 +602,7 @@ def _above_dram(ok: list[dict[str, Any]]) -> str:
                    "unavoidable bytes, the rest is x re-read and the counters; above, the shard count keeps "
                    "enough weight loads in flight to cover DRAM latency and, where the kernel's compute "
                    "rivals its bytes, enough units to spread that compute over the CUs "
-                   "(`_linear.splitk_shards`), at the cost of this traffic)"].append(r)
+                   "(`_linear.splitk_split`), at the cost of this traffic)"].append(r)
         elif "splitk" in r.get("kernel", ""):
             causes["x re-read by every 128-row block once the weight stream has evicted it (one shard, "
                    "N >= 16, the RDNA parts' smaller L2 and MALL)"].append(r)

@@ -33,6 +33,13 @@ ASM_FLAGS = ("-triple=amdgcn-amd-amdhsa", "-filetype=obj")
 LINK_FLAGS = ("-shared",)
 
 # Placeholders in the recorded flags for paths that differ between machines.
+# Compiler options of one family beyond the common flags. matmul_4bit_splitk: LLVM's StructurizeCFG
+# otherwise linearizes the kernel's uniform nested / plain branch (two copies of the main loop), so
+# the values only the second copy reads stay live through the first; on gfx9 those were 2-17 SGPRs
+# past the 102 of a wave once the split-K walk (hipskinny/splitk.h) held its own (82-90 with it).
+FAMILY_FLAGS: dict[str, tuple[str, ...]] = {
+    "matmul_4bit_splitk": ("-mllvm", "-structurizecfg-skip-uniform-regions=true"),
+}
 HIP_ROOT = "<hip-root>"
 OCLC_DIR = "<oclc>"
 
@@ -69,6 +76,7 @@ class Toolchain:
             # A fixed cuid replaces clang's random __hip_cuid_ suffix: reproducible output.
             f"-cuid=hipskinny-{family}",
             "-I", "kernels/include",
+            *FAMILY_FLAGS.get(family, ()),
         ]
         if self.kind == "clang":
             flags += [

@@ -9,10 +9,11 @@
 // Arguments (strides in elements of their operand):
 //   x, w, w_scale, x_scale, bias, y, flags   as kernels/fp8_linear.hip (the same modes,
 //            scale layouts and flags; K a multiple of 16, x and w 16-byte aligned)
-//   partials fp32 scratch, shards * ceil(M / R) * R * 16 * NT floats, R = 128 / S; unused when
-//            shards == 1
+//   partials fp32 scratch, a slot of R * 16 * NT floats per segment: units + blocks slots
+//            (hipskinny/splitk.h's Walk; blocks = ceil(M / R), R = 128 / S); unused
+//            (may be null) when no row block is split (unit_len a multiple of K's groups)
 //   counters ceil(M / R) uint32, zero before the launch and zero again after it
-//   N (<= 16 * NT), M, K, shard_len (a multiple of 128; shards = ceil(K / shard_len))
+//   N (<= 16 * NT), M, K, unit_len, block_len (multiples of 128: hipskinny/splitk.h's Walk)
 //
 // Launch: fp8_linear_splitk_<x16|fp8>_<ocp|fnuz>[_block]_t<NT>[_s<S>] (S slices per unit: 4 at NT = 1,
 // 2; 2 at NT = 4; hipskinny/splitk.h), block (256, 1, 1), any grid, dynamic
@@ -260,7 +261,7 @@ template <typename T, bool FNUZ, bool NAT, bool BLOCK, int NT, int LG>
 __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ w_scale,
                        const float* __restrict__ x_scale, const uint16_t* __restrict__ bias, uint16_t* __restrict__ y,
                        float* __restrict__ partials, uint32_t* __restrict__ counters, int N, int M, int K,
-                       int64_t x_stride, int64_t w_stride, int64_t bias_stride, int shard_len, int ws_stride,
+                       int64_t x_stride, int64_t w_stride, int64_t bias_stride, int unit_len, int block_len, int ws_stride,
                        int xs_stride, int flags) {
   constexpr int KC = 1024 / NT;
   extern __shared__ hs::u32x4 xs[];
@@ -268,19 +269,17 @@ __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w
   const int lane = threadIdx.x % hs::kWave;
   typedef Layout<LG> Lay;
   const Lay L(hs::wave_index());
-  const int shards = (K + shard_len - 1) / shard_len;
-  const int blocks = (M + Lay::kUnitRows - 1) / Lay::kUnitRows;
-  const int units = blocks * shards;
+  const Walk walk((M + Lay::kUnitRows - 1) / Lay::kUnitRows, K, unit_len, block_len);
   // Block mode: the pass's activation scales after x in LDS.
   float* sxs = reinterpret_cast<float*>(xs + 16 * NT * (KC / 8));
   const float unbias =
       NAT ? 1.0f : (FNUZ ? 128.0f : 256.0f) * ((flags & kXFp8) ? ((flags & kXFnuz) ? 128.0f : 256.0f) : 1.0f);
 
-  for (int u = blockIdx.x; u < units; u += gridDim.x) {
-    const int block = u / shards, shard = u % shards;
+  walk.each([&](const Segment& sg) {
+    const int block = sg.block;
     const int m_base = block * Lay::kUnitRows + L.row_group * 16 * kTiles;
     const int64_t w_block = block >> LG;   // the unit's 128-row block of weight scales (block mode)
-    const int ks = shard * shard_len, ke = min(K, ks + shard_len);
+    const int ks = 128 * sg.g0, ke = min(K, 128 * sg.g1);
     const bool active = m_base < M;
     const uint8_t* wrow[kTiles];
 #pragma unroll
@@ -366,13 +365,13 @@ __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w
     }
 
     reduce_slices<NT>(acc, xs, L, lane);
-    if (shards > 1 && !finish_shards<NT, false>(acc, xs, partials, counters, u, block, shards, N, L)) continue;
+    if (walk.shards(sg) > 1 && !finish_shards<NT, false>(acc, xs, partials, counters, walk, sg, N, L)) return;
     // outside block mode the scales apply per output (block mode scaled each group's sums)
     write_out<NT>(acc, reinterpret_cast<float*>(xs),
                   Epilogue{BLOCK ? nullptr : w_scale, ws_stride, BLOCK ? nullptr : x_scale, xs_stride, unbias, bias,
                            bias_stride, y, (flags & kOutBf16) != 0},
                   N, M, block * Lay::kUnitRows, lane, L);
-  }
+  });
 }
 
 }  // namespace
@@ -382,9 +381,9 @@ __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w
       const void* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ w_scale,          \
       const float* __restrict__ x_scale, const uint16_t* __restrict__ bias, uint16_t* __restrict__ y,       \
       float* __restrict__ partials, uint32_t* __restrict__ counters, int N, int M, int K, int64_t x_stride, \
-      int64_t w_stride, int64_t bias_stride, int shard_len, int ws_stride, int xs_stride, int flags) {       \
+      int64_t w_stride, int64_t bias_stride, int unit_len, int block_len, int ws_stride, int xs_stride, int flags) { \
     splitk<T, FNUZ, NAT, BLOCK, NT, LG>(x, w, w_scale, x_scale, bias, y, partials, counters, N, M, K, x_stride, \
-                                        w_stride, bias_stride, shard_len, ws_stride, xs_stride, flags);     \
+                                        w_stride, bias_stride, unit_len, block_len, ws_stride, xs_stride, flags); \
   }
 // (_s<S>: S slices per unit, hipskinny/splitk.h: two or four at one and two token tiles, two at four.)
 #define HS_FP8_SPLITK_MODES(T, TAG, NT, LG, S)                                                                    \

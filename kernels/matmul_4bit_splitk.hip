@@ -15,16 +15,17 @@
 //   code     fp32 [16], the codebook (one kernel for NF4 and FP4)
 //   bias     null, or bias[n * bias_stride + m] in T (stride 0: one [M] row), added in fp32
 //   y        [N, M] T, contiguous; one rounding of sum + bias
-//   partials fp32 scratch, shards * ceil(M / R) * R * 16 * NT floats (R = 128 / S, the kernel's
-//            slices); unused (may be null) when shards == 1
+//   partials fp32 scratch, a slot of R * 16 * NT floats per segment: units + blocks slots
+//            (hipskinny/splitk.h's Walk; blocks = ceil(M / R), R = 128 / S); unused
+//            (may be null) when no row block is split (unit_len a multiple of K's groups)
 //   counters ceil(M / R) uint32, zero before the launch and zero again after it
 //   N (<= 16 * NT), M, K (a multiple of the blocksize, hence of 32), x_stride, bias_stride,
-//   shard_len (a multiple of 128; shards = ceil(K / shard_len)), log2_bs (5..12), flags
+//   unit_len, block_len (multiples of 128: hipskinny/splitk.h's Walk), log2_bs (5..12), flags
 //   Limits: M * K >> log2_bs < 2^30 blocks (scale byte offsets are 32-bit).
 //
-// Launch: matmul_4bit_splitk_<f16|bf16>_t<NT>[_s<S>], NT = 1, 2, 4, S = 2, 4 (NT <= 2) or 2, block (256, 1, 1), any grid, dynamic
-// LDS 16 * NT * KC * 2 = 32 KiB (KC = 1024 / NT), plus 1088 static bytes (codebook and code2) --
-// just over half of gfx942's 64 KiB: one workgroup per CU there (two need <= 32 KiB in all).
+// Launch: matmul_4bit_splitk_<f16|bf16>_t<NT>[_s<S>], NT = 1, 2, 4, S = 2, 4 (NT <= 2) or 2, block
+// (256, 1, 1), any grid, dynamic LDS 16 * NT * KC * 2 = 32 KiB (KC = 1024 / NT), plus 1088 static
+// bytes (codebook and code2) -- just over half of gfx942's 64 KiB: one workgroup per CU there (two need <= 32 KiB in all).
 //
 // Work split, tile multiply, K order, x staging, shard reduction and bounds: hipskinny/splitk4.h
 // (the skeleton shared with kernels/w4a16_linear_splitk.hip); this file is its weight policy: a lane's 16
@@ -140,7 +141,7 @@ __device__ void matmul_4bit_splitk(const uint16_t* __restrict__ x, const uint8_t
                                    const float* __restrict__ code_g, const uint16_t* __restrict__ bias,
                                    uint16_t* __restrict__ y, float* __restrict__ partials,
                                    uint32_t* __restrict__ counters, int N, int M, int K, int64_t x_stride,
-                                   int64_t bias_stride, int shard_len, int log2_bs, int flags) {
+                                   int64_t bias_stride, int unit_len, int block_len, int log2_bs, int flags) {
   // The codebook and the nested map in LDS: lanes reading different entries hit different banks,
   // equal entries broadcast. Written before the first pass's barrier.
   __shared__ float code[16];
@@ -154,10 +155,10 @@ __device__ void matmul_4bit_splitk(const uint16_t* __restrict__ x, const uint8_t
   const uint32_t row_blocks = (uint32_t)K >> log2_bs;
   if (nested) {
     const Bnb4<T, true> wt{w, absmax, absmax2, code, code2, *offset, K, log2_bs, row_blocks};
-    run<T, NT, LG, false>(wt, x, nullptr, bias, y, partials, counters, N, M, K, x_stride, bias_stride, shard_len);
+    run<T, NT, LG, false>(wt, x, nullptr, bias, y, partials, counters, N, M, K, x_stride, bias_stride, unit_len, block_len);
   } else {
     const Bnb4<T, false> wt{w, absmax, absmax2, code, code2, 0.0f, K, log2_bs, row_blocks};
-    run<T, NT, LG, false>(wt, x, nullptr, bias, y, partials, counters, N, M, K, x_stride, bias_stride, shard_len);
+    run<T, NT, LG, false>(wt, x, nullptr, bias, y, partials, counters, N, M, K, x_stride, bias_stride, unit_len, block_len);
   }
 }
 
@@ -169,9 +170,9 @@ __device__ void matmul_4bit_splitk(const uint16_t* __restrict__ x, const uint8_t
       const float* __restrict__ absmax2, const float* __restrict__ code2, const float* __restrict__ offset,  \
       const float* __restrict__ code, const uint16_t* __restrict__ bias, uint16_t* __restrict__ y,          \
       float* __restrict__ partials, uint32_t* __restrict__ counters, int N, int M, int K, int64_t x_stride, \
-      int64_t bias_stride, int shard_len, int log2_bs, int flags) {                                         \
+      int64_t bias_stride, int unit_len, int block_len, int log2_bs, int flags) {                          \
     matmul_4bit_splitk<T, NT, LG>(x, w, absmax, absmax2, code2, offset, code, bias, y, partials, counters, N, M, \
-                                  K, x_stride, bias_stride, shard_len, log2_bs, flags);                     \
+                                  K, x_stride, bias_stride, unit_len, block_len, log2_bs, flags);          \
   }
 // (_s<S>: S slices per unit, hipskinny/splitk.h: two or four at one and two token tiles, two at four.)
 #define HS_4BIT_SPLITK_ALL(T, TAG)                                                                          \
@@ -181,6 +182,4 @@ __device__ void matmul_4bit_splitk(const uint16_t* __restrict__ x, const uint8_t
 HS_4BIT_SPLITK_ALL(hs::f16, f16)
 HS_4BIT_SPLITK_ALL(hs::bf16, bf16)
 HS_4BIT_SPLITK(hs::f16, f16, 2, 1, _s2) HS_4BIT_SPLITK(hs::f16, f16, 4, 1, _s2)
-#if !defined(__gfx942__)   // (gfx942's spill 3 SGPRs; the planner takes the slices a code object has)
 HS_4BIT_SPLITK(hs::bf16, bf16, 2, 1, _s2) HS_4BIT_SPLITK(hs::bf16, bf16, 4, 1, _s2)
-#endif

@@ -7,21 +7,26 @@
 //   w        [M, w_stride]  weights; w_stride >= K, a multiple of 8; 16-byte aligned
 //   bias     null, or bias[n * bias_stride + m] (bias_stride 0 broadcasts one [M] row)
 //   y        [N, M]         output, contiguous
-//   partials fp32 scratch, shards * ceil(M / R) * R * 16 * NT floats (deterministic) or
-//            ceil(M / R) * R * 16 * NT (atomic), R = 128 / S; unused (may be null) when shards == 1
+//   partials fp32 scratch, a slot of R * 16 * NT floats per segment: units + blocks slots
+//            (hipskinny/splitk.h's Walk; blocks = ceil(M / R), R = 128 / S), or one per row block
+//            (atomic); unused (may be null) when no row block is split (unit_len a multiple of K's groups)
 //   counters ceil(M / R) uint32, zero before the launch and zero again after it
 //   N (<= 16 * NT), M, K  positive, below 2**31
-//   shard_len             columns of K per shard: a multiple of 128; shards = ceil(K / shard_len)
+//   unit_len              a work unit's run of row-block columns (hipskinny/splitk.h's Walk):
+//                         a multiple of 128
+//   block_len             a row block's stride in the walk: its columns rounded up to 128, or to
+//                         a multiple of unit_len (units within row blocks)
 //
 // Launch: skinny_gemm_splitk_<dtype>_t<NT>[_s<S>][_atomic] (S slices per unit: 4 at NT = 1, 2; 2 at
 // NT = 4; hipskinny/splitk.h), block (256, 1, 1), any grid (the op
 // uses up to 4 workgroups per CU), dynamic LDS 16 * NT * KC * 2 = 32 KiB (KC = 1024 / NT).
 //
-// Work split: a work unit is R = 128 / S output features (a row block) x all N tokens x one K
-// shard, owned by one workgroup; units u = row_block * shards + shard, workgroups stride over
-// them. Each wave owns 16 * kTiles features (two 16-row tiles on wave64, one on wave32) and all
-// NT 16-token tiles; with S slices the S waves of those features take every S-th group of the
-// shard and sum in LDS at the end (hipskinny/splitk.h). The shard is walked in passes of KC columns: x's
+// Work split: a row block is R = 128 / S output features x all N tokens; a work unit is a run
+// of the row blocks' 128-column groups (hipskinny/splitk.h's Walk), its part of one row block a
+// segment (a K shard of it), owned by one workgroup; workgroups stride over the units. Each wave
+// owns 16 * kTiles features (two 16-row tiles on wave64, one on wave32) and all NT 16-token tiles;
+// with S slices the S waves of those features take every S-th group of the segment and sum in
+// LDS at the end (hipskinny/splitk.h). The segment is walked in passes of KC columns: x's
 // slice for the pass (16 * NT rows, zero past N and K) is staged in LDS once per
 // workgroup, then each wave multiplies its tiles with A = x (from LDS) and B = W (16
 // bytes per lane straight from global memory), 128 columns per group of instructions (one
@@ -33,10 +38,10 @@
 // and B replicated in both 16-lane halves: x is read that way from LDS, W's two 8-column
 // halves are exchanged with v_permlanex16.
 //
-// Reduction across shards (shards > 1): every unit writes its fp32 tile to its own slice
-// of `partials` (deterministic) or adds it atomically to one slice per row block
-// (`_atomic`), then counts itself in counters[row_block]; the workgroup that brings the
-// count to `shards` resets the counter, sums the slices in shard order 0, 1, ... (or
+// Reduction across shards (a row block split into shards > 1 segments): every segment writes its
+// fp32 tile to its own slot of `partials` (deterministic) or adds it atomically to one slot per
+// row block (`_atomic`), then counts itself in counters[row_block]; the workgroup that brings the
+// count to `shards` resets the counter, sums the slots in shard order 0, 1, ... (or
 // reads the atomic sum and writes zeros back), adds the bias and writes y. Nothing needs
 // clearing between calls. The deterministic sum depends on the shard boundaries and the
 // fixed k order inside a shard only, so results are bitwise equal for any grid, CU
@@ -166,22 +171,20 @@ template <typename T, int NT, bool ATOMIC, int LG>
 __device__ void splitk(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
                        const uint16_t* __restrict__ bias, uint16_t* __restrict__ y, float* __restrict__ partials,
                        uint32_t* __restrict__ counters, int N, int M, int K, int64_t x_stride, int64_t w_stride,
-                       int64_t bias_stride, int shard_len) {
+                       int64_t bias_stride, int unit_len, int block_len) {
   constexpr int KC = 1024 / NT;                        // columns per LDS pass: 32 KiB of x
   extern __shared__ hs::u32x4 xs[];
 
   const int lane = threadIdx.x % hs::kWave;
   typedef Layout<LG> Lay;
   const Lay L(hs::wave_index());
-  const int shards = (K + shard_len - 1) / shard_len;
-  const int blocks = (M + Lay::kUnitRows - 1) / Lay::kUnitRows;
-  const int units = blocks * shards;
+  const Walk walk((M + Lay::kUnitRows - 1) / Lay::kUnitRows, K, unit_len, block_len);
   const Epilogue out{nullptr, 0, nullptr, 0, 1.0f, bias, bias_stride, y, std::is_same<T, hs::bf16>::value};
 
-  for (int u = blockIdx.x; u < units; u += gridDim.x) {
-    const int block = u / shards, shard = u % shards;
+  walk.each([&](const Segment& sg) {
+    const int block = sg.block;
     const int m_base = block * Lay::kUnitRows + L.row_group * 16 * kTiles;
-    const int ks = shard * shard_len, ke = min(K, ks + shard_len);
+    const int ks = 128 * sg.g0, ke = min(K, 128 * sg.g1);
     const bool active = m_base < M;   // wave-uniform; idle waves still stage x
     const uint16_t* wrow[kTiles];
 #pragma unroll
@@ -229,9 +232,9 @@ __device__ void splitk(const uint16_t* __restrict__ x, const uint16_t* __restric
     }
 
     reduce_slices<NT>(acc, xs, L, lane);
-    if (shards > 1 && !finish_shards<NT, ATOMIC>(acc, xs, partials, counters, u, block, shards, N, L)) continue;
+    if (walk.shards(sg) > 1 && !finish_shards<NT, ATOMIC>(acc, xs, partials, counters, walk, sg, N, L)) return;
     write_out<NT>(acc, reinterpret_cast<float*>(xs), out, N, M, block * Lay::kUnitRows, lane, L);
-  }
+  });
 }
 
 }  // namespace
@@ -241,9 +244,9 @@ __device__ void splitk(const uint16_t* __restrict__ x, const uint16_t* __restric
   skinny_gemm_splitk_##TAG##_t##NT##SUFFIX(                                                      \
       const uint16_t* __restrict__ x, const uint16_t* __restrict__ w, const uint16_t* __restrict__ bias, \
       uint16_t* __restrict__ y, float* __restrict__ partials, uint32_t* __restrict__ counters, int N, int M, \
-      int K, int64_t x_stride, int64_t w_stride, int64_t bias_stride, int shard_len) {           \
+      int K, int64_t x_stride, int64_t w_stride, int64_t bias_stride, int unit_len, int block_len) { \
     splitk<T, NT, ATOMIC, LG>(x, w, bias, y, partials, counters, N, M, K, x_stride, w_stride, bias_stride, \
-                              shard_len);                                                        \
+                              unit_len, block_len);                                             \
   }
 
 // (_s<S>: S slices per unit, hipskinny/splitk.h: two or four at one and two token tiles, two at four.)

@@ -18,11 +18,12 @@
 //            never checked)
 //   bias     null, or bias[n * bias_stride + m] in T (stride 0: one [M] row), added in fp32
 //   y        [N, M] T, contiguous; one rounding of sum + bias
-//   partials fp32 scratch, shards * ceil(M / R) * R * 16 * NT floats (R = 128 / S, the kernel's
-//            slices); unused (may be null) when shards == 1
+//   partials fp32 scratch, a slot of R * 16 * NT floats per segment: units + blocks slots
+//            (hipskinny/splitk.h's Walk; blocks = ceil(M / R), R = 128 / S); unused
+//            (may be null) when no row block is split (unit_len a multiple of K's groups)
 //   counters ceil(M / R) uint32, zero before the launch and zero again after it
-//   N (<= 16 * NT), M, K (a multiple of 32), x_stride, bias_stride, shard_len (a multiple of 128;
-//   shards = ceil(K / shard_len)), log2_g: g(k) = k >> log2_g (the group size's log2; 31 for
+//   N (<= 16 * NT), M, K (a multiple of 32), x_stride, bias_stride, unit_len, block_len (multiples of 128:
+//   hipskinny/splitk.h's Walk), log2_g: g(k) = k >> log2_g (the group size's log2; 31 for
 //   per-channel scales of any K, whose one group is then g = 0), row_groups = K / G.
 //   Limits: M * K / 8 < 2^32 words (32-bit word offsets).
 //
@@ -158,13 +159,13 @@ __device__ void w4a16_linear_splitk(const uint16_t* __restrict__ x, const uint32
                              const uint16_t* __restrict__ scales, const uint8_t* __restrict__ zeros,
                              const int32_t* __restrict__ perm, const uint16_t* __restrict__ bias,
                              uint16_t* __restrict__ y, float* __restrict__ partials, uint32_t* __restrict__ counters,
-                             int N, int M, int K, int64_t x_stride, int64_t bias_stride, int shard_len, int log2_g,
+                             int N, int M, int K, int64_t x_stride, int64_t bias_stride, int unit_len, int block_len, int log2_g,
                              int row_groups) {
   // One copy of the main loop: symmetric weights (no zeros) take z = 8 by a uniform branch per
   // load (two copies, zeros as a template parameter, spill SGPRs on gfx950).
   const Int4<T> wt{w, scales, zeros, (uint32_t)(K >> 3), (uint32_t)row_groups, log2_g,
                      kBf16<T> ? 0u : hs::int4::magic_const<hs::f16>()};   // (bf16 decodes in fp32)
-  run<T, NT, LG, true>(wt, x, perm, bias, y, partials, counters, N, M, K, x_stride, bias_stride, shard_len);
+  run<T, NT, LG, true>(wt, x, perm, bias, y, partials, counters, N, M, K, x_stride, bias_stride, unit_len, block_len);
 }
 
 }  // namespace
@@ -174,9 +175,9 @@ __device__ void w4a16_linear_splitk(const uint16_t* __restrict__ x, const uint32
       const uint16_t* __restrict__ x, const uint32_t* __restrict__ w, const uint16_t* __restrict__ scales,    \
       const uint8_t* __restrict__ zeros, const int32_t* __restrict__ perm, const uint16_t* __restrict__ bias,  \
       uint16_t* __restrict__ y, float* __restrict__ partials, uint32_t* __restrict__ counters, int N, int M,   \
-      int K, int64_t x_stride, int64_t bias_stride, int shard_len, int log2_g, int row_groups) {              \
+      int K, int64_t x_stride, int64_t bias_stride, int unit_len, int block_len, int log2_g, int row_groups) { \
     w4a16_linear_splitk<T, NT, LG>(x, w, scales, zeros, perm, bias, y, partials, counters, N, M, K, x_stride,   \
-                                   bias_stride, shard_len, log2_g, row_groups);                               \
+                                   bias_stride, unit_len, block_len, log2_g, row_groups);                    \
   }
 // (_s<S>: S slices per unit, hipskinny/splitk.h: two or four at one and two token tiles, two at four.)
 #define HS_W4A16_SPLITK_ALL(T, TAG)                                                                           \

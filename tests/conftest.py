@@ -82,15 +82,21 @@ def keep_shards(monkeypatch):
 @pytest.fixture
 def force_slices(monkeypatch):
     """``force(S)``: from then on split-K plans take S slices per unit wherever the code object builds
-    them (`_linear.built_slices`), one elsewhere, with the planner's shards -- every slice variant runs
-    on the emulator, not only those the planner picks for a test's small shapes."""
+    them (`_linear.built_slices`), one elsewhere, with the planner's unit length for S (or one) slices --
+    every slice variant runs on the emulator, not only those the planner picks for a test's small shapes."""
     from hipskinny import ops
     from hipskinny.ops import _linear
     split = _linear.splitk_split
 
-    def force(s: int) -> None:
+    def force(s: int, unit_groups: int | None = None, block_groups: int | None = None) -> None:
+        """(``unit_groups``: also the units' length in 128-column groups, instead of the planner's;
+        ``block_groups``: a row block's stride in the walk, default unpadded.)"""
         def forced(*args, slices=(1,), **kwargs):
-            return (s if s in slices else 1), split(*args, slices=slices, **kwargs)[1]
+            own = tuple(x for x in slices if x in (1, s))
+            _, length, stride = split(*args, slices=own, **kwargs)
+            if unit_groups is not None:
+                length, stride = unit_groups, block_groups or -(-args[3] // _linear.SPLITK_GROUP)
+            return (s if s in slices else 1), length, stride
         monkeypatch.setattr(_linear, "splitk_split", forced)
         ops.forget_plans()
     yield force

@@ -38,40 +38,50 @@ Configuration rules, larger N:
 
 * **Token tiles** ``NT``: the smallest of 1, 2, 4, 8 with ``16 * NT >= N`` (padded tokens
   are zero in LDS and cost matrix work only).
-* **Shards**: K is cut into ``S`` shards of ``shard_len`` columns (a multiple of 128), at most one
-  per 128 columns, at least ``128 * NT`` columns each, and at one token tile (N <= 16) few enough
-  that all shards' fp32 partial tiles (the token rows the kernel publishes, `partial_rows`) stay
-  within PARTIAL_SHARE of the call's unavoidable bytes (`partial_shards`: weights at the op's bits
-  per element, x, y). There the kernels load a shard's groups ahead (`splitk.h` pipelined), so the
-  longer shards the cap gives small layers keep short chains; with more token tiles they wait
-  for each group (registers). Within those limits `splitk_shards` takes at least the count that
-  gives `splitk_units` work units of 128 features -- the flagship's bandwidth x DRAM latency over
-  SPLITK_UNIT_BYTES -- and more where an estimate says they pay: the larger of the call's bytes
-  (partials included, slowed in proportion when fewer units than that are in flight) and the
-  kernel's compute (SPLITK_COMPUTE, measured; plus a unit's own work, SPLITK_UNIT_OVERHEAD) charged
-  on the busiest of the flagship's CUs, a unit running on one CU. A layer of 32 row blocks on a
-  96-CU part whose kernel is matrix-bound takes 3 shards (96 units), not 1; where the bytes
+* **Units**: the row blocks' 128-column groups form one walk (block 0's, then block 1's, ...), a row
+  block ``block_len`` columns of it (its own groups, or padded to whole units), and a work unit is
+  ``unit_len`` columns of it (multiples of 128; `walk`, ``splitk.h``'s Walk). Padded, a unit stays
+  within its row block: the row block is cut into equal shards. Unpadded, a unit may end one row block
+  and begin the next, its part of each a segment, so a row block is cut into shards (its segments)
+  wherever units end. Candidates: a row block cut into S equal shards (padded), at most one per 128
+  columns, at least ``128 * NT`` columns each, and the lengths that deal the unpadded walk evenly to
+  the flagship's CUs, r units each (4-bit Llama-3 gate_up at N = 4 on gfx950, 224 row blocks on 256
+  CUs: 512 units of 14 groups, two per CU, not 448 of 16 with 192 CUs doing two and 64 one) -- units
+  that cross row blocks only where the call's bytes take SPLITK_CROSSING_TRIPS DRAM round trips
+  (a crossing unit chains a second reduction, which only a throughput-bound call hides). At one token
+  tile (N <= 16) the split row blocks' fp32 partial tiles (the token rows the kernel publishes,
+  `partial_rows`) stay within PARTIAL_SHARE of the call's unavoidable bytes (`partial_shards`: weights
+  at the op's bits per element, x, y). There the kernels load a segment's groups ahead (`splitk.h` pipelined), so the
+  longer units the cap gives small layers keep short chains; with more token tiles they wait for
+  each group (registers). Within those limits `splitk_split` takes at least the shards that give
+  `splitk_units` work units of 128 features -- the flagship's bandwidth x DRAM latency over
+  SPLITK_UNIT_BYTES -- and other lengths where an estimate says they pay: the larger of the call's
+  bytes (partials included, slowed in proportion when fewer units than that are in flight) and the
+  kernel's compute (SPLITK_COMPUTE, measured; plus a segment's own work, SPLITK_UNIT_OVERHEAD)
+  charged on the busiest of the flagship's CUs, a unit running on one CU. A layer of 32 row blocks
+  on a 96-CU part whose kernel is matrix-bound takes 3 shards (96 units), not 1; where the bytes
   dominate it stays at 1. Arch facts only, *not* this device: results must not depend on the CU
-  count. ``S = 1`` skips the partials entirely. (Why
+  count. A unit length that is a multiple of a row block's groups skips the partials entirely. (Why
   these sizes: per weight byte, a unit of R features and L columns re-reads x for ``16 * NT / R``
   bytes and moves ``64 * NT / L`` bytes of partials; for a given number of units (R * L fixed)
   the sum is smallest at L = 4 R -- 512 columns for R = 128.)
 * **Slices**: the kernels' ``_s<v>`` variants (v = 2 or 4 at one and two token tiles, 2 at four;
-  which a code object has: `built_slices`) make a unit 128 / v features, the v waves of each row group
-  taking every v-th group of the shard and summing in LDS at the end: v times the units without fp32
-  partials, for x staged v times as often per weight. `splitk_split` adds slices to the one-slice
-  plan at no fewer shards (two slices: at least half of them) and no more units than the flagship's
-  CUs (SPLITK_SLICE_COST per extra slice on the compute) and takes the fewest slices, then shards,
-  within 1% of the best estimate. A layer of few row blocks (the routers, Qwen3's small projections
-  at 4 bits on CDNA) gets its CUs this way where the partials' cap would hold it to few units.
+  which a code object has: `built_slices`) make a row block 128 / v features, the v waves of each row
+  group taking every v-th group of the segment and summing in LDS at the end: v times the units
+  without fp32 partials, for x staged v times as often per weight. `splitk_split` adds slices to the
+  one-slice plan at no longer units (two slices: at most twice as long) and no more units than the
+  flagship's CUs (SPLITK_SLICE_COST per extra slice on the compute) and takes the fewest slices, then
+  the fewest partials, then the longest units, within 1% of the best estimate. A layer of few row
+  blocks (the routers, Qwen3's small projections at 4 bits on CDNA) gets its CUs this way where the
+  partials' cap would hold it to few units.
 * **Grid**: ``min(units, CU count * groups per CU)`` persistent workgroups of 256 threads,
   groups per CU from the kernel's VGPRs and its 32 KiB of LDS, at most 4.
-* **Scratch**: the partials (``S * ceil(M / R) * R * 16 * NT`` fp32, R = 128 / slices, or one
-  slice per row block for the atomic variant, in a slot of its own: it needs them zero on entry, and
-  the deterministic kernel leaves its partials as written) and one counter per row block
-  come from the scratch pool of (device, stream), sized by the call's shapes; the kernel
+* **Scratch**: the partials (a slot of ``R * 16 * NT`` fp32 per segment, ``units + row blocks``
+  slots, R = 128 / slices, or one per row block for the atomic variant, in a scratch slot of its own:
+  it needs them zero on entry, and the deterministic kernel leaves its partials as written) and one
+  counter per row block come from the scratch pool of (device, stream), sized by the call's shapes; the kernel
   leaves the counters (and the atomic slices) zero, so nothing is cleared per call.
-* ``deterministic=True`` sums the shard partials in shard order: bitwise equal across
+* ``deterministic=True`` sums a row block's shard partials in shard order: bitwise equal across
   calls, schedules and CU counts. ``deterministic=False`` adds them atomically (one slice
   instead of S to write and read back; last bits follow arrival order); with ``S = 1``
   both are the same kernel.
@@ -79,6 +89,7 @@ Configuration rules, larger N:
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
@@ -165,6 +176,15 @@ SPLITK_UNIT_OVERHEAD = 1.0
 # w4a16_linear gfx942 (o_proj); at 2 slices, N = 64 on gfx1100, +10% (its matrix roof unchanged).
 SPLITK_SLICES = (1, 2, 4)
 SPLITK_SLICE_COST = 0.1
+# Units that cross a row block's end (the unpadded walk, `walk`) only where the call's unavoidable bytes
+# take at least SPLITK_CROSSING_TRIPS DRAM round trips (`ArchInfo.load_latency_ns`) on the flagship: a
+# crossing unit runs a second reduction (publish, count, read back: three dependent round trips) in
+# its workgroup's chain, which other waves hide only when the call is throughput-bound. 12: the
+# longest chains the report measures for the one-token-tile split-K kernels at N <= 16 are 7-15 round
+# trips (RESULTS.json, `round_trips`), so below that the call is latency-bound. (Measured at 5458b9a,
+# crossing units wherever the estimate preferred them: 37 report rows >1% slower, all latency-bound,
+# e.g. FP8 4096 x 4096 at N = 16 on gfx942, 3.43 -> 4.5 us, 1.6-3.2 us of bytes.)
+SPLITK_CROSSING_TRIPS = 12
 
 
 def k_chunk(n: int, k: int, lds_bytes: int, wave_size: int, chunk: int = 8, op: str = "skinny_gemm",
@@ -326,78 +346,119 @@ def busiest_share(units: int, cus: int) -> float:
     return -(-units // cus) * cus / units
 
 
+def padded(groups: int, unit_groups: int) -> int:
+    """A row block's stride in the walk when its units stay within it: its groups rounded up to whole
+    units (the former equal shards of a row block)."""
+    return -(-groups // unit_groups) * unit_groups
+
+
+def walk(blocks: int, groups: int, unit_groups: int, stride: int | None = None) -> tuple[int, int, int, int]:
+    """``splitk.h``'s Walk of ``blocks`` row blocks of ``groups`` 128-column groups each, ``stride``
+    groups apart (default ``groups``: unpadded; `padded`: units within row blocks), cut into units of
+    ``unit_groups`` consecutive groups (unpadded, a unit may end one row block and begin the next):
+    (units, segments in all -- a unit's part of one row block --, segments of the row blocks that are
+    split, each publishing an fp32 partial tile, the most segments of one row block)."""
+    stride = groups if stride is None else stride
+    at = np.arange(blocks, dtype=np.int64) * stride
+    count = (at + groups - 1) // unit_groups - at // unit_groups + 1
+    units = -(-((blocks - 1) * stride + groups) // unit_groups)
+    return (units, int(count.sum()), int(count[count > 1].sum()), int(count.max()))
+
+
 def splitk_split(info: ArchInfo, nt: int, m: int, k: int, *, n: int, weight_bits: int | None, x_bytes: int,
-                 compute: float = 0.0, slices: tuple[int, ...] = (1,)) -> tuple[int, int]:
-    """(slices, shards) for a split-K call (see the module docstring), ``slices`` the counts built
-    (units of 128 / S features for S slices). At one slice, at least the shards that give `splitk_units`
-    units (at most one per 128 columns, at least 128 * nt columns each, within the partials' cap at one token
-    tile), more where the estimate -- the larger of the bytes (the partials included, slowed by too few
-    units in flight) and ``compute`` (`compute_ratio`, plus a unit's own SPLITK_UNIT_OVERHEAD and
-    SPLITK_SLICE_COST per extra slice) on the busiest of the flagship's CUs -- says they pay: the
-    one-slice plan first, then more slices at no fewer shards than it (two slices: at least half its
-    shards) and no more units than the flagship's CUs where the estimate says so. Of the candidates
-    within 1% of the best estimate: the fewest slices, then the fewest shards."""
+                 compute: float = 0.0, slices: tuple[int, ...] = (1,)) -> tuple[int, int, int]:
+    """(slices, unit groups, block stride) for a split-K call (see the module docstring), ``slices`` the
+    counts built (row blocks of 128 / S features for S slices), a unit ``unit groups`` consecutive
+    128-column groups of the row blocks' walk, a row block ``block stride`` groups of it (`walk`).
+    Candidates: a row block's groups cut into equal shards, units within row blocks (`padded`; at one
+    slice, at least the shards that give `splitk_units` units; at most one per 128 columns, at least
+    128 * nt columns each), and the lengths that deal the unpadded walk evenly to the flagship's CUs,
+    r units each (where units cross row blocks only if the call's bytes take SPLITK_CROSSING_TRIPS
+    round trips); at one token tile the split row blocks' partials within their cap. The estimate --
+    the larger of the bytes (the partials included, slowed by too few units in flight) and ``compute``
+    (`compute_ratio`, plus a segment's own SPLITK_UNIT_OVERHEAD and SPLITK_SLICE_COST per extra slice)
+    on the busiest of the flagship's CUs -- picks: the one-slice plan first, then more slices at no
+    longer units than it (two slices: at most twice as long) and no more units than the flagship's
+    CUs. Of the candidates within 1% of the best estimate: the fewest slices, then the fewest partials,
+    then the longest units, equal shards first."""
     groups = -(-k // SPLITK_GROUP)
     little = splitk_units(info)
+    cus = info.default_cu_count
     most = max(1, min(groups, k // (SPLITK_GROUP * nt)))
+    shortest = -(-groups // most)
+    cap = None
     if weight_bits is not None and nt == 1:      # (more token tiles: the kernels wait per group)
+        cap = PARTIAL_SHARE * unavoidable_bytes(n, m, k, weight_bits, x_bytes)
         most = min(most, partial_shards(info, n, nt, m, k, weight_bits, x_bytes))
     unavoidable = unavoidable_bytes(n, m, k, weight_bits or 16, x_bytes)
+    crossing = unavoidable / (info.peak_bandwidth_gbs * 1e9) >= SPLITK_CROSSING_TRIPS * info.load_latency_ns[2] * 1e-9
 
-    def estimate(sl: int, shards: int) -> float:
+    @functools.cache
+    def facts(sl: int, length: int, stride: int) -> tuple[int, int, int, int]:
         rows = SPLITK_ROWS // sl
-        units = -(-m // rows) * shards
-        partials = (shards > 1) * shards * shard_partial_bytes(info, n, nt, m, rows)
-        memory = (1 + partials / unavoidable) * max(1.0, little / units)
-        # (a unit's own work, set-up and reduction, as SPLITK_UNIT_OVERHEAD groups of its shard's)
-        overhead = (1 + SPLITK_UNIT_OVERHEAD / -(-groups // shards)) / (1 + SPLITK_UNIT_OVERHEAD / groups)
-        cost = compute * (1 + SPLITK_SLICE_COST * (sl - 1)) * overhead
-        return max(memory, cost * busiest_share(units, info.default_cu_count))
+        blocks = -(-m // rows)
+        units, segments, split, _ = walk(blocks, groups, length, stride)
+        return blocks, units, segments, split * rows * partial_rows(info, n, nt) * 4
 
-    def best_of(candidates: list[tuple[int, int]]) -> tuple[int, int]:
+    def estimate(sl: int, length: int, stride: int) -> float:
+        blocks, units, segments, partials = facts(sl, length, stride)
+        memory = (1 + partials / unavoidable) * max(1.0, little / units)
+        # The busiest CU's groups, a segment's own work (set-up and reduction) as SPLITK_UNIT_OVERHEAD
+        # groups, over the average CU's when every row block is one segment.
+        busiest = -(-units // cus) * (length + SPLITK_UNIT_OVERHEAD * segments / units)
+        cost = compute * (1 + SPLITK_SLICE_COST * (sl - 1)) * busiest * cus / (blocks * (groups + SPLITK_UNIT_OVERHEAD))
+        return max(memory, cost)
+
+    def best_of(candidates: list[tuple[int, int, int]]) -> tuple[int, int, int]:
         best = min(estimate(*c) for c in candidates)
         return next(c for c in candidates if estimate(*c) <= 1.01 * best)
 
-    def counts(least: int) -> list[int]:   # the shard counts that shard lengths give, from `least` wanted
-        return sorted({-(-groups // -(-groups // s)) for s in range(least, most + 1)})
+    def walks(sl: int, least: int) -> list[tuple[int, int]]:
+        """(unit groups, block stride): equal shards from ``least`` shards of a row block on, and the
+        even deals of the unpadded walk to the CUs (r units each, as many as the shards give at most),
+        allowed ones: the fewest partials first, then the longest units, equal shards first."""
+        blocks = -(-m // (SPLITK_ROWS // sl))
+        cut = {(x, padded(groups, x)) for x in {-(-groups // s) for s in range(least, most + 1)}}
+        rounds = max(-(-blocks * -(-groups // c) // cus) for c in range(least, most + 1))
+        even = {(x, groups) for x in {-(-blocks * groups // (cus * r)) for r in range(1, rounds + 1)}
+                if crossing or x % groups == 0 or groups % x == 0}
+        ok = [w for w in cut | even if w[0] >= shortest
+              and (cap is None or w[0] >= groups or facts(sl, *w)[3] <= cap)]
+        return sorted(ok, key=lambda w: (facts(sl, *w)[3], -w[0], w[1] == groups and groups % w[0] != 0)) \
+            or [(groups, groups)]
 
-    one = best_of([(1, c) for c in counts(max(1, min(math.ceil(little / -(-m // SPLITK_ROWS)), most)))])
-    # More slices at no fewer shards than the one-slice plan (a wave's chain of groups, groups / (shards
-    # x slices), never grows), or two slices at half its shards, rounded up (the same units with half
-    # the partials, each wave's chain of groups unchanged, a unit's x passes at most doubled: measured
-    # on the 109 report rows where it changes the plan, 49 >5% faster, 4 slower, at most 10%: matmul_4bit
-    # Llama-3 qkv N = 4 on gfx942, 3.30 -> 3.63 us; four slices at fewer shards lost up to 18%, FP8
-    # W8A8 block-scaled 4096 x 4096 N = 16). And only up to the flagship's CUs: queued behind each
-    # other, a CU's units each pay their own x passes and reduction, which the estimate does not see
-    # (measured: FP8 W8A8 block-scaled Llama-3 qkv N = 16 on gfx942, 240 units -> 960 with 4 slices,
-    # 5.17 -> 6.87 us, latency-bound).
-    cus = info.default_cu_count
-    return best_of([one] + [(sl, c) for sl in sorted(slices) if sl > 1 for c in counts(-(-one[1] // 2))
-                            if (c >= one[1] or (sl == 2 and 2 * c >= one[1]))
-                            and -(-m // (SPLITK_ROWS // sl)) * c <= cus])
+    one = best_of([(1, *w) for w in walks(1, max(1, min(math.ceil(little / -(-m // SPLITK_ROWS)), most)))])
+    # More slices at no longer units than the one-slice plan (a wave's chain of groups, length / slices,
+    # never grows), or two slices at up to twice its length (the same units with half the partials,
+    # each wave's chain of groups unchanged, a unit's x passes at most doubled: measured on the 109
+    # report rows where it changed the plan, 49 >5% faster, 4 slower, at most 10%: matmul_4bit Llama-3
+    # qkv N = 4 on gfx942, 3.30 -> 3.63 us; four slices at fewer shards lost up to 18%, FP8 W8A8
+    # block-scaled 4096 x 4096 N = 16). And only up to the flagship's CUs: queued behind each other, a
+    # CU's units each pay their own x passes and reduction, which the estimate does not see (measured:
+    # FP8 W8A8 block-scaled Llama-3 qkv N = 16 on gfx942, 240 units -> 960 with 4 slices, 5.17 -> 6.87
+    # us, latency-bound).
+    return best_of([one] + [(sl, *w) for sl in sorted(slices) if sl > 1 for w in walks(sl, 1)
+                            if (w[0] <= one[1] or (sl == 2 and w[0] <= 2 * one[1]))
+                            and facts(sl, *w)[1] <= cus])
 
 
 def splitk_shards(info: ArchInfo, nt: int, m: int, k: int, *, n: int, weight_bits: int | None, x_bytes: int,
                   compute: float = 0.0) -> int:
-    """Shards of K for a split-K call of the one-slice kernels (`splitk_split` with slices 1)."""
-    return splitk_split(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes, compute=compute)[1]
+    """The most shards (segments) of a row block in the plan of the one-slice kernels (`splitk_split`
+    with slices 1): 1, no row block split."""
+    _, length, stride = splitk_split(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes, compute=compute)
+    return walk(-(-m // SPLITK_ROWS), -(-k // SPLITK_GROUP), length, stride)[3]
 
 
-def shard_len(info: ArchInfo, nt: int, m: int, k: int, *, n: int | None = None, weight_bits: int | None = None,
-              x_bytes: int = 2, compute: float = 0.0) -> int:
-    """K columns per split-K shard for N tokens (default 16 * nt) of x at ``x_bytes`` per element (see
-    the module docstring and `splitk_shards`); a multiple of 128. ``weight_bits`` (the weights' bits per
-    element) caps the partials at one token tile (`partial_shards`); None: no cap (and 16-bit weights
-    in the estimate)."""
+def unit_len(info: ArchInfo, nt: int, m: int, k: int, *, n: int | None = None, weight_bits: int | None = None,
+             x_bytes: int = 2, compute: float = 0.0) -> int:
+    """K columns per split-K unit of the one-slice kernels for N tokens (default 16 * nt) of x at
+    ``x_bytes`` per element (see the module docstring and `splitk_split`); a multiple of 128.
+    ``weight_bits`` (the weights' bits per element) caps the partials at one token tile
+    (`partial_shards`); None: no cap (and 16-bit weights in the estimate)."""
     n = 16 * nt if n is None else n
-    return shard_columns(k, splitk_shards(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes,
-                                          compute=compute))
-
-
-def shard_columns(k: int, shards: int) -> int:
-    """K columns per shard when K is cut into ``shards`` shards of whole 128-column groups."""
-    groups = -(-k // SPLITK_GROUP)
-    return SPLITK_GROUP * -(-groups // shards)
+    return SPLITK_GROUP * splitk_split(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes,
+                                       compute=compute)[1]
 
 
 def splitk_plan(device: Device, family: str, kernel_name: Callable[[int, bool], str], n: int, m: int, k: int, *,
@@ -414,23 +475,26 @@ def splitk_plan(device: Device, family: str, kernel_name: Callable[[int, bool], 
     nt = token_tiles(n)
     module = registry.load(device, family)
     base = kernel_name(nt, False)
-    slices, shards = splitk_split(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes,
-                                  compute=compute_ratio(base, info.name, nt), slices=built_slices(module, base, nt))
-    length = shard_columns(k, shards)
-    shards = -(-k // length)
+    slices, length, stride = splitk_split(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes,
+                                          compute=compute_ratio(base, info.name, nt),
+                                          slices=built_slices(module, base, nt))
     rows = SPLITK_ROWS // slices
     blocks = -(-m // rows)
+    units, _, _, shards = walk(blocks, -(-k // SPLITK_GROUP), length, stride)
     use_atomic = atomic and shards > 1
     name = sliced(kernel_name(nt, use_atomic), nt, slices)
     fn, meta = module.kernel(name)
     groups = groups_per_cu(info, meta, lds, MAX_SPLITK_GROUPS_PER_CU)
-    units = blocks * shards
     grid = max(1, min(units, device.properties.cu_count * groups))
     unit_floats = rows * 16 * nt
-    partial_bytes = 0 if shards == 1 else 4 * unit_floats * (blocks if use_atomic else units)
+    # a slot per segment, u + block < units + blocks (splitk.h's Walk; that bound, not the exact
+    # units + blocks - 1, so that the scratch scales with M like the rest of the plan), or one per row
+    # block (atomic)
+    partial_bytes = 0 if shards == 1 else 4 * unit_floats * (blocks if use_atomic else units + blocks)
     return make_plan(fn, meta, (grid, 1, 1), shared_mem=lds,
-                     info={"kernel": name, "token_tiles": nt, "slices": slices, "shard_len": length,
-                           "shards": shards, "units": units, "groups_per_cu": groups, "grid": grid,
+                     info={"kernel": name, "token_tiles": nt, "slices": slices, "unit_len": SPLITK_GROUP * length,
+                           "block_len": SPLITK_GROUP * stride, "shards": shards, "units": units,
+                           "groups_per_cu": groups, "grid": grid,
                            "lds_bytes": lds, "partial_bytes": partial_bytes,
                            "counter_bytes": 4 * blocks if shards > 1 else 0})
 
@@ -453,11 +517,12 @@ def plan_launch(device: Device, plan: LaunchPlan, pointers: tuple[str, ...], ptr
                 values: dict[str, Any], n: int, partials: str, counters: str
                 ) -> tuple[Launch, tuple[tuple[str, int], ...]]:
     """The launch of a lane-split plan (``values`` and its kc) or of a split-K one (``values``, N and
-    its shard length; scratch slots as `splitk_launch`), with the scratch slots it needs."""
+    its walk: unit and row block lengths; scratch slots as `splitk_launch`), with the scratch slots it needs."""
     info = plan.info
-    if "shard_len" not in info:
+    if "unit_len" not in info:
         return operands.launch(device, plan, pointers, **ptrs, **values, kc=info["k_chunk"]), ()
-    return splitk_launch(device, plan, pointers, ptrs, {"N": n, **values, "shard_len": info["shard_len"]},
+    walk_args = {"unit_len": info["unit_len"], "block_len": info["block_len"]}
+    return splitk_launch(device, plan, pointers, ptrs, {"N": n, **values, **walk_args},
                          partials, counters)
 
 

@@ -111,10 +111,11 @@ class QuantizedLinear:
         the scratch slots it needs (split-K partials and counters)."""
         plan = self.plan(device, tag, n, m, k)
         ptrs = {name: name for name in self.names[:-1]} | {"y": "out"}
-        if "shard_len" not in plan.info:
+        if "unit_len" not in plan.info:
             return operands.launch(device, plan, self.names, **ptrs, M=m, K=k, x_stride=x_stride,
                                    bias_stride=b_stride, kc=plan.info["k_chunk"], **lane), ()
-        values = dict(N=n, M=m, K=k, x_stride=x_stride, bias_stride=b_stride, shard_len=plan.info["shard_len"],
+        values = dict(N=n, M=m, K=k, x_stride=x_stride, bias_stride=b_stride, unit_len=plan.info["unit_len"],
+                      block_len=plan.info["block_len"],
                       **splitk)
         return lin.splitk_launch(device, plan, self.names, ptrs, values, f"{self.op}.partials",
                                  f"{self.op}.counters")

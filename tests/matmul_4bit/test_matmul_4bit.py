@@ -252,11 +252,21 @@ def test_small_n_on_the_splitk_kernel(arch):
 @pytest.mark.parametrize("slices", [1, 2, 4])
 def test_every_slice_count(arch, slices, keep_shards, force_slices):
     """The split-K kernels with 1, 2 and 4 slices per unit where built (2 and 4 at one and two token
-    tiles, 2 at four; gfx942's bf16 ones with 2 slices at two and four tiles are not) at N of one,
-    two and four tiles: several row blocks of 128 / slices with a tail, several shards of an odd
-    number of groups (a slice without a group at the end)."""
+    tiles, 2 at four) at N of one, two and four tiles: several row blocks of 128 / slices with a
+    tail, several shards of an odd number of groups (a slice without a group at the end)."""
     force_slices(slices)
     _splitk_cases(arch, slices == 2, [(12, 100, 1664, 64, 3), (40, 200, 1152, 128, 2), (24, 136, 1664, 64, 3)])
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+@pytest.mark.parametrize("walk", [(1, 5), (2, 17), (1, 5, 15)], ids=lambda w: "-".join(map(str, w)))
+def test_units_across_row_blocks(arch, walk, force_slices):
+    """Units of the walk that end one row block and begin the next (``splitk.h``'s Walk; K = 1664 is
+    13 groups a row block): 5 groups (a row block of three or four segments), 17 with two slices (a
+    unit over two row blocks of 64), and 5 with row blocks padded to 15 (three equal shards each,
+    units within row blocks); nested and plain scales, both dtypes, one and two token tiles."""
+    force_slices(*walk)
+    _splitk_cases(arch, walk[0] == 2, [(12, 300, 1664, 64, 3), (24, 200, 1664, 64, 2)])
 
 
 def _splitk_cases(arch, nested, cases):

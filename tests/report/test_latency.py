@@ -104,17 +104,21 @@ def test_emulated_gemv_waits_for_its_weights_then_writes(arch, lockstep):
 def test_splitk_chains_have_no_per_element_round_trips(op, arch, n, m, k, cus, keep_shards):
     """A split-K launch's longest chain, measured on the emulator, within what its structure
     allows: per x pass two waits per staging batch (4 chunks a thread), one per 128-column group
-    of W, the merge's loads 32 VGPRs at a time (hipskinny/splitk.h: (shards - 1) x tiles per
-    thread / (32 / fp32 per tile)), a round trip per 8 output rows of the epilogue, 4 more (the
-    ticket, its publish, the last stores). Before, staging, merge and epilogue waited per chunk,
-    per tile and shard, per output (Qwen3 o_proj N = 64 on gfx942: 83 round trips)."""
+    of W, and per segment of the unit (a row block its run touches) the merge's loads 32 VGPRs at a
+    time (hipskinny/splitk.h: (shards - 1) x tiles per thread / (32 / fp32 per tile)), a round trip
+    per 8 output rows of the epilogue, 4 more (the ticket, its publish, the last stores). Before,
+    staging, merge and epilogue waited per chunk, per tile and shard, per output (Qwen3 o_proj N = 64
+    on gfx942: 83 round trips)."""
     from benchmarks import dynamic
     s = dynamic._emulate(op, arch, cus, np.float16, n, m, k, seed=0)
     info, wave = s.info, hipskinny.arch.ARCHS[arch].wave_size
-    nt, shards, shard_len = info["token_tiles"], info["shards"], info["shard_len"]
-    passes = -(-shard_len // (1024 // nt))
+    nt, shards, length = info["token_tiles"], info["shards"], info["unit_len"] // 128
+    groups = -(-k // 128)
+    segments = -(-(length - 1) // groups) + 1          # the most row blocks a unit's run touches (splitk.h Walk)
+    passes = -(-128 * length // (1024 // nt)) + segments - 1
     tiles = (128 // (16 * 256 // wave)) * nt          # 16-row tiles per wave x token tiles
     per_trip = 32 // (256 // wave)                    # fp32 tiles per merge round trip
-    bound = passes * 2 * 2 + shard_len // 128 + -(-(shards - 1) * tiles // per_trip) + -(-16 * nt // 8) + 4
+    per_segment = -(-(shards - 1) * tiles // per_trip) + -(-16 * nt // 8) + 4
+    bound = passes * 2 * 2 + length + segments * per_segment
     (w,) = [w for w in s.waits if "splitk" in w.kernel]
     assert shards > 1 and w.trips.longest <= bound, (w.trips, bound, info)

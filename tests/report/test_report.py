@@ -186,10 +186,11 @@ def test_busiest_cu_share_of_a_plan():
 
 @pytest.mark.parametrize("arch", list(ARCHS))
 @pytest.mark.parametrize("n", [4, 16])
-def test_workgroup_work_is_what_the_kernels_run(arch, n):
+def test_workgroup_work_is_what_the_kernels_run(arch, n, force_slices):
     """The workgroups' global accesses (benchmarks.traffic's streams) come in proportion to the work
     `workgroup_work` deals them, for a lane-split (N = 4) and a split-K (N = 16) skinny_gemm plan whose
-    work does not divide by the grid."""
+    work does not divide by the grid (split-K: units of a whole row block, 11 of them; the planner
+    would deal the walk evenly)."""
     sys.path.insert(0, str(ROOT))
     try:
         import numpy as np
@@ -201,6 +202,7 @@ def test_workgroup_work_is_what_the_kernels_run(arch, n):
         sys.path.remove(str(ROOT))
     dev = dynamic.device(arch, 1)
     m, k = (1400, 512) if n <= 8 else (1408, 512)    # 1400 one-row tiles; 11 row blocks of 128
+    force_slices(1, k // 128)
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal((n, k)).astype(np.float16), rng.standard_normal((m, k)).astype(np.float16)
     info = dynamic.plan_info("skinny_gemm", dev, np.float16, n, m, k)

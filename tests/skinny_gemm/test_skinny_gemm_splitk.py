@@ -70,33 +70,67 @@ def test_matches_exact_math(arch, case, keep_shards):
 
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
-def test_capped_long_shards_match_exact_math(arch):
-    """The planner's own shards at N = 12, M = 8, K = 8200 (the partial cap: 3 or 4 shards of 17-22
-    groups -- gfx9 publishes 12 token rows, RDNA 16 --, three x passes each, a tail group): the groups
-    loaded ahead across passes, the last ones re-reading the shard's last group (splitk.h pipelined),
-    the tail's columns past K zero."""
+def test_capped_long_shards_match_exact_math(arch, force_slices):
+    """The planner's own one-slice shards at N = 12, M = 8, K = 8200 (the partial cap: 3 or 4 shards of
+    17-22 groups -- gfx9 publishes 12 token rows, RDNA 16 --, three x passes each, a tail group): the
+    groups loaded ahead across passes, the last ones re-reading the shard's last group (splitk.h
+    pipelined), the tail's columns past K zero."""
     n, m, k = 12, 8, 8200
     x, w = _inputs(np.float16, n, m, k, seed=11)
+    force_slices(1)
     dev = _dev(arch, 3)
     with hipskinny.on_device(dev):
         y = hipskinny.skinny_gemm(x, w)
     info = op.plan_info(dev, np.float16, n, m, k)
-    assert info["shards"] in (3, 4) and info["shard_len"] >= 17 * 128 and k % 128
+    assert info["shards"] in (3, 4) and info["unit_len"] >= 17 * 128 and k % 128
     assert_bound(y, x, w)
 
 
 def test_shards_and_partials_cover_the_cases():
-    """The cases above exercise one shard and several, and partial scratch sized by shape."""
+    """The cases above exercise one shard and several, and partial scratch sized by shape: a slot per
+    segment of the walk (`_linear.walk`: fewer than units + row blocks)."""
     dev = _dev("gfx942", 2)
     infos = [op.plan_info(dev, c[0], c[1], c[2], -(-c[3] // 8) * 8) for c in CASES]
     assert {i["shards"] == 1 for i in infos} == {True, False}
     for info, (_, _n, m, k, _) in zip(infos, CASES, strict=True):
-        rows = lin.SPLITK_ROWS // info["slices"]            # a unit's features
-        blocks = -(-m // rows)
+        rows = lin.SPLITK_ROWS // info["slices"]            # a row block's features
+        blocks, groups = -(-m // rows), -(-(-(-k // 8) * 8) // 128)
         unit_bytes = rows * 16 * info["token_tiles"] * 4
-        expected = 0 if info["shards"] == 1 else info["shards"] * blocks * unit_bytes
-        assert info["partial_bytes"] == expected
-        assert info["shards"] == -(-(-(-k // 8) * 8) // info["shard_len"])
+        units, _, _, shards = lin.walk(blocks, groups, info["unit_len"] // 128)
+        assert (info["units"], info["shards"]) == (units, shards)
+        assert info["partial_bytes"] == (0 if shards == 1 else (units + blocks) * unit_bytes)
+
+
+# Units of the walk (`_linear.walk`) at M = 300 (three row blocks of 128, two tiles of the last idle)
+# and K = 1000 (8 groups, the last 104 columns): 3 groups (units cross every row block's end, a row
+# block of three or four segments), 5, 8 (a row block each, no partials), 11 (a unit ends in the next
+# row block), 16 (two whole row blocks, no partials); two slices (six row blocks of 64) at 3 and 11;
+# padded row blocks (units within them, equal shards: stride 9 for 3 groups, 10 for 5).
+WALKS = [(1, 3, 8), (1, 5, 8), (1, 8, 8), (1, 11, 8), (1, 16, 8), (2, 3, 8), (2, 11, 8), (1, 3, 9), (1, 5, 10),
+         (2, 3, 9)]
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+@pytest.mark.parametrize("walk", WALKS, ids=lambda w: f"s{w[0]}l{w[1]}b{w[2]}")
+def test_walk_matches_exact_math_on_any_grid(arch, walk, force_slices):
+    """Every unit length's segments and shard sums (``splitk.h``'s Walk) against exact math, bitwise the
+    same on 1 and 3 CUs (grids of 1 and 3 workgroups: the same segments, summed in the same order),
+    and the atomic variant within the same bound."""
+    slices, length, stride = walk
+    n, m, k = 16, 300, 1000
+    x, w = _inputs(np.float16, n, m, k, seed=length * 10 + slices + stride)
+    force_slices(slices, length, stride)
+    ys = []
+    for cus in (1, 3):
+        with hipskinny.on_device(_dev(arch, cus)):
+            ys.append(hipskinny.skinny_gemm(x, w))
+            info = op.plan_info(_dev(arch, cus), np.float16, n, m, k)
+            assert (info["slices"], info["unit_len"], info["block_len"]) == (slices, 128 * length, 128 * stride)
+            assert info["grid"] == min(info["units"], cus * info["groups_per_cu"])
+            atomic = hipskinny.skinny_gemm(x, w, deterministic=False)
+    assert_bound(ys[0], x, w)
+    np.testing.assert_array_equal(_bits(ys[1]), _bits(ys[0]))
+    assert_bound(atomic, x, w)
 
 
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
@@ -225,7 +259,7 @@ def test_padded_strides_exact_buffers_and_every_variant(arch, n):
             fn, meta = module.kernel(name)
             plan = make_plan(fn, meta, (grid, 1, 1), shared_mem=lin.SPLITK_LDS)
             dev.launch(plan.function, plan.grid, plan.block,
-                       plan.kernarg((x_d, w_d, b_d, y_d, part_d, cnt_d, n, m, k, xs, ws, bs, length)),
+                       plan.kernarg((x_d, w_d, b_d, y_d, part_d, cnt_d, n, m, k, xs, ws, bs, length, shards * length)),
                        plan.shared_mem)
             y = np.empty((n, m), np.float16)
             dev.copy_to_host(y, y_d, y.nbytes)
@@ -275,17 +309,22 @@ def test_config_rules():
     # 270, gfx1151: 11), at least 128 * NT columns each.
     mi300, strix, navi31 = ARCHS["gfx942"], ARCHS["gfx1151"], ARCHS["gfx1100"]
     assert (round(lin.splitk_units(mi300)), round(lin.splitk_units(strix))) == (270, 11)
-    assert lin.shard_len(mi300, 8, 4096, 4096) == 1024                 # 32 blocks want 9, NT=8 caps at 4 shards
-    assert lin.shard_len(mi300, 1, 4096, 4096) == 384                  # 9 wanted: 8 of 512 leave 256 units, 11 of 384
-    assert lin.shard_len(mi300, 4, 128256, 4096) == 4096               # lm_head: 1002 blocks, no split
-    assert lin.shard_len(mi300, 1, 20, 8200) == 256                    # one block: <= 64 shards -> 33 of 256
-    assert lin.shard_len(navi31, 2, 28672, 4096) == 4096               # 224 blocks already give 28 units
-    assert lin.shard_len(strix, 1, 2048, 4096) == 4096                 # 16 blocks: no split on the APU
-    assert lin.shard_len(strix, 1, 128, 2048) == 128                   # the router: one block, 8 shards leave 8 of 11
+    assert lin.unit_len(mi300, 8, 4096, 4096) == 1024                  # 32 blocks want 9, NT=8 caps at 4 shards
+    assert lin.unit_len(mi300, 1, 4096, 4096) == 384                   # 9 wanted: 342 units of 3 groups
+    assert lin.unit_len(mi300, 4, 128256, 4096) == 4096                # lm_head: 1002 blocks, no split
+    assert lin.unit_len(mi300, 1, 20, 8200) == 256                     # one block: <= 64 shards -> 33 of 256
+    assert lin.unit_len(navi31, 2, 28672, 4096) == 4096                # 224 blocks already give 28 units
+    assert lin.unit_len(strix, 1, 2048, 4096) == 4096                  # 16 blocks: no split on the APU
+    assert lin.unit_len(strix, 1, 128, 2048) == 128                    # the router: one block, 8 shards leave 8 of 11
                                                                        # units: 16 of one group each
+    # the walk: units may cross row blocks; a row block's segments and the units' count
+    assert lin.walk(3, 8, 3) == (8, 10, 10, 4) and lin.walk(3, 8, 8) == (3, 3, 0, 1)
+    assert lin.walk(3, 8, 11) == (3, 5, 4, 2) and lin.walk(3, 8, 16) == (2, 3, 0, 1)
+    # padded to whole units (`padded`): units within row blocks, the former equal shards
+    assert lin.padded(8, 3) == 9 and lin.walk(3, 8, 3, 9) == (9, 9, 9, 3) and lin.walk(3, 8, 5, 10) == (6, 6, 6, 2)
     for info, nt, m, k in ((mi300, 8, 4096, 14336), (ARCHS["gfx1201"], 1, 6144, 4096),
                            (ARCHS["gfx950"], 4, 4096, 1000)):
-        length = lin.shard_len(info, nt, m, k)
+        length = lin.unit_len(info, nt, m, k)
         assert length % lin.SPLITK_GROUP == 0 and (length >= 128 * nt or length >= k)
 
 
@@ -307,19 +346,17 @@ def test_partial_cap():
                 info = plan_info(dev, np.float16, n, m, k)
                 unavoidable = m * k * bits / 8 + 2 * n * k + 2 * n * m
                 rows, unit = lin.partial_rows(ARCHS[arch], n, info["token_tiles"]), 128 // info["slices"]
-                written = info["shards"] * -(-m // unit) * unit * rows * 4 if info["shards"] > 1 else 0
+                split = lin.walk(-(-m // unit), -(-k // 128), info["unit_len"] // 128, info["block_len"] // 128)[2]
+                written = split * unit * rows * 4
                 with pytest.MonkeyPatch.context() as mp:
                     mp.setattr(lin, "PARTIAL_SHARE", 1e9)
-                    _, shards = lin.splitk_split(ARCHS[arch], info["token_tiles"], m, k, n=n, weight_bits=bits,
-                                                 x_bytes=2, slices=(info["slices"],),
-                                                 compute=lin.compute_ratio(info["kernel"], arch, info["token_tiles"]))
-                    groups = -(-k // 128)
-                    uncapped = 128 * -(-groups // shards)
+                    _, uncapped, _ = lin.splitk_split(ARCHS[arch], info["token_tiles"], m, k, n=n, weight_bits=bits,
+                                                   x_bytes=2, slices=(info["slices"],),
+                                                   compute=lin.compute_ratio(info["kernel"], arch, info["token_tiles"]))
                 if info["token_tiles"] > 1:
-                    assert info["shard_len"] == uncapped
+                    assert info["unit_len"] == 128 * uncapped
                     continue
                 assert written <= lin.PARTIAL_SHARE * unavoidable, (arch, n, m, k, info)
-                assert info["shard_len"] >= uncapped   # only longer
         # (the 4-bit router: 2 shards' 8 KiB partials within 9% of its 197 KiB)
         assert matmul_4bit_op.plan_info(dev, np.float16, 16, 128, 2048)["shards"] == 2
     assert fp8_op.plan_info(EmulatedDevice("gfx942", 1), np.float16, 16, 4096, 14336)["shards"] > 1
@@ -339,7 +376,7 @@ def test_small_n_splitk_rule():
         dev = EmulatedDevice(arch, 1)
         for plan_info in (w4a16_op.plan_info, matmul_4bit_op.plan_info, fp8_op.plan_info):
             big, small = plan_info(dev, np.float16, 4, 4096, 14336), plan_info(dev, np.float16, 4, 2048, 4096)
-            assert ("shard_len" in big) == (arch in lin.SMALL_N_SPLITK_WORK) and "shard_len" not in small
+            assert ("unit_len" in big) == (arch in lin.SMALL_N_SPLITK_WORK) and "unit_len" not in small
 
 
 def test_n_above_128_names_the_supported_ranges():
@@ -371,7 +408,10 @@ def test_shards_weigh_compute_on_the_busiest_cu():
     assert lin.splitk_shards(navi31, 4, 4096, 14336, **down) == 1                   # memory only: 32 units >= 28
     four_bit = lin.compute_ratio("matmul_4bit_splitk_f16_t4", "gfx1100", 4)
     assert four_bit > 1                                                            # matrix-bound on the XTX
-    assert lin.splitk_shards(navi31, 4, 4096, 14336, compute=four_bit, **down) == 3   # 96 units on 96 CUs
+    # 96 units of 38 groups on 96 CUs, three equal shards per row block (units within row blocks: 96
+    # segments, where the unpadded walk's 95 units would run 125)
+    assert lin.splitk_split(navi31, 4, 4096, 14336, compute=four_bit, **down) == (1, 38, 114)
+    assert lin.walk(32, 112, 38, 114) == (96, 96, 96, 3) and lin.walk(32, 112, 38) == (95, 125, 125, 4)
     fp16 = lin.compute_ratio("skinny_gemm_splitk_f16_t1", "gfx1151", 1)
     assert fp16 < 0.1 and lin.splitk_shards(strix, 1, 4096, 14336, n=16, weight_bits=16, x_bytes=2,
                                             compute=fp16) == 1                   # bytes dominate on the APU
@@ -386,22 +426,28 @@ def test_slices_give_small_layers_their_cus():
     names and the variants a code object builds (`sliced`, `built_slices`)."""
     mi300, navi31 = ARCHS["gfx942"], ARCHS["gfx1100"]
     qkv = dict(n=16, weight_bits=4, x_bytes=2, compute=lin.compute_ratio("matmul_4bit_splitk_f16_t1", "gfx942", 1))
-    # 4-bit Qwen3-30B-A3B qkv at N = 16: 40 row blocks, one shard under the cap; 4 slices: 160 units
-    assert lin.splitk_split(mi300, 1, 5120, 2048, slices=(1,), **qkv) == (1, 1)
-    assert lin.splitk_split(mi300, 1, 5120, 2048, slices=(1, 4), **qkv) == (4, 1)
-    assert lin.splitk_split(mi300, 1, 151936, 2048, slices=(1, 4), **qkv) == (1, 1)     # lm_head: 1187 blocks
+    # 4-bit Qwen3-30B-A3B qkv at N = 16: 40 row blocks, one shard (16 groups) under the cap; 4 slices:
+    # 160 units
+    assert lin.splitk_split(mi300, 1, 5120, 2048, slices=(1,), **qkv) == (1, 16, 16)
+    assert lin.splitk_split(mi300, 1, 5120, 2048, slices=(1, 4), **qkv) == (4, 16, 16)
+    # lm_head: 1187 row blocks, units of two whole ones (594 of them: as even on 304 CUs as 1187)
+    assert lin.splitk_split(mi300, 1, 151936, 2048, slices=(1, 4), **qkv) == (1, 32, 16)
     # the router on the XTX at N = 64 (one row block, matrix-bound): two slices of its four shards
     router = dict(n=64, weight_bits=16, x_bytes=2, compute=lin.compute_ratio("skinny_gemm_splitk_f16_t4", "gfx1100", 4))
-    assert lin.splitk_split(navi31, 4, 128, 2048, slices=(1, 2), **router) == (2, 4)
+    assert lin.splitk_split(navi31, 4, 128, 2048, slices=(1, 2), **router) == (2, 4, 16)
     # 4-bit Llama-3 qkv at N = 16 (48 row blocks, two shards under the cap): 4 slices would queue 384
     # units on 304 CUs; 2 slices give 192
-    assert lin.splitk_split(mi300, 1, 6144, 4096, slices=(1, 2, 4), **qkv) == (2, 2)
+    assert lin.splitk_split(mi300, 1, 6144, 4096, slices=(1, 2, 4), **qkv) == (2, 16, 32)
     # FP8 Llama-3 o_proj at N = 64: two slices take the place of half the shards (256 units either
     # way, half the partials)
     fp8 = lin.compute_ratio("fp8_linear_splitk_f16_ocp_t4", "gfx942", 4)
     o_proj = dict(n=64, weight_bits=8, x_bytes=2, compute=fp8)
-    assert lin.splitk_split(mi300, 4, 4096, 4096, slices=(1,), **o_proj) == (1, 8)
-    assert lin.splitk_split(mi300, 4, 4096, 4096, slices=(1, 2), **o_proj) == (2, 4)
+    assert lin.splitk_split(mi300, 4, 4096, 4096, slices=(1,), **o_proj) == (1, 4, 32)
+    assert lin.splitk_split(mi300, 4, 4096, 4096, slices=(1, 2), **o_proj) == (2, 8, 32)
+    # 4-bit Llama-3 gate_up at N = 4 on gfx950 (224 row blocks on 256 CUs): 512 units of 14 groups, two
+    # per CU, not 448 of 16 (192 CUs with two, 64 with one)
+    gate_up = dict(n=4, weight_bits=4, x_bytes=2, compute=lin.compute_ratio("matmul_4bit_splitk_f16_t1", "gfx950", 1))
+    assert lin.splitk_split(ARCHS["gfx950"], 1, 28672, 4096, slices=(1, 2, 4), **gate_up) == (1, 14, 32)
     assert lin.sliced("skinny_gemm_splitk_f16_t1_atomic", 1, 4) == "skinny_gemm_splitk_f16_t1_s4_atomic"
     assert lin.sliced("fp8_linear_splitk_f16_ocp_block_t4", 4, 2) == "fp8_linear_splitk_f16_ocp_block_t4_s2"
     assert lin.sliced("w4a16_linear_splitk_bf16_t2", 2, 1) == "w4a16_linear_splitk_bf16_t2"
@@ -410,18 +456,16 @@ def test_slices_give_small_layers_their_cus():
         module = registry.load(dev, "matmul_4bit_splitk")
         assert [lin.built_slices(module, f"matmul_4bit_splitk_f16_t{nt}", nt) for nt in (1, 2, 4)] == [
             (1, 2, 4), (1, 2, 4), (1, 2)]
-        assert [lin.built_slices(module, f"matmul_4bit_splitk_bf16_t{nt}", nt) for nt in (2, 4)] == (
-            [(1, 4), (1,)] if arch == "gfx942" else [(1, 2, 4), (1, 2)])
+        assert [lin.built_slices(module, f"matmul_4bit_splitk_bf16_t{nt}", nt) for nt in (2, 4)] == [(1, 2, 4), (1, 2)]
         assert lin.built_slices(registry.load(dev, "fp8_linear_splitk"), "fp8_linear_splitk_f16_ocp_t8", 8) == (1,)
 
 
-def test_short_shards_pay_their_units_own_work(monkeypatch):
-    """A unit's set-up and reduction (`_linear.SPLITK_UNIT_OVERHEAD` groups) weigh against shorter
-    shards: FP8 Llama-3 qkv at N = 4 on gfx950 keeps 8 shards of 4 groups (384 units on 256 CUs), not
-    11 of 3, which spread the groups more evenly but run 40% more units."""
+def test_short_units_pay_their_segments_own_work(monkeypatch):
+    """A segment's set-up and reduction (`_linear.SPLITK_UNIT_OVERHEAD` groups) weigh against shorter
+    units: 4-bit Llama-3 o_proj at N = 4 on gfx950 keeps 8 shards of 4 groups (256 units on 256 CUs),
+    not 11 of 3 (352 units), which give each CU fewer groups but run a third more segments."""
     mi355 = ARCHS["gfx950"]
-    monkeypatch.setattr(lin, "PARTIAL_SHARE", 0.05)     # (at 0.09, 16 shards of 2: three units per CU)
-    call = dict(n=4, weight_bits=8, x_bytes=2, compute=lin.compute_ratio("fp8_linear_splitk_f16_ocp_t1", "gfx950", 1))
-    assert lin.splitk_shards(mi355, 1, 6144, 4096, **call) == 8
+    call = dict(n=4, weight_bits=4, x_bytes=2, compute=lin.compute_ratio("matmul_4bit_splitk_f16_t1", "gfx950", 1))
+    assert lin.splitk_split(mi355, 1, 4096, 4096, **call) == (1, 4, 32)
     monkeypatch.setattr(lin, "SPLITK_UNIT_OVERHEAD", 0.0)
-    assert lin.splitk_shards(mi355, 1, 6144, 4096, **call) == 11
+    assert lin.splitk_split(mi355, 1, 4096, 4096, **call) == (1, 3, 33)

@@ -3,12 +3,13 @@
 // gfx11/gfx12), where each lane's results sit, the bank-spread LDS layout of staged x and
 // the lane's x operand, and the cross-shard reduction through self-cleaning counters.
 //
-// Work split (both families): a work unit is 128 / S output features x all N tokens x one K
-// shard, owned by one 256-thread workgroup (S, the unit's slices: 1, or the kernel's _s<S> at
-// compile time, `Layout`); its waves form waves / S row groups of 16 * kTiles features (two
+// Work split (both families): a row block is 128 / S output features x all N tokens (S, the
+// kernel's slices: 1, or its _s<S> at compile time, `Layout`); a work unit is a run of the
+// row blocks' 128-column groups (`Walk`: it may end one row block and begin the next), owned by
+// one 256-thread workgroup; its waves form waves / S row groups of 16 * kTiles features (two
 // 16-row tiles on wave64, one on wave32) and all NT 16-token tiles, and the S waves of a row
-// group (slices) take every S-th 128-column group of the shard. Slices trade x staged more often
-// for units without partials: a small layer fills more CUs. A and B fragments hold 8
+// group (slices) take every S-th 128-column group of the unit's part of a row block. Slices
+// trade x staged more often for units without partials: a small layer fills more CUs. A and B fragments hold 8
 // elements of K per lane at k = 8 * (lane / 16) + e of a step (gfx11 WMMA: all 16 k in both
 // 16-lane halves); which columns of K a step covers is the family's choice, the same for A
 // and B, so the products pair correctly.
@@ -132,6 +133,52 @@ __device__ inline accv mma8(u32x2 a, u32x2 b, accv c) {
 #else
 #define HS_FP8_MMA 0
 #endif
+
+// The launch's work as one walk (every split-K family's): row block b's 128-column groups are
+// the flat groups b * B .. b * B + G - 1 (G = ceil(K / 128), B = block_len / 128: G, or G padded to
+// whole units), and unit u takes the flat groups [u * L, (u + 1) * L) -- L = unit_len / 128.
+// Unpadded (B = G), the units can be a whole number per CU for any row blocks x groups (no CU
+// left with a unit more than the others); padded (B a multiple of L), a unit never leaves its row
+// block: the row blocks x shards units of equal shards. A unit's part of one row block is a
+// segment (unpadded, a unit has two or more when its run crosses a row block's end); a row
+// block's segments (its shards) belong to units first .. last and are summed in that order, the
+// same bits for any grid, CU count or schedule. L a multiple of G: whole row blocks, nothing
+// summed. (Unsigned 32-bit: the ops' grids are at most the units, so positions stay below twice
+// blocks x B.)
+struct Segment {
+  int block, g0, g1;   // the row block and its groups [g0, g1)
+};
+
+struct Walk {
+  uint32_t G, B, L, total;   // groups per row block, its stride in the walk, groups per unit; blocks x B
+  __device__ Walk(int blocks, int K, int unit_len, int block_len)
+      : G(((uint32_t)K + 127u) >> 7), B((uint32_t)block_len >> 7), L((uint32_t)unit_len >> 7),
+        total(B * (uint32_t)blocks) {}
+  // A segment's row block's segments (those of units first .. last), the fp32 partial slot of its
+  // first one, the segment's own (u + block: unique, as the walk's segments go). Derived after the
+  // segment's groups, from what the walk holds.
+  __device__ inline int shards(const Segment& s) const {
+    const uint32_t at = (uint32_t)s.block * B;
+    return (int)((at + G - 1u) / L - at / L) + 1;
+  }
+  __device__ inline int first(const Segment& s) const { return (int)((uint32_t)s.block * B / L) + s.block; }
+  __device__ inline int slot(const Segment& s) const {
+    return (int)(((uint32_t)s.block * B + (uint32_t)s.g0) / L) + s.block;
+  }
+  // f(segment) for every segment of this workgroup's units (blockIdx.x, + gridDim.x, ...), in
+  // order. The loop carries the flat position only: a segment ends at its row block's last group
+  // (then on past the padding) or at its unit's end, a multiple of L.
+  template <class F>
+  __device__ inline void each(const F& f) const {
+    for (uint32_t at = blockIdx.x * L; at < total;) {
+      const uint32_t block = at / B, g0 = at - block * B, end = at - at % L + L, g1 = min(G, g0 + end - at);
+      uint32_t next = g1 == G ? block * B + B : block * B + g1;
+      if (next >= end) next = end + (gridDim.x - 1u) * L;   // the unit's end: on to the workgroup's next unit
+      f(Segment{(int)block, (int)g0, (int)g1});
+      at = next;
+    }
+  }
+};
 
 // Token row (i) and feature column (j) of result r of this lane in a 16x16 tile.
 __device__ inline int result_row(int lane, int r) {
@@ -296,18 +343,19 @@ __device__ inline void reduce_slices(accv (&acc)[kTiles][NT], void* xs, const La
   }
 }
 
-// Publishes this unit's fp32 tiles (its own slice of `partials`, or added atomically to the
-// row block's slice) and counts the unit in counters[block]. Returns true in the workgroup
-// that completes the row block, with the sum of every shard's tiles (in shard order, or the
-// atomic sum, whose slice it zeroes) in `acc` and the counter reset; false elsewhere. xs
+// Publishes this segment's fp32 tiles (its own slot of `partials`, or added atomically to the
+// row block's slot) and counts it in counters[block]. Returns true in the workgroup that
+// completes the row block, with the sum of every shard's tiles (in shard order, or the atomic
+// sum, whose slot it zeroes) in `acc` and the counter reset; false elsewhere. xs
 // (LDS) must be free: it carries the ticket. A lane whose results in a token tile are all past
 // the N tokens neither publishes nor reads them (never written out): at N = 4 a gfx9 tile moves
 // a quarter of its partial bytes. Atomic slices stay zero there, as every lane that adds also
 // reads and zeroes.
 template <int NT, bool ATOMIC, int LG>
 __device__ inline bool finish_shards(accv (&acc)[kTiles][NT], void* xs, float* __restrict__ partials,
-                                     uint32_t* __restrict__ counters, int u, int block, int shards, int N,
-                                     const Layout<LG>& L) {
+                                     uint32_t* __restrict__ counters, const Walk& walk, const Segment& sg,
+                                     int N, const Layout<LG>& L) {
+  const int block = sg.block, shards = walk.shards(sg);
   // The slice-0 waves (threads 0 .. owners - 1) hold the unit's sums: rows * 16 * NT floats.
   constexpr int owners = kThreads >> LG, unit_floats = (kThreads * kTiles * NT * kAccs) >> LG;
   // Whether this lane holds a token below N (its rows start at result_row(lane, 0)). One token
@@ -317,8 +365,8 @@ __device__ inline bool finish_shards(accv (&acc)[kTiles][NT], void* xs, float* _
   // not a mask on every load (loads under a branch make the compiler wait for each one).
   const bool live = NT > 1 || (L.owner() && result_row(threadIdx.x % hs::kWave, 0) < N);
   // Publish this shard's tile, then count it; the last of the row block finishes it.
-  // Slice layout: tile (t, nt) of thread i at ((t * NT + nt) * owners + i) * kAccs floats.
-  accv* mine = reinterpret_cast<accv*>(partials + (int64_t)(ATOMIC ? block : u) * unit_floats) + threadIdx.x;
+  // Slot layout: tile (t, nt) of thread i at ((t * NT + nt) * owners + i) * kAccs floats.
+  accv* mine = reinterpret_cast<accv*>(partials + (int64_t)(ATOMIC ? block : walk.slot(sg)) * unit_floats) + threadIdx.x;
   if (NT == 1 || L.owner()) {
 #pragma unroll
     for (int t = 0; t < kTiles; ++t)
@@ -345,7 +393,7 @@ __device__ inline bool finish_shards(accv (&acc)[kTiles][NT], void* xs, float* _
   __threadfence();   // acquire: see every shard's partial tile
   if (threadIdx.x == 0) counters[block] = 0u;   // ready for the next call
   if (NT > 1 && !L.owner()) return true;   // (on to write_out's barriers with the owners)
-  accv* first = reinterpret_cast<accv*>(partials + (int64_t)(ATOMIC ? block : block * shards) * unit_floats) +
+  accv* first = reinterpret_cast<accv*>(partials + (int64_t)(ATOMIC ? block : walk.first(sg)) * unit_floats) +
                 threadIdx.x;
 #pragma unroll
   for (int t = 0; t < kTiles; ++t)

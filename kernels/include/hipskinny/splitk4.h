@@ -6,10 +6,12 @@
 // loads issued groups ahead, the shard reduction (hipskinny/splitk.h) and the write-out.
 //
 // Work split, tile multiply, shard reduction: hipskinny/splitk.h, as kernels/skinny_gemm_splitk.hip
-// (a unit is 128 / S features x all tokens x one K shard, S slices; each wave owns 16 * kTiles
-// features and, with S slices, every S-th group of the shard; x is staged as T in LDS per pass of
-// KC = 1024 / NT columns (32 KiB); the last-arriving workgroup of a row block sums the shards in
-// shard order, so results are bitwise the same for any grid, CU count or schedule). Within a shard the lane's raw weight bytes and scales of the next groups are
+// (a row block is 128 / S features x all tokens, S slices; a unit is a run of the row blocks'
+// 128-column groups, its part of one row block a segment (a shard of it); each wave owns 16 *
+// kTiles features and, with S slices, every S-th group of the segment; x is staged as T in LDS per
+// pass of KC = 1024 / NT columns (32 KiB); the last-arriving workgroup of a row block sums the
+// shards in shard order, so results are bitwise the same for any grid, CU count or schedule).
+// Within a segment the lane's raw weight bytes and scales of the next groups are
 // loaded while the current one is widened and multiplied (three groups ahead at NT = 1, one
 // otherwise; weights are widened one matrix step at a time).
 //
@@ -254,13 +256,14 @@ __device__ void stage(hs::u32x4* xs, const uint16_t* __restrict__ x, const int32
 // The whole kernel body over the persistent grid's units, for weights described by the policy wt.
 // x [N, x_stride] T (16-byte aligned, x_stride a multiple of 8, unless gathered through perm),
 // perm null or int32 [K] (PERM only: 16-byte aligned), bias (null, or bias[n * bias_stride + m]), y [N, M] T,
-// partials / counters as hipskinny/splitk.h's finish_shards; K a multiple of 32, shard_len a
-// multiple of 128; 2^LG slices (hipskinny/splitk.h: at most 8 / NT). Dynamic LDS 32 KiB.
+// partials / counters as hipskinny/splitk.h's finish_shards; K a multiple of 32; unit_len and
+// block_len (a unit's run of groups, a row block's stride: hipskinny/splitk.h's Walk) multiples of
+// 128; 2^LG slices (hipskinny/splitk.h: at most 8 / NT). Dynamic LDS 32 KiB.
 template <typename T, int NT, int LG, bool PERM, class W>
 __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* __restrict__ perm,
                     const uint16_t* __restrict__ bias, uint16_t* __restrict__ y, float* __restrict__ partials,
                     uint32_t* __restrict__ counters, int N, int M, int K, int64_t x_stride, int64_t bias_stride,
-                    int shard_len) {
+                    int unit_len, int block_len) {
   constexpr int KC = 1024 / NT;                        // columns per LDS pass: 32 KiB of x
   constexpr int kGroupsPerPass = KC / 128;
   extern __shared__ hs::u32x4 xs[];
@@ -268,15 +271,12 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
   const int lane = threadIdx.x % hs::kWave;
   typedef Layout<LG> Lay;
   const Lay L(hs::wave_index());
-  const int shards = (K + shard_len - 1) / shard_len;
-  const int blocks = (M + Lay::kUnitRows - 1) / Lay::kUnitRows;
-  const int units = blocks * shards;
-  const Epilogue out{nullptr, 0, nullptr, 0, 1.0f, bias, bias_stride, y, std::is_same<T, hs::bf16>::value};
+  const Walk walk((M + Lay::kUnitRows - 1) / Lay::kUnitRows, K, unit_len, block_len);
 
-  for (int u = blockIdx.x; u < units; u += gridDim.x) {
-    const int block = u / shards, shard = u % shards;
+  walk.each([&](const Segment& sg) {
+    const int block = sg.block;
     const int m_base = block * Lay::kUnitRows + L.row_group * 16 * kTiles;
-    const int ks = shard * shard_len, ke = min(K, ks + shard_len);
+    const int ks = 128 * sg.g0, ke = min(K, 128 * sg.g1);
     const bool active = m_base < M;   // wave-uniform; idle waves still stage x
     typename W::Row row[kTiles];
 #pragma unroll
@@ -288,7 +288,7 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) acc[t][nt] = accv{};
 
-    // The shard's 128-column groups, staged KC columns per pass; this wave's (every slices-th,
+    // The segment's 128-column groups, staged KC columns per pass; this wave's (every slices-th,
     // from its slice on: step i takes group i * slices + slice, a pass holding whole steps) each
     // loaded kDepth - 1 steps ahead (across passes too: splitk.h's `pipelined`), so their latency
     // overlaps the decode and matrix work of the groups before. One token tile (N <= 16) keeps
@@ -313,9 +313,10 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
         });
 
     reduce_slices<NT>(acc, xs, L, lane);
-    if (shards > 1 && !finish_shards<NT, false>(acc, xs, partials, counters, u, block, shards, N, L)) continue;
+    if (walk.shards(sg) > 1 && !finish_shards<NT, false>(acc, xs, partials, counters, walk, sg, N, L)) return;
+    const Epilogue out{nullptr, 0, nullptr, 0, 1.0f, bias, bias_stride, y, std::is_same<T, hs::bf16>::value};
     write_out<NT>(acc, reinterpret_cast<float*>(xs), out, N, M, block * Lay::kUnitRows, lane, L);
-  }
+  });
 }
 
 }  // namespace splitk
