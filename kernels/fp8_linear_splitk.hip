@@ -294,13 +294,15 @@ __device__ void splitk(const void* __restrict__ x, const uint8_t* __restrict__ w
       for (int nt = 0; nt < NT; ++nt) acc[t][nt] = accv{};
     }
 
-    if constexpr (NT == 1) {
-      // One token tile (N <= 16): few accumulators, and long shards (the planner caps their
-      // partials), so each group's weight bytes are loaded three groups ahead, across passes too.
-      // Step i takes the wave's group i * slices + slice (hipskinny/splitk4.h's `run`, the same walk).
-      constexpr int kGroupsPerPass = KC / 128;
+    if constexpr (NT <= 4) {
+      // Each group's weight bytes are loaded ahead, across passes too: three groups at one token
+      // tile (N <= 16: few accumulators, and long shards, the planner capping their partials), one
+      // at two and four (splitk.h's `pipelined`; one wait per two groups). Step i takes the wave's
+      // group i * slices + slice (hipskinny/splitk4.h's `run`, the same walk). Eight tiles wait for
+      // each group: a second group's registers would spill in block mode.
+      constexpr int kGroupsPerPass = KC / 128, kDepth = NT == 1 ? 4 : 2;
       const int groups = (ke - ks + 127) / 128;
-      pipelined<4, Weights>(
+      pipelined<kDepth, Weights, (NT > 1)>(
           Lay::steps(groups),
           [&](int i, Weights& b) {   // (rows and groups clamped)
             load_group_clamped(b.v, wrow, ks + 128 * L.loaded(i, groups), K, lane);

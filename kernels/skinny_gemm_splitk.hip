@@ -196,13 +196,14 @@ __device__ void splitk(const uint16_t* __restrict__ x, const uint16_t* __restric
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) acc[t][nt] = accv{};
 
-    if constexpr (NT == 1) {
-      // One token tile (N <= 16): few accumulators, and long shards (the planner caps their
-      // partials), so each group's weights are loaded a group ahead, across passes too. Step i
-      // takes the wave's group i * slices + slice (hipskinny/splitk4.h's `run`, the same walk).
+    if constexpr (NT <= 4) {
+      // Each group's weights are loaded a group ahead, across passes too (splitk.h's `pipelined`:
+      // one wait per two groups; settled at the end with more token tiles, whose write-out loops
+      // would otherwise wait in each iteration). Step i takes the wave's group i * slices + slice
+      // (hipskinny/splitk4.h's `run`, the same walk). Eight tiles wait for each group (registers).
       constexpr int kGroupsPerPass = KC / 128;
       const int groups = (ke - ks + 127) / 128;
-      pipelined<2, Weights>(
+      pipelined<2, Weights, (NT > 1)>(
           Lay::steps(groups),
           [&](int i, Weights& b) {   // (rows and groups clamped)
             load_group_clamped(b.v, wrow, ks + 128 * L.loaded(i, groups), K, lane);

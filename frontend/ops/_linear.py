@@ -44,27 +44,27 @@ Configuration rules, larger N:
   within its row block: the row block is cut into equal shards. Unpadded, a unit may end one row block
   and begin the next, its part of each a segment, so a row block is cut into shards (its segments)
   wherever units end. Candidates: a row block cut into S equal shards (padded), at most one per 128
-  columns, at least ``128 * NT`` columns each, and the lengths that deal the unpadded walk evenly to
-  the flagship's CUs, r units each (4-bit Llama-3 gate_up at N = 4 on gfx950, 224 row blocks on 256
-  CUs: 512 units of 14 groups, two per CU, not 448 of 16 with 192 CUs doing two and 64 one) -- units
-  that cross row blocks only where the call's bytes take SPLITK_CROSSING_TRIPS DRAM round trips
-  (a crossing unit chains a second reduction, which only a throughput-bound call hides). At one token
-  tile (N <= 16) the split row blocks' fp32 partial tiles (the token rows the kernel publishes,
-  `partial_rows`) stay within PARTIAL_SHARE of the call's unavoidable bytes (`partial_shards`: weights
-  at the op's bits per element, x, y). There the kernels load a segment's groups ahead (`splitk.h` pipelined), so the
-  longer units the cap gives small layers keep short chains; with more token tiles they wait for
-  each group (registers). Within those limits `splitk_split` takes at least the shards that give
-  `splitk_units` work units of 128 features -- the flagship's bandwidth x DRAM latency over
-  SPLITK_UNIT_BYTES -- and other lengths where an estimate says they pay: the larger of the call's
+  columns, at least ``128 * NT`` columns each, and the lengths that deal the unpadded walk evenly to the
+  flagship's CUs, r units each (4-bit Llama-3 gate_up at N = 4 on gfx950, 224 row blocks on 256 CUs: 512
+  units of 14 groups, two per CU, not 448 of 16 with 192 CUs doing two and 64 one) -- units that cross
+  row blocks only where the call's bytes take SPLITK_CROSSING_TRIPS DRAM round trips (a crossing unit
+  chains a second reduction, which only a throughput-bound call hides). At one token tile (N <= 16) the
+  split row blocks' fp32 partial tiles (the token rows the kernel publishes, `partial_rows`) stay within
+  PARTIAL_SHARE of the call's unavoidable bytes (`partial_shards`: weights at the op's bits per element,
+  x, y). There the kernels load a segment's groups three ahead (`splitk.h` pipelined), so the longer
+  units the cap gives small layers keep short chains; with more token tiles they load one ahead
+  (registers), and at eight wait for each group. Within those limits `splitk_split` takes at least the
+  shards that give `splitk_units` work units of 128 features -- the flagship's bandwidth x DRAM latency
+  over SPLITK_UNIT_BYTES -- and other lengths where an estimate says they pay: the larger of the call's
   bytes (partials included, slowed in proportion when fewer units than that are in flight) and the
-  kernel's compute (SPLITK_COMPUTE, measured; plus a segment's own work, SPLITK_UNIT_OVERHEAD)
-  charged on the busiest of the flagship's CUs, a unit running on one CU. A layer of 32 row blocks
-  on a 96-CU part whose kernel is matrix-bound takes 3 shards (96 units), not 1; where the bytes
-  dominate it stays at 1. Arch facts only, *not* this device: results must not depend on the CU
-  count. A unit length that is a multiple of a row block's groups skips the partials entirely. (Why
-  these sizes: per weight byte, a unit of R features and L columns re-reads x for ``16 * NT / R``
-  bytes and moves ``64 * NT / L`` bytes of partials; for a given number of units (R * L fixed)
-  the sum is smallest at L = 4 R -- 512 columns for R = 128.)
+  kernel's compute (SPLITK_COMPUTE, measured; plus a segment's own work, SPLITK_UNIT_OVERHEAD) charged
+  on the busiest of the flagship's CUs, a unit running on one CU. A layer of 32 row blocks on a 96-CU
+  part whose kernel is matrix-bound takes 3 shards (96 units), not 1; where the bytes dominate it stays
+  at 1. Arch facts only, *not* this device: results must not depend on the CU count. A unit length that
+  is a multiple of a row block's groups skips the partials entirely. (Why these sizes: per weight byte,
+  a unit of R features and L columns re-reads x for ``16 * NT / R`` bytes and moves ``64 * NT / L``
+  bytes of partials; for a given number of units (R * L fixed) the sum is smallest at L = 4 R -- 512
+  columns for R = 128.)
 * **Slices**: the kernels' ``_s<v>`` variants (v = 2 or 4 at one and two token tiles, 2 at four;
   which a code object has: `built_slices`) make a row block 128 / v features, the v waves of each row
   group taking every v-th group of the segment and summing in LDS at the end: v times the units
@@ -387,7 +387,7 @@ def splitk_split(info: ArchInfo, nt: int, m: int, k: int, *, n: int, weight_bits
     most = max(1, min(groups, k // (SPLITK_GROUP * nt)))
     shortest = -(-groups // most)
     cap = None
-    if weight_bits is not None and nt == 1:      # (more token tiles: the kernels wait per group)
+    if weight_bits is not None and nt == 1:      # (more token tiles: shorter pipelines)
         cap = PARTIAL_SHARE * unavoidable_bytes(n, m, k, weight_bits, x_bytes)
         most = min(most, partial_shards(info, n, nt, m, k, weight_bits, x_bytes))
     unavoidable = unavoidable_bytes(n, m, k, weight_bits or 16, x_bytes)

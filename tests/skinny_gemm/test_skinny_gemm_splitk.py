@@ -331,7 +331,7 @@ def test_config_rules():
 def test_partial_cap():
     """Every split-K op keeps its shards' fp32 partials within PARTIAL_SHARE of the call's unavoidable
     bytes at one token tile (`_linear.partial_shards`), counting the token rows the kernels publish;
-    more token tiles keep the uncapped shards (their kernels wait per group)."""
+    more token tiles keep the uncapped shards (their kernels load one group ahead or none)."""
     assert [lin.partial_rows(ARCHS["gfx942"], n, 1) for n in (2, 5, 8, 16)] == [4, 8, 8, 16]
     assert [lin.partial_rows(ARCHS["gfx1201"], n, 1) for n in (4, 8, 9)] == [8, 8, 16]
     assert lin.partial_rows(ARCHS["gfx1100"], 4, 1) == 16 and lin.partial_rows(ARCHS["gfx942"], 20, 2) == 32
