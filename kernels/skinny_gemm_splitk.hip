@@ -196,11 +196,13 @@ __device__ void splitk(const uint16_t* __restrict__ x, const uint16_t* __restric
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) acc[t][nt] = accv{};
 
-    if constexpr (NT <= 4) {
+    if constexpr (NT == 1 || (HS_GFX9 && NT <= 4)) {
       // Each group's weights are loaded a group ahead, across passes too (splitk.h's `pipelined`:
       // one wait per two groups; settled at the end with more token tiles, whose write-out loops
       // would otherwise wait in each iteration). Step i takes the wave's group i * slices + slice
-      // (hipskinny/splitk4.h's `run`, the same walk). Eight tiles wait for each group (registers).
+      // (hipskinny/splitk4.h's `run`, the same walk). Eight tiles wait for each group (registers),
+      // and so do two and four on gfx11 / gfx12: measured, the second group's registers cost their
+      // occupancy more than the shorter chain gives back (RESULTS: router N = 64 2-3% slower).
       constexpr int kGroupsPerPass = KC / 128;
       const int groups = (ke - ks + 127) / 128;
       pipelined<2, Weights, (NT > 1)>(
