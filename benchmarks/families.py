@@ -56,16 +56,17 @@ iteration; 8 byte-pair widenings of 4 instructions, the NaN check, 8 dot product
 N = 4; W8A8 on the FP8 instructions spends 11 per 4 rows x 16 bytes (address arithmetic; 8 MFMA).
 
 **Latency at N = 17..64 (RESULTS: the FP8 ops at 2e8453f, skinny_gemm and the dequantize routes at
-f440748).** The split-K kernels at two and four token tiles waited for each group's weights before
+0bf4188).** The split-K kernels at two and four token tiles waited for each group's weights before
 multiplying it: at N = 64 on CDNA most FP8 rows were latency-bound (Llama-3 down_proj on gfx942: a
 chain of 47 round trips for a wave's 12 groups). They now load the next group while multiplying this
 one (`splitk.h` `pipelined`, two buffers; eight tiles still wait per group, as block mode would
 spill): 38 rows >5% faster, none slower (W8A8 Llama-3 down_proj N = 64 on gfx950 12.47 -> 9.53 us;
 W8A16 qkv on gfx942 9.03 -> 7.06 us), for 1-18 more VGPRs on gfx9 (up to 40 on RDNA) and on some
 kernels one wave per SIMD less (still at least the workgroups per CU their 32 KiB of LDS allows on
-gfx942). The fp16 `skinny_gemm_splitk` does the same: 19 rows of skinny_gemm and the dequantize
-routes >5% faster (Llama-3 o_proj N = 64 on gfx950 7.70 -> 5.79 us), 6 router rows at N = 64 on
-gfx1100 / gfx1201 2-3% slower (latency-bound; the second group's 26-70 VGPRs cost them occupancy).
+gfx942). The fp16 `skinny_gemm_splitk` does the same on gfx942 / gfx950: 19 rows of skinny_gemm and
+the dequantize routes >5% faster (Llama-3 o_proj N = 64 on gfx950 7.70 -> 5.79 us). On gfx11 / gfx12
+it was tried and taken back: no row faster, the routers at N = 64 2-3% slower (latency-bound; the
+second group's 26-70 VGPRs cost them occupancy).
 """
 
 
