@@ -149,7 +149,7 @@ SMALL_N_SPLITK_OPS = ("fp8_linear", "matmul_4bit", "w4a16_linear")
 # kernel (its name without the token tiles, bf16 as f16, fnuz as ocp) and arch: the medians of the
 # report's split-K rows (RESULTS.json at e59e079, the routers left out; `python -m benchmarks.choices
 # --compute-table` prints them). A unit's compute runs on one CU, so a call of few units leaves the
-# others idle: `splitk_shards` weighs that against the shards' partials. Absent: memory only.
+# others idle: `splitk_split` weighs that against the shards' partials. Absent: memory only.
 SPLITK_COMPUTE: dict[str, dict[str, tuple[float, float]]] = {
     "fp8_linear_splitk_f16_ocp": {"gfx942": (0.44, 0.51), "gfx950": (0.68, 0.80), "gfx1100": (0.37, 0.95),
                                   "gfx1151": (0.20, 0.53), "gfx1201": (0.19, 0.40)},
@@ -339,11 +339,6 @@ def compute_ratio(kernel: str, arch: str, nt: int) -> float:
     one, four = (SPLITK_COMPUTE.get(stem, {}).get(arch) or SPLITK_COMPUTE.get(stem.replace("_block", ""), {}).get(arch)
                  or (0.0, 0.0))
     return max(0.0, one + (four - one) * (nt - 1) / 3)
-
-
-def busiest_share(units: int, cus: int) -> float:
-    """The busiest CU's units over the average CU's when ``units`` are dealt round robin to ``cus``."""
-    return -(-units // cus) * cus / units
 
 
 def padded(groups: int, unit_groups: int) -> int:
