@@ -25,12 +25,15 @@
 //
 // Launch: matmul_4bit_splitk_<f16|bf16>_t<NT>[_s<S>], NT = 1, 2, 4, S = 2, 4 (NT <= 2) or 2, block
 // (256, 1, 1), any grid, dynamic LDS 16 * NT * KC * 2 = 32 KiB (KC = 1024 / NT), plus 1088 static
-// bytes (codebook and code2) -- just over half of gfx942's 64 KiB: one workgroup per CU there (two need <= 32 KiB in all).
+// bytes (codebook and code2) -- just over half of gfx942's 64 KiB: one workgroup per CU there (two
+// need <= 32 KiB in all).
 //
 // Work split, tile multiply, K order, x staging, shard reduction and bounds: hipskinny/splitk4.h
-// (the skeleton shared with kernels/w4a16_linear_splitk.hip); this file is its weight policy: a lane's 16
-// bytes are 32 consecutive columns of its row, one block scale (a block is >= 32 columns) serves
-// them all. Deterministic variant only.
+// (the skeleton shared with kernels/w4a16_linear_splitk.hip); this file is its weight policy: a
+// lane's 16 bytes are 32 consecutive columns of its row, one block scale (a block is >= 32 columns)
+// serves them all. Deterministic variant only. At four token tiles on gfx9 a wave owns 64 features
+// (splitk4.h's kWaveTiles): each x read from LDS feeds twice the weights, LDS bytes per weight byte
+// about 17 -> 14 (Llama-3 gate_up at N = 64 on gfx950; the codebook lookups are 8 of the 14).
 //
 // Dequant per weight byte: one lookup address each nibble (codebook in LDS at nibble * 4: two
 // shifts per dword and one mask per lookup, the mask an SDWA byte select on gfx9), one fp32
@@ -65,8 +68,9 @@ __device__ inline void decode(uint32_t w, float s, const float* code, uint32_t (
 
 // The weight policy of hipskinny/splitk4.h for bitsandbytes' format: per tile and piece the 16
 // weight bytes and the block scale (nested: the absmax code and its absmax2, decoded per group).
-template <typename T, bool NESTED>
+template <typename T, bool NESTED, int TW>
 struct Bnb4 {
+  static constexpr int kTilesW = TW;
   const uint8_t* w;
   const void* absmax;
   const float* absmax2;
@@ -82,25 +86,25 @@ struct Bnb4 {
     uint32_t block;
   };
   struct Raw {
-    hs::u32x4 w[kTiles][kPieces];
-    float s[kTiles][kPieces];
-    uint32_t q[kTiles][kPieces];
+    hs::u32x4 w[TW][kPieces];
+    float s[TW][kPieces];
+    uint32_t q[TW][kPieces];
   };
   struct Scales {
-    float s[kTiles][kPieces];
+    float s[TW][kPieces];
   };
 
   __device__ inline Row row(int64_t m) const { return Row{w + m * (K / 2), (uint32_t)m * row_blocks}; }
 
   // A piece past K loads the row's last piece instead (in bounds; `scales` zeroes its scale). Block
   // byte offsets are 32-bit (blocks < 2^30), so those loads take the tables' bases in SGPRs.
-  __device__ inline void load(Raw& r, const Row (&rows)[kTiles], int k0, int K_, int lane) const {
+  __device__ inline void load(Raw& r, const Row (&rows)[TW], int k0, int K_, int lane) const {
 #pragma unroll
     for (int j = 0; j < kPieces; ++j) {
       const uint32_t k = min(k0 + 32 * (lane >> 4) + 32 * kGroups * j, K_ - 32);
       const uint32_t kb = k >> log2_bs;
 #pragma unroll
-      for (int t = 0; t < kTiles; ++t) {
+      for (int t = 0; t < TW; ++t) {
         const uint32_t blk = rows[t].block + kb;
         r.w[t][j] = hs::load16_stream(rows[t].w + (k >> 1));
         if constexpr (NESTED) {
@@ -118,7 +122,7 @@ struct Bnb4 {
   // already makes the row's outputs non-finite.
   __device__ inline void scales(Scales& sc, const Raw& r, const bool (&valid)[kPieces]) const {
 #pragma unroll
-    for (int t = 0; t < kTiles; ++t)
+    for (int t = 0; t < TW; ++t)
 #pragma unroll
       for (int j = 0; j < kPieces; ++j) {
         float s;
@@ -154,10 +158,10 @@ __device__ void matmul_4bit_splitk(const uint16_t* __restrict__ x, const uint8_t
   if (nested) code2[threadIdx.x] = code2_g[threadIdx.x];   // kThreads == 256 entries
   const uint32_t row_blocks = (uint32_t)K >> log2_bs;
   if (nested) {
-    const Bnb4<T, true> wt{w, absmax, absmax2, code, code2, *offset, K, log2_bs, row_blocks};
+    const Bnb4<T, true, kWaveTiles<NT, LG>> wt{w, absmax, absmax2, code, code2, *offset, K, log2_bs, row_blocks};
     run<T, NT, LG, false>(wt, x, nullptr, bias, y, partials, counters, N, M, K, x_stride, bias_stride, unit_len, block_len);
   } else {
-    const Bnb4<T, false> wt{w, absmax, absmax2, code, code2, 0.0f, K, log2_bs, row_blocks};
+    const Bnb4<T, false, kWaveTiles<NT, LG>> wt{w, absmax, absmax2, code, code2, 0.0f, K, log2_bs, row_blocks};
     run<T, NT, LG, false>(wt, x, nullptr, bias, y, partials, counters, N, M, K, x_stride, bias_stride, unit_len, block_len);
   }
 }

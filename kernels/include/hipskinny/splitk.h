@@ -7,7 +7,8 @@
 // kernel's slices: 1, or its _s<S> at compile time, `Layout`); a work unit is a run of the
 // row blocks' 128-column groups (`Walk`: it may end one row block and begin the next), owned by
 // one 256-thread workgroup; its waves form waves / S row groups of 16 * kTiles features (two
-// 16-row tiles on wave64, one on wave32) and all NT 16-token tiles, and the S waves of a row
+// 16-row tiles on wave64, one on wave32; `Layout` may take twice that, in half the row groups) and
+// all NT 16-token tiles, and the S waves of a row
 // group (slices) take every S-th 128-column group of the unit's part of a row block. Slices
 // trade x staged more often for units without partials: a small layer fills more CUs. A and B fragments hold 8
 // elements of K per lane at k = 8 * (lane / 16) + e of a step (gfx11 WMMA: all 16 k in both
@@ -30,24 +31,30 @@ constexpr int kUnroll = 128 / kStep;                // steps per 128-column grou
 constexpr int kAccs = 256 / hs::kWave;              // fp32 results per lane of a 16x16 tile
 constexpr int kLogWaves = kWaves == 8 ? 3 : 2;
 
-// A unit's waves for 2^LG slices (see the top; the kernels' _s<S> variants): the slice-0 waves
-// (the first kRowGroups waves) hold the unit's sums after `reduce_slices`.
-template <int LG>
+// A unit's waves for 2^LG slices (see the top; the kernels' _s<S> variants) and TW 16-row tiles per
+// wave (kTiles, or twice that: a unit's 128 / S features then need half the row groups, and its
+// waves split its groups one more way -- the planner still sees 128 / S features per unit): the
+// slice-0 waves (the first kRowGroups waves) hold the unit's sums after `reduce_slices`.
+template <int LG, int TW = kTiles>
 struct Layout {
-  static constexpr int kSlices = 1 << LG;
+  static_assert(TW == kTiles || TW == 2 * kTiles, "kTiles or twice that per wave");
+  static constexpr int kTilesW = TW;
+  static constexpr int kLogSlices = LG + (TW == kTiles ? 0 : 1);
+  static constexpr int kSlices = 1 << kLogSlices;
   static constexpr int kUnitRows = kRows >> LG;      // features per unit
-  static constexpr int kRowGroups = kWaves >> LG;
-  static_assert(kRowGroups >= 1, "a slice is at least one wave");
-  int row_group;   // this wave's: its features start at 16 * kTiles * row_group
+  static constexpr int kRowGroups = kWaves >> kLogSlices;
+  static_assert(kRowGroups >= 1 && kRowGroups * 16 * TW == kUnitRows, "a slice is at least one wave");
+  int row_group;   // this wave's: its features start at 16 * TW * row_group
   int slice;       // this wave's: it takes groups slice, slice + kSlices, ...
   __device__ explicit Layout(int wave)
-      : row_group(LG == 0 ? wave : wave & (kRowGroups - 1)), slice(LG == 0 ? 0 : wave >> (kLogWaves - LG)) {}
-  __device__ inline bool owner() const { return LG == 0 || slice == 0; }
+      : row_group(kLogSlices == 0 ? wave : wave & (kRowGroups - 1)),
+        slice(kLogSlices == 0 ? 0 : wave >> (kLogWaves - kLogSlices)) {}
+  __device__ inline bool owner() const { return kLogSlices == 0 || slice == 0; }
   // A shard's groups walked in steps: step i covers groups i * kSlices .. + kSlices - 1 (a pass of x
   // in LDS holds whole steps), this wave's group of it is `group(i)`; `loaded(i, groups)` is the
   // same clamped to the shard's last group (loads sit under no branch: splitk.h's `pipelined`).
-  static __device__ inline int steps(int groups) { return (groups + kSlices - 1) >> LG; }
-  static __device__ inline int step_first(int i) { return i << LG; }
+  static __device__ inline int steps(int groups) { return (groups + kSlices - 1) >> kLogSlices; }
+  static __device__ inline int step_first(int i) { return i << kLogSlices; }
   __device__ inline int group(int i) const { return step_first(i) + slice; }
   __device__ inline int loaded(int i, int groups) const { return min(group(i), groups - 1); }
 };
@@ -264,11 +271,11 @@ struct Epilogue {
 // read once) and takes every (256 / (rows / 4))-th token row, the row's x_scale and 4 biases
 // loaded together: a round trip per row of 4 outputs, not per output (NT = 8, short of
 // registers: 1 feature).
-template <int NT, int LG>
-__device__ void write_out(const accv (&acc)[kTiles][NT], float* lds, const Epilogue& e, int N, int M, int m_block,
-                          int lane, const Layout<LG>& L) {
+template <int NT, int LG, int TW>
+__device__ void write_out(const accv (&acc)[TW][NT], float* lds, const Epilogue& e, int N, int M, int m_block,
+                          int lane, const Layout<LG, TW>& L) {
   constexpr int kRound = NT < 4 ? NT : 4;   // token tiles per LDS round
-  constexpr int kCols = NT < 8 ? 4 : 1, rows = Layout<LG>::kUnitRows, kRowThreads = rows / kCols;
+  constexpr int kCols = NT < 8 ? 4 : 1, rows = Layout<LG, TW>::kUnitRows, kRowThreads = rows / kCols;
   constexpr int row_step = kThreads / kRowThreads;
   const int col = kCols * (threadIdx.x % kRowThreads), m0 = m_block + col, row0 = threadIdx.x / kRowThreads;
   // the features' w_scale: read once (NT = 8: with each row's operands)
@@ -284,12 +291,12 @@ __device__ void write_out(const accv (&acc)[kTiles][NT], float* lds, const Epilo
     __syncthreads();   // LDS is free (x pass or previous round done)
     if (L.owner()) {
 #pragma unroll
-      for (int t = 0; t < kTiles; ++t)
+      for (int t = 0; t < TW; ++t)
 #pragma unroll
         for (int nt = c; nt < c + kRound; ++nt)
 #pragma unroll
           for (int r = 0; r < kAccs; ++r)
-            lds[(16 * (nt - c) + result_row(lane, r)) * rows + L.row_group * 16 * kTiles + 16 * t + (lane & 15)] =
+            lds[(16 * (nt - c) + result_row(lane, r)) * rows + L.row_group * 16 * TW + 16 * t + (lane & 15)] =
                 acc[t][nt][r];
     }
     __syncthreads();
@@ -318,12 +325,14 @@ __device__ void write_out(const accv (&acc)[kTiles][NT], float* lds, const Epilo
 
 // The unit's slices summed into the slice-0 waves, in slice order (the same bits for any
 // schedule): the other waves' tiles go through LDS (x's area, free after the main loop's last
-// pass once every wave has passed the barrier here). At most (S - 1) / S x 256 x kTiles x NT
-// accumulators: 16 KiB at NT = 4, S = 2 (larger S only at fewer token tiles).
-template <int NT, int LG>
-__device__ inline void reduce_slices(accv (&acc)[kTiles][NT], void* xs, const Layout<LG>& L, int lane) {
-  if constexpr (LG > 0) {
-    constexpr int kPer = kTiles * NT, kGroupsR = Layout<LG>::kRowGroups;   // kPer: accumulators per lane
+// pass once every wave has passed the barrier here). At most (S - 1) / S x 256 x TW x NT
+// accumulators: 32 KiB at NT = 4, S = 2 and twice kTiles per wave (larger S only at fewer token
+// tiles).
+template <int NT, int LG, int TW>
+__device__ inline void reduce_slices(accv (&acc)[TW][NT], void* xs, const Layout<LG, TW>& L, int lane) {
+  typedef Layout<LG, TW> Lay;
+  if constexpr (Lay::kSlices > 1) {
+    constexpr int kPer = TW * NT, kGroupsR = Lay::kRowGroups;   // kPer: accumulators per lane
     accv* lds = reinterpret_cast<accv*>(xs);
     __syncthreads();   // every wave is done reading x
     if (!L.owner()) {
@@ -334,7 +343,7 @@ __device__ inline void reduce_slices(accv (&acc)[kTiles][NT], void* xs, const La
     __syncthreads();
     if (L.owner()) {
 #pragma unroll
-      for (int sl = 1; sl < Layout<LG>::kSlices; ++sl) {
+      for (int sl = 1; sl < Lay::kSlices; ++sl) {
         const accv* theirs = lds + ((sl - 1) * kGroupsR + L.row_group) * kPer * hs::kWave + lane;
 #pragma unroll
         for (int j = 0; j < kPer; ++j) acc[j / NT][j % NT] += theirs[j * hs::kWave];
@@ -351,13 +360,13 @@ __device__ inline void reduce_slices(accv (&acc)[kTiles][NT], void* xs, const La
 // the N tokens neither publishes nor reads them (never written out): at N = 4 a gfx9 tile moves
 // a quarter of its partial bytes. Atomic slices stay zero there, as every lane that adds also
 // reads and zeroes.
-template <int NT, bool ATOMIC, int LG>
-__device__ inline bool finish_shards(accv (&acc)[kTiles][NT], void* xs, float* __restrict__ partials,
+template <int NT, bool ATOMIC, int LG, int TW>
+__device__ inline bool finish_shards(accv (&acc)[TW][NT], void* xs, float* __restrict__ partials,
                                      uint32_t* __restrict__ counters, const Walk& walk, const Segment& sg,
-                                     int N, const Layout<LG>& L) {
+                                     int N, const Layout<LG, TW>& L) {
   const int block = sg.block, shards = walk.shards(sg);
   // The slice-0 waves (threads 0 .. owners - 1) hold the unit's sums: rows * 16 * NT floats.
-  constexpr int owners = kThreads >> LG, unit_floats = (kThreads * kTiles * NT * kAccs) >> LG;
+  constexpr int owners = kThreads >> Layout<LG, TW>::kLogSlices, unit_floats = owners * TW * NT * kAccs;
   // Whether this lane holds a token below N (its rows start at result_row(lane, 0)). One token
   // tile only (N <= 16): with more, the per-tile lane masks, hoisted out of the merge loop, cost
   // kernels at their SGPR limit spills (bf16 4-bit t2/t4, fp8 t8). The other slices' waves: in
@@ -369,7 +378,7 @@ __device__ inline bool finish_shards(accv (&acc)[kTiles][NT], void* xs, float* _
   accv* mine = reinterpret_cast<accv*>(partials + (int64_t)(ATOMIC ? block : walk.slot(sg)) * unit_floats) + threadIdx.x;
   if (NT == 1 || L.owner()) {
 #pragma unroll
-    for (int t = 0; t < kTiles; ++t)
+    for (int t = 0; t < TW; ++t)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         accv* p = mine + (t * NT + nt) * owners;
@@ -396,7 +405,7 @@ __device__ inline bool finish_shards(accv (&acc)[kTiles][NT], void* xs, float* _
   accv* first = reinterpret_cast<accv*>(partials + (int64_t)(ATOMIC ? block : walk.first(sg)) * unit_floats) +
                 threadIdx.x;
 #pragma unroll
-  for (int t = 0; t < kTiles; ++t)
+  for (int t = 0; t < TW; ++t)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       accv* p = first + (t * NT + nt) * owners;
@@ -409,7 +418,7 @@ __device__ inline bool finish_shards(accv (&acc)[kTiles][NT], void* xs, float* _
   // loaded per round trip, several shards' at once when a shard has fewer, else a shard in parts;
   // not a round trip per shard and tile. NT = 8 (registers and SGPRs at their limits in fp8_linear's
   // kernels): one tile at a time, as before.
-  constexpr int kMergeLoads = 64 / kAccs, kTileCount = kTiles * NT;
+  constexpr int kMergeLoads = 64 / kAccs, kTileCount = TW * NT;
   constexpr int kPart = kMergeLoads < kTileCount ? kMergeLoads : kTileCount;
   constexpr int kShardsPer = kMergeLoads / kPart;
   if (!ATOMIC && NT >= 8) {

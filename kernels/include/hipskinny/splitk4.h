@@ -7,8 +7,9 @@
 //
 // Work split, tile multiply, shard reduction: hipskinny/splitk.h, as kernels/skinny_gemm_splitk.hip
 // (a row block is 128 / S features x all tokens, S slices; a unit is a run of the row blocks'
-// 128-column groups, its part of one row block a segment (a shard of it); each wave owns 16 *
-// kTiles features and, with S slices, every S-th group of the segment; x is staged as T in LDS per
+// 128-column groups, its part of one row block a segment (a shard of it); each wave owns 16 * TW
+// features (the policy's kTilesW tiles: kWaveTiles below) and, with S slices, every S-th group of
+// the segment; x is staged as T in LDS per
 // pass of KC = 1024 / NT columns (32 KiB); the last-arriving workgroup of a row block sums the
 // shards in shard order, so results are bitwise the same for any grid, CU count or schedule).
 // Within a segment the lane's raw weight bytes and scales of the next groups are
@@ -28,7 +29,8 @@
 //
 // The weight policy W (a small struct the family defines) provides:
 //   Row row(int64_t m)                       where row m's bytes and scales live
-//   void load(Raw&, const Row (&)[kTiles], int k0, int K, int lane)
+//   kTilesW                                  its tiles per wave, kWaveTiles<NT, LG>
+//   void load(Raw&, const Row (&)[kTilesW], int k0, int K, int lane)
 //                                            issue the loads of the group at column k0: per tile
 //                                            and piece, the 16 bytes at column
 //                                            min(k0 + 32 g + 32 groups j, K - 32) and its scale(s)
@@ -52,6 +54,15 @@ namespace hs {
 namespace splitk {
 
 constexpr int kPieces = 4 / kGroups;        // 16-byte pieces per lane and tile in a 128-column group
+
+// 16-row tiles per wave (splitk.h's Layout) a family may take: four at four token tiles and one
+// slice on wave64, so that each x operand read from LDS feeds 64 features, not 32 (x's reads were
+// 8 LDS bytes per weight byte there, near half of matmul_4bit's LDS traffic); the unit's four waves
+// then form two row groups of two slices (occupancy 2 on gfx9: 202-216 VGPRs). Elsewhere kTiles.
+// (matmul_4bit takes it; w4a16_linear keeps kTiles: at four tiles per wave its f16 kernel spills
+// SGPRs, and its N = 64 rows are not LDS-bound.)
+template <int NT, int LG>
+constexpr int kWaveTiles = (hs::kWave == 64 && NT == 4 && LG == 0) ? 2 * kTiles : kTiles;
 
 #if defined(__gfx950__)
 #define HS_CVT_PK 1                         // v_cvt_pk_f16_f32 / v_cvt_pk_bf16_f32
@@ -156,8 +167,8 @@ __device__ inline frag x_frag(const XGroup& xg, int nt, int j, int s) {
 // re-read in bounds) decode to zero. One select per tile and piece in every group, rather than a
 // second copy of the group for the tail: with two copies the accumulators have two uses and the
 // compiler copies all of them at the end of every group.
-template <typename T, int NT, int KC, class W>
-__device__ inline void group(accv (&acc)[kTiles][NT], const W& wt, const typename W::Raw& r, const hs::u32x4* xs,
+template <typename T, int NT, int KC, int TW, class W>
+__device__ inline void group(accv (&acc)[TW][NT], const W& wt, const typename W::Raw& r, const hs::u32x4* xs,
                              int k0, int c0, int K, int lane) {
   bool valid[kPieces];
 #pragma unroll
@@ -172,9 +183,9 @@ __device__ inline void group(accv (&acc)[kTiles][NT], const W& wt, const typenam
   for (int j = 0; j < kPieces; ++j) {
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      frag b[kTiles];
+      frag b[TW];
 #pragma unroll
-      for (int t = 0; t < kTiles; ++t) {
+      for (int t = 0; t < TW; ++t) {
         uint32_t d[4];
         wt.decode(r, sc, t, j, s, d);
         b[t] = w_frag(d, lane);
@@ -183,7 +194,7 @@ __device__ inline void group(accv (&acc)[kTiles][NT], const W& wt, const typenam
       for (int nt = 0; nt < NT; ++nt) {
         const frag a = x_frag<KC>(xg, nt, j, s);
 #pragma unroll
-        for (int t = 0; t < kTiles; ++t) acc[t][nt] = mma<T>(a, b[t], acc[t][nt]);
+        for (int t = 0; t < TW; ++t) acc[t][nt] = mma<T>(a, b[t], acc[t][nt]);
 #if !HS_GFX9
         // wave32 holds 8 accumulators per tile: keep just one x piece live next to them.
         if (NT > 2) __builtin_amdgcn_sched_barrier(0);
@@ -269,22 +280,23 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
   extern __shared__ hs::u32x4 xs[];
 
   const int lane = threadIdx.x % hs::kWave;
-  typedef Layout<LG> Lay;
+  constexpr int TW = W::kTilesW;
+  typedef Layout<LG, TW> Lay;
   const Lay L(hs::wave_index());
   const Walk walk((M + Lay::kUnitRows - 1) / Lay::kUnitRows, K, unit_len, block_len);
 
   walk.each([&](const Segment& sg) {
     const int block = sg.block;
-    const int m_base = block * Lay::kUnitRows + L.row_group * 16 * kTiles;
+    const int m_base = block * Lay::kUnitRows + L.row_group * 16 * TW;
     const int ks = 128 * sg.g0, ke = min(K, 128 * sg.g1);
     const bool active = m_base < M;   // wave-uniform; idle waves still stage x
-    typename W::Row row[kTiles];
+    typename W::Row row[TW];
 #pragma unroll
-    for (int t = 0; t < kTiles; ++t) row[t] = wt.row(min(m_base + 16 * t + (lane & 15), M - 1));
+    for (int t = 0; t < TW; ++t) row[t] = wt.row(min(m_base + 16 * t + (lane & 15), M - 1));
 
-    accv acc[kTiles][NT];
+    accv acc[TW][NT];
 #pragma unroll
-    for (int t = 0; t < kTiles; ++t)
+    for (int t = 0; t < TW; ++t)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) acc[t][nt] = accv{};
 
