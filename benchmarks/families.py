@@ -207,6 +207,25 @@ Still above 1.15x: the gfx950 4-bit rows at N = 64 (LDS 1.69-1.75x: the codebook
 operand reads, 18.5 LDS bytes per weight byte, which no split changes), gfx950 at N <= 16 (VALU
 1.15-1.3x; gate_up at N = 16 keeps 448 units under the partials' cap), and gfx942's gate_up and
 down_proj at N = 64 (LDS 1.23-1.25x).
+
+**Four tiles per wave at N = 33..64 on gfx9 (matmul_4bit re-run at 2cef6dd).** The one-slice
+four-tile kernel's waves own 64 features each (`hipskinny/splitk4.h` `kWaveTiles`: two row groups of
+two slices per unit), so each x operand read from LDS feeds twice the weights: LDS bytes per weight
+byte 16.8 -> 13.9 (Llama gate_up, gfx950), 202-216 VGPRs, occupancy 3 -> 2. gfx950's N = 64 rows
+1.69-1.75x -> 1.39-1.41x (Llama gate_up 13.83 -> 11.43 us, lm_head 63.16 -> 50.35 us), down_proj
+6.96 -> 6.52 us (now latency-bound), gfx942's lm_head rows 3-7% faster (memory-bound); Llama qkv at
+N = 64 on gfx950 5.11 -> 5.46 us (latency-bound: the fewer waves in flight). What is left is the
+codebook: 8 of the 13.9 bytes are its lookups, and VALU is 1.16-1.22x the floor on its own (about
+2.9 VALU per weight and lane: an offset, half a packed multiply and half a packed conversion per
+weight, then the loads' and x's addresses), so no layout of x brings these rows within 1.15x.
+`SPLITK_COMPUTE` keeps the four-tile medians of the two-tile-per-wave kernel (gfx950 1.65, not the
+1.46 this run measures): with 1.46 the planner takes fewer units, which its estimate, having no
+latency term, cannot see costing the latency-bound rows (Llama o_proj at N = 64 on gfx950 4.61 ->
+5.35 us, down_proj 6.52 -> 7.67 us). gfx942's gate_up and down_proj at N = 64 keep the two-slice
+kernel (64-feature units, two tiles per wave; 1.23-1.25x, LDS): with four tiles per wave a unit
+is 128 features, and 224 row blocks on 304 CUs then either leave CUs idle (224 units: matrix
+1.28x) or split rows into shards whose fp32 partials take the memory roof to 1.23x (299 units);
+two slices of four-tile waves would need x for four groups in LDS at once, 64 KiB at N = 64.
 """
 
 
