@@ -131,7 +131,9 @@ HW_SOURCES: dict[str, dict[str, str]] = {
                           "Giant MI300X\""},
     "gfx950": {"cu_count": "S1 (MI355X 256 CUs)", "bandwidth": "P1 (8.0 TB/s)", "clock": "P1 (MI355X 2400 MHz)",
                "simds": "S4 (4 x SIMD16 per CU)", "matrix": "P2, derived (4096 fp16 FLOP/clk/CU)",
-               "lds": "160 KiB per CU (S1, S3); 128 B/clk/CU assumed as on CDNA3",
+               "lds": "160 KiB per CU (S1, S3); 128 B/clk/CU: the LDS bandwidth peak of ROCm/rocprofiler-compute's "
+                      "gfx950 speed-of-light config (max sclk x CUs x 128 bytes; a third-party report of CDNA4 "
+                      "doubling LDS read bandwidth is not reflected there)",
                "latency": "assumed equal to gfx942 (no published MI355X latency)"},
     "gfx1100": {"cu_count": "S1 (RX 7900 XTX 96 CUs)", "bandwidth": "P5 (960 GB/s)",
                 "clock": "P5 (2500 MHz boost)", "simds": "S4 (2 x SIMD32 per CU)",
