@@ -418,7 +418,8 @@ __device__ inline bool finish_shards(accv (&acc)[TW][NT], void* xs, float* __res
   // loaded per round trip, several shards' at once when a shard has fewer, else a shard in parts;
   // not a round trip per shard and tile. NT = 8 (registers and SGPRs at their limits in fp8_linear's
   // kernels): one tile at a time, as before.
-  constexpr int kMergeLoads = 64 / kAccs, kTileCount = TW * NT;
+  // (Twice kTiles per wave: 128 VGPRs, so that a round trip still brings two shards' tiles at NT = 4.)
+  constexpr int kMergeLoads = 64 * (TW / kTiles) / kAccs, kTileCount = TW * NT;
   constexpr int kPart = kMergeLoads < kTileCount ? kMergeLoads : kTileCount;
   constexpr int kShardsPer = kMergeLoads / kPart;
   if (!ATOMIC && NT >= 8) {
