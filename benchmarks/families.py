@@ -208,13 +208,15 @@ operand reads, 18.5 LDS bytes per weight byte, which no split changes), gfx950 a
 1.15-1.3x; gate_up at N = 16 keeps 448 units under the partials' cap), and gfx942's gate_up and
 down_proj at N = 64 (LDS 1.23-1.25x).
 
-**Four tiles per wave at N = 33..64 on gfx9 (matmul_4bit re-run at 2cef6dd).** The one-slice
+**Four tiles per wave at N = 33..64 on gfx9 (matmul_4bit re-run at 22ca7dc).** The one-slice
 four-tile kernel's waves own 64 features each (`hipskinny/splitk4.h` `kWaveTiles`: two row groups of
 two slices per unit), so each x operand read from LDS feeds twice the weights: LDS bytes per weight
-byte 16.8 -> 13.9 (Llama gate_up, gfx950), 202-216 VGPRs, occupancy 3 -> 2. gfx950's N = 64 rows
-1.69-1.75x -> 1.39-1.41x (Llama gate_up 13.83 -> 11.43 us, lm_head 63.16 -> 50.35 us), down_proj
-6.96 -> 6.52 us (now latency-bound), gfx942's lm_head rows 3-7% faster (memory-bound); Llama qkv at
-N = 64 on gfx950 5.11 -> 5.46 us (latency-bound: the fewer waves in flight). What is left is the
+byte 16.8 -> 13.9 (Llama gate_up, gfx950), 230 VGPRs, occupancy 3 -> 2; its finisher keeps two
+shards' partial tiles per round trip (a 128-VGPR merge buffer: with 64 VGPRs, one per trip, the
+8-shard Llama qkv at N = 64 on gfx950 went 5.11 -> 5.46 us). gfx950's N = 64 rows 1.69-1.75x ->
+1.39-1.41x (Llama gate_up 13.83 -> 11.43 us, lm_head 63.16 -> 50.35 us), qkv 5.11 -> 4.72 us
+(latency), down_proj 6.96 -> 6.18 us (now memory-bound: its 16 shards' partials), gfx942's lm_head
+rows 3-7% faster (memory-bound). What is left is the
 codebook: 8 of the 13.9 bytes are its lookups, and VALU is 1.16-1.22x the floor on its own (about
 2.9 VALU per weight and lane: an offset, half a packed multiply and half a packed conversion per
 weight, then the loads' and x's addresses), so no layout of x brings these rows within 1.15x.
