@@ -157,11 +157,12 @@ __device__ void matmul_4bit_splitk(const uint16_t* __restrict__ x, const uint8_t
   }
   if (nested) code2[threadIdx.x] = code2_g[threadIdx.x];   // kThreads == 256 entries
   const uint32_t row_blocks = (uint32_t)K >> log2_bs;
+  constexpr int TW = kWaveTiles<NT, LG>;
   if (nested) {
-    const Bnb4<T, true, kWaveTiles<NT, LG>> wt{w, absmax, absmax2, code, code2, *offset, K, log2_bs, row_blocks};
+    const Bnb4<T, true, TW> wt{w, absmax, absmax2, code, code2, *offset, K, log2_bs, row_blocks};
     run<T, NT, LG, false>(wt, x, nullptr, bias, y, partials, counters, N, M, K, x_stride, bias_stride, unit_len, block_len);
   } else {
-    const Bnb4<T, false, kWaveTiles<NT, LG>> wt{w, absmax, absmax2, code, code2, 0.0f, K, log2_bs, row_blocks};
+    const Bnb4<T, false, TW> wt{w, absmax, absmax2, code, code2, 0.0f, K, log2_bs, row_blocks};
     run<T, NT, LG, false>(wt, x, nullptr, bias, y, partials, counters, N, M, K, x_stride, bias_stride, unit_len, block_len);
   }
 }

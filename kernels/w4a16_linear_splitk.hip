@@ -165,7 +165,7 @@ __device__ void w4a16_linear_splitk(const uint16_t* __restrict__ x, const uint32
   // One copy of the main loop: symmetric weights (no zeros) take z = 8 by a uniform branch per
   // load (two copies, zeros as a template parameter, spill SGPRs on gfx950).
   const Int4<T, kTiles> wt{w, scales, zeros, (uint32_t)(K >> 3), (uint32_t)row_groups, log2_g,
-                     kBf16<T> ? 0u : hs::int4::magic_const<hs::f16>()};   // (bf16 decodes in fp32)
+                           kBf16<T> ? 0u : hs::int4::magic_const<hs::f16>()};   // (bf16 decodes in fp32)
   run<T, NT, LG, true>(wt, x, perm, bias, y, partials, counters, N, M, K, x_stride, bias_stride, unit_len, block_len);
 }
 

@@ -38,7 +38,6 @@ constexpr int kLogWaves = kWaves == 8 ? 3 : 2;
 template <int LG, int TW = kTiles>
 struct Layout {
   static_assert(TW == kTiles || TW == 2 * kTiles, "kTiles or twice that per wave");
-  static constexpr int kTilesW = TW;
   static constexpr int kLogSlices = LG + (TW == kTiles ? 0 : 1);
   static constexpr int kSlices = 1 << kLogSlices;
   static constexpr int kUnitRows = kRows >> LG;      // features per unit

@@ -29,7 +29,7 @@
 //
 // The weight policy W (a small struct the family defines) provides:
 //   Row row(int64_t m)                       where row m's bytes and scales live
-//   kTilesW                                  its tiles per wave, kWaveTiles<NT, LG>
+//   kTilesW                                  its tiles per wave: kTiles or kWaveTiles<NT, LG>
 //   void load(Raw&, const Row (&)[kTilesW], int k0, int K, int lane)
 //                                            issue the loads of the group at column k0: per tile
 //                                            and piece, the 16 bytes at column
@@ -58,7 +58,7 @@ constexpr int kPieces = 4 / kGroups;        // 16-byte pieces per lane and tile 
 // 16-row tiles per wave (splitk.h's Layout) a family may take: four at four token tiles and one
 // slice on wave64, so that each x operand read from LDS feeds 64 features, not 32 (x's reads were
 // 8 LDS bytes per weight byte there, near half of matmul_4bit's LDS traffic); the unit's four waves
-// then form two row groups of two slices (occupancy 2 on gfx9: 202-216 VGPRs). Elsewhere kTiles.
+// then form two row groups of two slices (occupancy 2 on gfx9: 230 VGPRs). Elsewhere kTiles.
 // (matmul_4bit takes it; w4a16_linear keeps kTiles: at four tiles per wave its f16 kernel spills
 // SGPRs, and its N = 64 rows are not LDS-bound.)
 template <int NT, int LG>
