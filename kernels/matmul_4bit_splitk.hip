@@ -79,11 +79,13 @@ struct Bnb4 {
   float offset;
   int K, log2_bs;
   uint32_t row_blocks;
+  uint32_t w_bytes, blocks;   // of W and of the block scales (M * K / 2 and M * row_blocks)
+  static constexpr int kNonTemporal = 2;   // raw buffer load aux: nt, as load16_stream's
 
-  // Where a lane's row of one tile lives: its packed bytes and its first block's flat index.
+  // Where a lane's row of one tile lives, as 32-bit offsets from the uniform bases (the loads take
+  // the scalar-base + 32-bit-offset form): its packed bytes and its first block's flat index.
   struct Row {
-    const uint8_t* w;
-    uint32_t block;
+    uint32_t w, block;
   };
   struct Raw {
     hs::u32x4 w[TW][kPieces];
@@ -94,11 +96,37 @@ struct Bnb4 {
     float s[TW][kPieces];
   };
 
-  __device__ inline Row row(int64_t m) const { return Row{w + m * (K / 2), (uint32_t)m * row_blocks}; }
+  __device__ inline Row row(int64_t m) const { return Row{(uint32_t)m * (uint32_t)(K / 2), (uint32_t)m * row_blocks}; }
 
-  // A piece past K loads the row's last piece instead (in bounds; `scales` zeroes its scale). Block
-  // byte offsets are 32-bit (blocks < 2^30), so those loads take the tables' bases in SGPRs.
+  // A group inside K (every one but a last partial one) on gfx9: raw buffer loads whose VGPR
+  // offsets (the lane's row and its part of the group) are the same in every group and whose
+  // SGPR offsets are the group's first column and block. Otherwise, and elsewhere, per-lane
+  // addresses, clamped: a piece past K loads the row's last piece instead (in bounds; `scales`
+  // zeroes its scale). Block offsets are 32-bit (blocks < 2^30).
   __device__ inline void load(Raw& r, const Row (&rows)[TW], int k0, int K_, int lane) const {
+#if HS_GFX9
+    if (k0 + 128 <= K_) {
+      const auto w_buf = hs::buffer(w, w_bytes);
+      const auto s_buf = hs::buffer(absmax, NESTED ? blocks : 4 * blocks);
+      const uint32_t kb = (uint32_t)k0 >> log2_bs;   // k0 is a multiple of 128: the lane's part adds
+#pragma unroll
+      for (int j = 0; j < kPieces; ++j) {
+        const uint32_t c = 32 * (lane >> 4) + 32 * kGroups * j;   // < 128
+#pragma unroll
+        for (int t = 0; t < TW; ++t) {
+          r.w[t][j] = __builtin_amdgcn_raw_buffer_load_b128(w_buf, rows[t].w + (c >> 1), k0 >> 1, kNonTemporal);
+          const uint32_t blk = rows[t].block + (c >> log2_bs);
+          if constexpr (NESTED) {
+            r.q[t][j] = __builtin_amdgcn_raw_buffer_load_b8(s_buf, blk, kb, 0);
+            r.s[t][j] = *reinterpret_cast<const float*>(reinterpret_cast<const char*>(absmax2) + (((kb + blk) >> 8) << 2));
+          } else {
+            r.s[t][j] = __builtin_bit_cast(float, __builtin_amdgcn_raw_buffer_load_b32(s_buf, 4 * blk, 4 * kb, 0));
+          }
+        }
+      }
+      return;
+    }
+#endif
 #pragma unroll
     for (int j = 0; j < kPieces; ++j) {
       const uint32_t k = min(k0 + 32 * (lane >> 4) + 32 * kGroups * j, K_ - 32);
@@ -106,7 +134,7 @@ struct Bnb4 {
 #pragma unroll
       for (int t = 0; t < TW; ++t) {
         const uint32_t blk = rows[t].block + kb;
-        r.w[t][j] = hs::load16_stream(rows[t].w + (k >> 1));
+        r.w[t][j] = hs::load16_stream(w + (rows[t].w + (k >> 1)));
         if constexpr (NESTED) {
           r.q[t][j] = static_cast<const uint8_t*>(absmax)[blk];
           r.s[t][j] = *reinterpret_cast<const float*>(reinterpret_cast<const char*>(absmax2) + ((blk >> 8) << 2));
@@ -157,12 +185,13 @@ __device__ void matmul_4bit_splitk(const uint16_t* __restrict__ x, const uint8_t
   }
   if (nested) code2[threadIdx.x] = code2_g[threadIdx.x];   // kThreads == 256 entries
   const uint32_t row_blocks = (uint32_t)K >> log2_bs;
+  const uint32_t w_bytes = (uint32_t)M * (uint32_t)(K / 2), blocks = (uint32_t)M * row_blocks;
   constexpr int TW = kWaveTiles<NT, LG>;
   if (nested) {
-    const Bnb4<T, true, TW> wt{w, absmax, absmax2, code, code2, *offset, K, log2_bs, row_blocks};
+    const Bnb4<T, true, TW> wt{w, absmax, absmax2, code, code2, *offset, K, log2_bs, row_blocks, w_bytes, blocks};
     run<T, NT, LG, false>(wt, x, nullptr, bias, y, partials, counters, N, M, K, x_stride, bias_stride, unit_len, block_len);
   } else {
-    const Bnb4<T, false, TW> wt{w, absmax, absmax2, code, code2, 0.0f, K, log2_bs, row_blocks};
+    const Bnb4<T, false, TW> wt{w, absmax, absmax2, code, code2, 0.0f, K, log2_bs, row_blocks, w_bytes, blocks};
     run<T, NT, LG, false>(wt, x, nullptr, bias, y, partials, counters, N, M, K, x_stride, bias_stride, unit_len, block_len);
   }
 }

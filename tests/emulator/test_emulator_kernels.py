@@ -308,6 +308,50 @@ def test_add3d_partial_blocks(arch):
     np.testing.assert_array_equal(from_device(dev, out, a.shape, np.float32), expected)
 
 
+# --- (9) raw buffer loads (gfx9: the kernels' only buffer use) ----------------------------------
+
+GFX9_ARCHS = [a for a in ALL_ARCHS if ARCHS[a].wave_size == 64]
+BUFFER_WORD3 = 0x00020000    # DATA_FORMAT 32, as the kernels (and CK) set it on gfx9
+
+
+def _buffer_loads(arch: str, src: np.ndarray, nbytes: int, soff: int, word3: int = BUFFER_WORD3) -> np.ndarray:
+    dev = device(arch)
+    module, _ = load_test_kernel(dev, "buffer_loads")
+    sd = to_device(dev, src)
+    out = to_device(dev, np.full(384, 0xDEADBEEF, np.uint32))
+    launch(dev, module, "buffer_loads", 1, 64, [sd, out, nbytes, soff, word3])
+    return from_device(dev, out, 384, np.uint32)
+
+
+def _expected_buffer(src: np.ndarray, nbytes: int, soff: int) -> np.ndarray:
+    """Each access read from src when wholly below nbytes, else zero (the ISA's range check)."""
+    def at(off: np.ndarray, size: int) -> np.ndarray:
+        inside = off + size <= nbytes
+        assert not np.any((off < nbytes) & ~inside), "the test never straddles the end"
+        got = np.stack([src[np.minimum(off + i, len(src) - 1)] for i in range(size)], 1).astype(np.uint32)
+        got = (got << (8 * np.arange(size, dtype=np.uint32))).sum(1, dtype=np.uint32)
+        return np.where(inside, got, 0).astype(np.uint32)
+    lanes = np.arange(64)
+    x4 = np.stack([at(soff + 16 * lanes + 4 * i, 4) for i in range(4)], 1).reshape(-1)
+    return np.concatenate([x4, at(soff + lanes, 1), at(soff + 4 * lanes, 4)])
+
+
+@pytest.mark.parametrize("arch", GFX9_ARCHS)
+@pytest.mark.parametrize("nbytes, soff", [(1088, 64), (992, 64), (96, 64), (0, 0)])
+def test_raw_buffer_loads_read_zero_past_the_end(arch, nbytes, soff):
+    src = np.random.default_rng(9).integers(1, 256, 1152, dtype=np.uint8)     # nonzero: a zero shows
+    np.testing.assert_array_equal(_buffer_loads(arch, src, nbytes, soff), _expected_buffer(src, nbytes, soff))
+
+
+@pytest.mark.parametrize("arch", GFX9_ARCHS)
+def test_raw_buffer_loads_refuse_what_is_not_modeled(arch):
+    src = np.ones(1152, np.uint8)
+    with pytest.raises(EmulatorError, match="partly out of range"):
+        _buffer_loads(arch, src, 100, 64)          # lane 2's 16 bytes at 96..111 straddle 100
+    with pytest.raises(EmulatorError, match="DATA_FORMAT 0"):
+        _buffer_loads(arch, src, 1088, 64, word3=0)
+
+
 # --- hand-written assembly: DPP, readlane/writelane, EXEC masking ------------------------------
 
 @pytest.mark.parametrize("arch", ALL_ARCHS)

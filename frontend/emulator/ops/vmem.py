@@ -226,8 +226,15 @@ for _prefix in ("global_atomic_", "flat_atomic_"):
     register(_prefix + "cmpswap", _prefix + "cmpswap_b32", cls="vmem_atomic")(_atomic(None))
 
 
-# --- raw buffer loads/stores (32-bit, offen) ------------------------------------------------
-def _buffer(store: bool):
+# --- raw buffer loads/stores (offen or not; no idxen) ----------------------------------------
+# The descriptor (V#) is base (48 bits), stride (must be 0: raw), num_records (bytes). A lane's
+# byte offset is its VGPR (offen) + SGPR soffset + the instruction's offset; an access wholly at
+# or past num_records is out of range: loads return zero, stores are dropped (AMD's ISA guides,
+# "Range checking"; what CK's padding relies on). An access straddling num_records is refused: the
+# guides check raw buffers per access and per dword differently across generations, and the
+# kernels never need it. On gfx9 a V# with DATA_FORMAT 0 (invalid) is refused too (CK sets 32:
+# dword 3 = 0x00020000), as is one with ADD_TID_ENABLE (not modeled).
+def _buffer(size: int, how: str, store: bool):
     def factory(inst: Inst, ctx: DecodeContext) -> Handler:
         ops = [parse_operand(t) for t in inst.operands]
         data, voff, rsrc, soff = ops[0].index, ops[1], ops[2], sreader(ops[3], 32)
@@ -236,26 +243,43 @@ def _buffer(store: bool):
             raise EmulatorError("buffer idxen addressing is not implemented")
         imm = _offset(inst)
         r = rsrc.index
+        gfx9 = ctx.gfx == 9
 
         def run(w: Wave) -> None:
             mask = w.exec_mask()
-            base = int(w.s[r]) | ((int(w.s[r + 1]) & 0xFFFF) << 32)
+            word1, word3 = int(w.s[r + 1]), int(w.s[r + 3])
+            if word1 >> 16 & 0x3FFF:
+                raise EmulatorError(f"{inst.mnemonic}: buffer stride {word1 >> 16 & 0x3FFF} (only raw buffers, "
+                                    "stride 0, are modeled)")
+            if gfx9 and (not word3 >> 15 & 0xF or word3 >> 23 & 1):
+                raise EmulatorError(f"{inst.mnemonic}: gfx9 buffer descriptor word 3 0x{word3:08x} (DATA_FORMAT 0 or "
+                                    "ADD_TID_ENABLE) is not modeled")
+            base = int(w.s[r]) | ((word1 & 0xFFFF) << 32)
             num_records = int(w.s[r + 2])
             off = (w.v[voff.index].astype(np.int64) if offen else np.zeros(w.n, np.int64)) + imm + soff(w)
-            inside = mask & (off >= 0) & (off + 4 <= num_records)    # out-of-range accesses are dropped
+            inside = mask & (off >= 0) & (off + size <= num_records)
+            straddle = mask & (off < num_records) & (off + size > num_records)
+            if straddle.any():
+                lane = int(np.flatnonzero(straddle)[0])
+                first = int(off[lane])
+                raise EmulatorError(f"{inst.mnemonic}: lane {lane} accesses bytes {first}..{first + size - 1} of a "
+                                    f"buffer of {num_records}: partly out of range is not modeled")
             addrs = (off + base).astype(np.uint64)
             if w.group.mem.tracer is not None:
-                w.group.mem.tracer(w, addrs, 4, inside, store)
+                w.group.mem.tracer(w, addrs, size, inside, store)
             if store:
-                w.group.mem.store(addrs, store_bytes(w, data, 4, "full"), inside)
-                w.group.stats.bytes_stored["global"] += 4 * int(inside.sum())
+                w.group.mem.store(addrs, store_bytes(w, data, size, how), inside)
+                w.group.stats.bytes_stored["global"] += size * int(inside.sum())
             else:
-                raw = w.group.mem.load(addrs, 4, inside)
-                place_loaded(w, data, raw, "full", mask)
-                w.group.stats.bytes_loaded["global"] += 4 * int(inside.sum())
+                raw = w.group.mem.load(addrs, size, inside)
+                place_loaded(w, data, raw, how, mask)
+                w.group.stats.bytes_loaded["global"] += size * int(inside.sum())
         return run
     return factory
 
 
-register("buffer_load_dword", "buffer_load_b32", cls="vmem_load")(_buffer(False))
-register("buffer_store_dword", "buffer_store_b32", cls="vmem_store")(_buffer(True))
+for _suffix, (_size, _how) in _LOADS.items():
+    if "d16" not in _suffix:
+        register("buffer_load_" + _suffix, cls="vmem_load")(_buffer(_size, _how, False))
+for _suffix in ("dword", "b32", "dwordx2", "b64", "dwordx4", "b128"):
+    register("buffer_store_" + _suffix, cls="vmem_store")(_buffer(_LOADS[_suffix][0], "full", True))

@@ -45,6 +45,17 @@ __device__ inline u32x4 load16_stream(const void* p) {
 }
 __device__ inline u32x4 load16(const void* p) { return *reinterpret_cast<const u32x4*>(p); }
 
+#if HS_GFX9
+// A raw buffer resource (stride 0) over the `bytes` bytes at p, for loads that take a
+// loop-invariant VGPR offset and a uniform SGPR one (no per-load address arithmetic; a global load
+// wants its 64-bit address or an offset computed in the same block). Loads past `bytes` return
+// zero. Word 3 sets DATA_FORMAT 32, as CK does on gfx9 (the untyped loads ignore it, but 0 marks
+// the resource invalid).
+__device__ inline __amdgpu_buffer_rsrc_t buffer(const void* p, uint32_t bytes) {
+  return __builtin_amdgcn_make_buffer_rsrc(const_cast<void*>(p), 0, bytes, 0x00020000);
+}
+#endif
+
 // A grid-stride loop's position in a row-major [rows, cols] index space: the row and column
 // follow the stride by additions (two divisions per thread, at the start; none per step).
 struct RowCol {

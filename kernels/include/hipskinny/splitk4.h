@@ -253,6 +253,24 @@ __device__ void stage(hs::u32x4* xs, const uint16_t* __restrict__ x, const int32
   } else {
     (void)perm;
     (void)K;
+#if HS_GFX9
+    if constexpr (!PERM && kRowChunks >= hs::kWave) {
+      // A wave's lanes share a row: each round's row is a raw buffer of the pass's len columns,
+      // none past N, so rows past N and columns past len read zero with no per-lane test, and the
+      // lane's offset (its chunk) is the same in every round and pass. (Not with act-order: next
+      // to the gathered path this costs the sliced kernels SGPR spills.)
+      const int n0w = __builtin_amdgcn_readfirstlane(n0);
+#pragma unroll
+      for (int r = 0; r < kRounds; ++r) {
+        const int n = n0w + kRowsPerRound * r;
+        const auto row = hs::buffer(x + n * x_stride + k0, n < N ? 2u * len : 0u);
+        v[r] = __builtin_amdgcn_raw_buffer_load_b128(row, 16u * c, 0, 0);
+      }
+#pragma unroll
+      for (int r = 0; r < kRounds; ++r) xs[slot<KC>(n0 + kRowsPerRound * r, c)] = v[r];
+      return;
+    }
+#endif
     const uint16_t* src = x + n0 * x_stride + k0 + 8 * c;
 #pragma unroll
     for (int r = 0; r < kRounds; ++r, src += step) {
