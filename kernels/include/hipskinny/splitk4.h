@@ -266,8 +266,15 @@ __device__ void stage(hs::u32x4* xs, const uint16_t* __restrict__ x, const int32
         const auto row = hs::buffer(x + n * x_stride + k0, n < N ? 2u * len : 0u);
         v[r] = __builtin_amdgcn_raw_buffer_load_b128(row, 16u * c, 0, 0);
       }
+      // slot<KC>(n, c) in bytes, n uniform: 16 (c ^ (n & 15)) touches bits 4..7 only, under the
+      // row's (a multiple of 2 KC bytes), so one xor with a uniform value per round and the
+      // round's rows as the store's constant offset.
+      const uint32_t lane_at = (uint32_t)n0w * 2u * KC + 16u * c;
 #pragma unroll
-      for (int r = 0; r < kRounds; ++r) xs[slot<KC>(n0 + kRowsPerRound * r, c)] = v[r];
+      for (int r = 0; r < kRounds; ++r) {
+        const uint32_t at = (lane_at ^ (16u * ((n0w + kRowsPerRound * r) & 15))) + 2u * KC * kRowsPerRound * r;
+        *reinterpret_cast<hs::u32x4*>(reinterpret_cast<char*>(xs) + at) = v[r];
+      }
       return;
     }
 #endif
