@@ -228,6 +228,37 @@ kernel (64-feature units, two tiles per wave; 1.23-1.25x, LDS): with four tiles 
 is 128 features, and 224 row blocks on 304 CUs then either leave CUs idle (224 units: matrix
 1.28x) or split rows into shards whose fp32 partials take the memory roof to 1.23x (299 units);
 two slices of four-tile waves would need x for four groups in LDS at once, 64 KiB at N = 64.
+
+**Raw buffer loads on gfx9 (matmul_4bit re-run at d940713).** Outside the decode, the split-K
+kernel spent about 30 VALU per group and wave on loads and scales and about 40 per x pass: 64-bit
+per-lane addresses (a global load takes a scalar base and a 32-bit offset only when the offset is
+computed in its own block, and the compiler hoists a loop-invariant one), the per-lane clamp at
+K's end, and x's rows tested and zero-filled lane by lane. On gfx942/gfx950 a group inside K now
+loads through raw buffers (`hs::buffer`): the lane's row and its part of the group are a VGPR
+offset set once per segment, the group's first column and block an SGPR offset. x is staged a row
+per round as a buffer of the pass's columns (none past N), so rows past N and columns past the
+pass read zero with no test, and a round's LDS slot is one xor with a uniform value. A group
+reaching past K keeps the clamped global loads. VALU per weight and lane on gfx950 (`python -m
+benchmarks.profile matmul_4bit gfx950 N M K`): Llama down_proj N = 4 3.18 -> 2.89, gate_up N = 4
+3.02 -> 2.79 and N = 16 2.94 -> 2.75, down_proj N = 16 3.06 -> 2.76, Qwen3 lm_head N = 4 2.91 ->
+2.70. Rows bound by VALU, LDS or matrix above 1.15x their floor 11 -> 6; 10 rows 1-9% faster, none
+slower (Llama down_proj N = 4 on gfx950 4.75 -> 4.32 us). Left at N <= 16: gate_up at N = 16 on
+gfx950, 1.21x (VALU, 448 units, the busiest CU 1.14x the average). Its 512-unit plan of 14 groups
+is memory-bound at 1.094x (8.43 us), but its partials are 9.65% of the call's bytes, over the 9%
+cap. A cap of 0.097 lets it through and moves 25 rows at N <= 16 (DRAM ratio at most 1.098, 23 of
+them up to 16% faster), but makes w4a16 Llama qkv at N = 8 on gfx950 15% slower and FP8 Llama qkv
+at N = 16 5% slower: 288 units in place of 240, which the estimate's latency factor prefers and
+whose busiest CU then runs two. That is the planner's missing latency term again, so the cap
+stays. w4a16_linear keeps the per-lane staging: next to its act-order gather path the buffer rounds
+cost its sliced kernels 2-4 spilled SGPRs.
+
+**Per-lane scaled codebooks were tried and left out.** A lane's table of the 16 entries already
+multiplied by its scale and rounded to T (one lane per LDS bank, so never a conflict) would make a
+weight one 16-bit lookup with no multiply or conversion. But the pair of lookups must land in the
+two halves of one register: `ds_read_u16_d16_hi` keeps the other half only where LLVM assumes D16
+loads preserve unused bits, which it does not for gfx942/gfx950 (SRAM ECC "any"), so each pair
+costs a `v_perm` and the table's build per piece (16 products and 8 packed conversions) on top:
+3.11 VALU per weight against 2.94 at the time. (For gfx1100 LLVM does form the D16 loads.)
 """
 
 
