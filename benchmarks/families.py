@@ -247,10 +247,15 @@ gfx950, 1.21x (VALU, 448 units, the busiest CU 1.14x the average). Its 512-unit 
 is memory-bound at 1.094x (8.43 us), but its partials are 9.65% of the call's bytes, over the 9%
 cap. A cap of 0.097 lets it through and moves 25 rows at N <= 16 (DRAM ratio at most 1.098, 23 of
 them up to 16% faster), but makes w4a16 Llama qkv at N = 8 on gfx950 15% slower and FP8 Llama qkv
-at N = 16 5% slower: 288 units in place of 240, which the estimate's latency factor prefers and
-whose busiest CU then runs two. That is the planner's missing latency term again, so the cap
-stays. w4a16_linear keeps the per-lane staging: next to its act-order gather path the buffer rounds
-cost its sliced kernels 2-4 spilled SGPRs.
+at N = 16 5% slower, both 240 -> 288 units. The first is the rule that takes at least the shards
+giving `splitk_units` units: clamped to the cap's count it leaves the estimate one candidate;
+letting the estimate weigh every count the cap allows keeps its 240 units (and changes no plan at
+0.09). The second is the estimate's own choice: its latency factor prefers 288 units, whose
+busiest CU then runs two units of 6 groups, VALU-bound at 4.35 us, 1.36x its floor (the median
+compute ratio and one group of overhead per unit understate a 6-group unit's work). A looser cap
+would so trade this row for a new compute-bound one; it stays at 0.09 until the planner has a
+latency and per-unit overhead model. w4a16_linear keeps the per-lane staging: next to its
+act-order gather path the buffer rounds cost its sliced kernels 2-4 spilled SGPRs.
 
 **Per-lane scaled codebooks were tried and left out.** A lane's table of the 16 entries already
 multiplied by its scale and rounded to T (one lane per LDS bank, so never a conflict) would make a
