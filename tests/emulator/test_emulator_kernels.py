@@ -220,6 +220,18 @@ def test_lds_reverse_and_missing_barrier(arch):
     assert wrong, f"no seed in {list(SEEDS)} exposed the missing barrier"
 
 
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_lds_bytes_are_bank_dwords(arch):
+    """16-bit LDS accesses take a bank each, as 32-bit ones do: the same LDS bytes for the same lanes."""
+    x = np.arange(1, 257, dtype=np.uint16)
+    dev = device(arch)
+    module, _ = load_test_kernel(dev, "lds_reverse")
+    xd, yd = to_device(dev, x), dev.alloc(2 * 256)
+    stats = launch(dev, module, "lds_reverse_u16", 1, 256, [xd, yd])
+    np.testing.assert_array_equal(from_device(dev, yd, 256, np.uint16), x[::-1])
+    assert stats.bytes_stored["lds"] == stats.bytes_loaded["lds"] == 4 * 256, dict(stats.bytes_loaded)
+
+
 # --- (5)-(7) faults ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("arch", ALL_ARCHS)

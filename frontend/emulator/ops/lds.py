@@ -4,6 +4,11 @@ LDS addresses are 32-bit byte offsets into the workgroup's allocation. Hardware
 returns 0 for reads past the allocation and drops such writes; the emulator
 faults instead, because a decode kernel that does it has a bug. In strict mode a
 read of LDS bytes no lane has written faults too.
+
+The LDS bytes counted (the model's LDS roof) are bank bytes: an access narrower than a
+dword (u8/u16 reads, b8/b16 writes) takes its bank for a cycle as a dword does, so it
+counts 4 bytes a lane (an assumption: the banks are 4 bytes wide, and AMD's guides give
+no narrower rate).
 """
 
 from __future__ import annotations
@@ -63,7 +68,7 @@ def _read(w: Wave, addrs: np.ndarray, size: int, mask: np.ndarray) -> np.ndarray
     else:
         out = np.zeros((w.n, size), np.uint8)
         out[mask] = vals
-    g.stats.bytes_loaded["lds"] += size * active
+    g.stats.bytes_loaded["lds"] += max(size, 4) * active
     return out
 
 
@@ -81,7 +86,7 @@ def _write(w: Wave, addrs: np.ndarray, data: np.ndarray, mask: np.ndarray) -> No
             g.lds_window(size)[rows] = data if full else data[mask]
         if g.lds_written is not None:
             g.lds_written[rows[:, None] + np.arange(size)] = True
-        g.stats.bytes_stored["lds"] += size * active
+        g.stats.bytes_stored["lds"] += max(size, 4) * active
 
 
 _LOAD = {"ds_read_b32": (4, "full"), "ds_load_b32": (4, "full"), "ds_read_b64": (8, "full"),
