@@ -21,7 +21,8 @@
 //   counters ceil(M / R) uint32, zero before the launch and zero again after it
 //   N (<= 16 * NT), M, K (a multiple of the blocksize, hence of 32), x_stride, bias_stride,
 //   unit_len, block_len (multiples of 128: hipskinny/splitk.h's Walk), log2_bs (5..12), flags
-//   Limits: M * K >> log2_bs < 2^30 blocks (scale byte offsets are 32-bit).
+//   Limits: M * K < 2^31 and M * K >> log2_bs < 2^30 blocks (weight and scale byte offsets are
+//   32-bit; the op checks the first).
 //
 // Launch: matmul_4bit_splitk_<f16|bf16>_t<NT>[_s<S>], NT = 1, 2, 4, S = 2, 4 (NT <= 2) or 2, block
 // (256, 1, 1), any grid, dynamic LDS 16 * NT * KC * 2 = 32 KiB (KC = 1024 / NT), plus 1088 static
