@@ -355,6 +355,12 @@ def test_raw_buffer_loads_read_zero_past_the_end(arch, nbytes, soff):
     np.testing.assert_array_equal(_buffer_loads(arch, src, nbytes, soff), _expected_buffer(src, nbytes, soff))
 
 
+@pytest.mark.parametrize("arch", [a for a in ALL_ARCHS if a not in GFX9_ARCHS])
+def test_buffer_loads_are_refused_on_rdna(arch):
+    with pytest.raises(EmulatorError, match="not modeled"):
+        _buffer_loads(arch, np.ones(1152, np.uint8), 1088, 64, word3=0x31004000)
+
+
 @pytest.mark.parametrize("arch", GFX9_ARCHS)
 def test_raw_buffer_loads_refuse_what_is_not_modeled(arch):
     src = np.ones(1152, np.uint8)

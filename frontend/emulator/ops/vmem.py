@@ -230,10 +230,12 @@ for _prefix in ("global_atomic_", "flat_atomic_"):
 # The descriptor (V#) is base (48 bits), stride (must be 0: raw), num_records (bytes). A lane's
 # byte offset is its VGPR (offen) + SGPR soffset + the instruction's offset; an access wholly at
 # or past num_records is out of range: loads return zero, stores are dropped (AMD's ISA guides,
-# "Range checking"; what CK's padding relies on). An access straddling num_records is refused: the
-# guides check raw buffers per access and per dword differently across generations, and the
-# kernels never need it. On gfx9 a V# with DATA_FORMAT 0 (invalid) is refused too (CK sets 32:
-# dword 3 = 0x00020000), as is one with ADD_TID_ENABLE (not modeled).
+# "Range checking"; what CK's padding relies on; Triton's Gluon docs for AMD buffer descriptors
+# state the same check). An access straddling num_records is refused: it is checked in dword
+# pieces whose rule differs across generations, and the kernels never need it. On gfx9 a V# with
+# DATA_FORMAT 0 (invalid) is refused too (CK sets 32: dword 3 = 0x00020000), as is one with
+# ADD_TID_ENABLE (not modeled). gfx11/gfx12 are refused altogether: their range check follows the
+# descriptor's OOB_SELECT, which is not modeled, and no kernel issues buffer instructions there.
 def _buffer(size: int, how: str, store: bool):
     def factory(inst: Inst, ctx: DecodeContext) -> Handler:
         ops = [parse_operand(t) for t in inst.operands]
@@ -246,6 +248,9 @@ def _buffer(size: int, how: str, store: bool):
         gfx9 = ctx.gfx == 9
 
         def run(w: Wave) -> None:
+            if not gfx9:
+                raise EmulatorError(f"{inst.mnemonic}: buffer instructions on {ctx.arch} are not modeled (their range "
+                                    "check follows the descriptor's OOB_SELECT)")
             mask = w.exec_mask()
             word1, word3 = int(w.s[r + 1]), int(w.s[r + 3])
             if word1 >> 16 & 0x3FFF:
