@@ -99,6 +99,11 @@ struct Bnb4 {
 
   __device__ inline Row row(int64_t m) const { return Row{(uint32_t)m * (uint32_t)(K / 2), (uint32_t)m * row_blocks}; }
 
+  // Nested: the absmax2 of flat block blk, by a 32-bit byte offset from the table's base.
+  __device__ inline float absmax2_of(uint32_t blk) const {
+    return *reinterpret_cast<const float*>(reinterpret_cast<const char*>(absmax2) + ((blk >> 8) << 2));
+  }
+
   // A group inside K (every one but a last partial one) on gfx9: raw buffer loads whose VGPR
   // offsets (the lane's row and its part of the group) are the same in every group and whose
   // SGPR offsets are the group's first column and block. Otherwise, and elsewhere, per-lane
@@ -119,7 +124,7 @@ struct Bnb4 {
           const uint32_t blk = rows[t].block + (c >> log2_bs);
           if constexpr (NESTED) {
             r.q[t][j] = __builtin_amdgcn_raw_buffer_load_b8(s_buf, blk, kb, 0);
-            r.s[t][j] = *reinterpret_cast<const float*>(reinterpret_cast<const char*>(absmax2) + (((kb + blk) >> 8) << 2));
+            r.s[t][j] = absmax2_of(kb + blk);
           } else {
             r.s[t][j] = __builtin_bit_cast(float, __builtin_amdgcn_raw_buffer_load_b32(s_buf, 4 * blk, 4 * kb, 0));
           }
@@ -138,7 +143,7 @@ struct Bnb4 {
         r.w[t][j] = hs::load16_stream(w + (rows[t].w + (k >> 1)));
         if constexpr (NESTED) {
           r.q[t][j] = static_cast<const uint8_t*>(absmax)[blk];
-          r.s[t][j] = *reinterpret_cast<const float*>(reinterpret_cast<const char*>(absmax2) + ((blk >> 8) << 2));
+          r.s[t][j] = absmax2_of(blk);
         } else {
           r.s[t][j] = *reinterpret_cast<const float*>(static_cast<const char*>(absmax) + (blk << 2));
         }

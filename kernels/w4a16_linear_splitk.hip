@@ -57,9 +57,9 @@ using hs::int4::kBf16;
 
 // The weight policy of hipskinny/splitk4.h for the prepared int4 layout: per tile and piece 16
 // bytes (4 words) and the group's scale and zero point.
-template <typename T, int TW>
+template <typename T>
 struct Int4 {
-  static constexpr int kTilesW = TW;
+  static constexpr int kTilesW = kTiles;   // (two tiles per wave: see splitk4.h's kWaveTiles)
   const uint32_t* w;
   const uint16_t* scale_p;
   const uint8_t* zero_p;
@@ -73,27 +73,27 @@ struct Int4 {
     uint32_t w, g;
   };
   struct Raw {
-    hs::u32x4 w[TW][kPieces];
-    uint32_t s[TW][kPieces];   // the scale's 16 bits
-    uint32_t z[TW][kPieces];
+    hs::u32x4 w[kTiles][kPieces];
+    uint32_t s[kTiles][kPieces];   // the scale's 16 bits
+    uint32_t z[kTiles][kPieces];
   };
   // fp16: the scale pair and the finishing constants -(1024 + z), -(64 + z) as half2 (int4.h);
   // bf16: the scale and z as fp32.
   struct Scales {
-    uint32_t a[TW][kPieces], b[TW][kPieces], c[TW][kPieces];
+    uint32_t a[kTiles][kPieces], b[kTiles][kPieces], c[kTiles][kPieces];
   };
 
   __device__ inline Row row(int64_t m) const { return Row{(uint32_t)m * words, (uint32_t)m * row_groups}; }
 
   // A piece past K loads the row's last piece instead (in bounds; `scales` zeroes its scale).
-  __device__ inline void load(Raw& r, const Row (&rows)[TW], int k0, int K, int lane) const {
+  __device__ inline void load(Raw& r, const Row (&rows)[kTiles], int k0, int K, int lane) const {
     const uint8_t* zero_bytes = zero_p != nullptr ? zero_p : reinterpret_cast<const uint8_t*>(scale_p);
 #pragma unroll
     for (int j = 0; j < kPieces; ++j) {
       const uint32_t k = min(k0 + 32 * (lane >> 4) + 32 * kGroups * j, K - 32);
       const uint32_t g = k >> log2_g;
 #pragma unroll
-      for (int t = 0; t < TW; ++t) {
+      for (int t = 0; t < kTiles; ++t) {
         r.w[t][j] = hs::load16_stream(w + (rows[t].w + (k >> 3)));
         r.s[t][j] = scale_p[rows[t].g + g];
         // Without zero points the byte comes from the scale table (in bounds, a cache hit) and
@@ -107,7 +107,7 @@ struct Int4 {
   // A piece past K gets scale zero: (q - z) * 0 is exactly zero.
   __device__ inline void scales(Scales& sc, const Raw& r, const bool (&valid)[kPieces]) const {
 #pragma unroll
-    for (int t = 0; t < TW; ++t)
+    for (int t = 0; t < kTiles; ++t)
 #pragma unroll
       for (int j = 0; j < kPieces; ++j) {
         uint32_t z = zero_p != nullptr ? r.z[t][j] : 8u;
@@ -164,8 +164,8 @@ __device__ void w4a16_linear_splitk(const uint16_t* __restrict__ x, const uint32
                              int row_groups) {
   // One copy of the main loop: symmetric weights (no zeros) take z = 8 by a uniform branch per
   // load (two copies, zeros as a template parameter, spill SGPRs on gfx950).
-  const Int4<T, kTiles> wt{w, scales, zeros, (uint32_t)(K >> 3), (uint32_t)row_groups, log2_g,
-                           kBf16<T> ? 0u : hs::int4::magic_const<hs::f16>()};   // (bf16 decodes in fp32)
+  const Int4<T> wt{w, scales, zeros, (uint32_t)(K >> 3), (uint32_t)row_groups, log2_g,
+                     kBf16<T> ? 0u : hs::int4::magic_const<hs::f16>()};   // (bf16 decodes in fp32)
   run<T, NT, LG, true>(wt, x, perm, bias, y, partials, counters, N, M, K, x_stride, bias_stride, unit_len, block_len);
 }
 

@@ -229,6 +229,8 @@ def test_lds_bytes_are_bank_dwords(arch):
     xd, yd = to_device(dev, x), dev.alloc(2 * 256)
     stats = launch(dev, module, "lds_reverse_u16", 1, 256, [xd, yd])
     np.testing.assert_array_equal(from_device(dev, yd, 256, np.uint16), x[::-1])
+    sixteen = {m for m in stats.mnemonics if re.fullmatch(r"ds_(write|store)_b16|ds_(read|load)_u16(_d16)?", m)}
+    assert len(sixteen) == 2, sorted(stats.mnemonics)      # a 16-bit store and load, really
     assert stats.bytes_stored["lds"] == stats.bytes_loaded["lds"] == 4 * 256, dict(stats.bytes_loaded)
 
 

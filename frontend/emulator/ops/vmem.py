@@ -256,7 +256,7 @@ def _buffer(size: int, how: str, store: bool):
             if word1 >> 16 & 0x3FFF:
                 raise EmulatorError(f"{inst.mnemonic}: buffer stride {word1 >> 16 & 0x3FFF} (only raw buffers, "
                                     "stride 0, are modeled)")
-            if gfx9 and (not word3 >> 15 & 0xF or word3 >> 23 & 1):
+            if not word3 >> 15 & 0xF or word3 >> 23 & 1:
                 raise EmulatorError(f"{inst.mnemonic}: gfx9 buffer descriptor word 3 0x{word3:08x} (DATA_FORMAT 0 or "
                                     "ADD_TID_ENABLE) is not modeled")
             base = int(w.s[r]) | ((word1 & 0xFFFF) << 32)
