@@ -27,14 +27,19 @@
 // Launch: matmul_4bit_splitk_<f16|bf16>_t<NT>[_s<S>], NT = 1, 2, 4, S = 2, 4 (NT <= 2) or 2, block
 // (256, 1, 1), any grid, dynamic LDS 16 * NT * KC * 2 = 32 KiB (KC = 1024 / NT), plus 1088 static
 // bytes (codebook and code2) -- just over half of gfx942's 64 KiB: one workgroup per CU there (two
-// need <= 32 KiB in all).
+// need <= 32 KiB in all). On gfx942/gfx950 also matmul_4bit_splitk_<f16|bf16>_t4_direct: the same
+// arguments and LDS, x read straight into registers (below); also requires N * x_stride * 2 < 2^31
+// (one raw buffer over x; the op checks it).
 //
 // Work split, tile multiply, K order, x staging, shard reduction and bounds: hipskinny/splitk4.h
 // (the skeleton shared with kernels/w4a16_linear_splitk.hip); this file is its weight policy: a
 // lane's 16 bytes are 32 consecutive columns of its row, one block scale (a block is >= 32 columns)
 // serves them all. Deterministic variant only. At four token tiles on gfx9 a wave owns 64 features
 // (splitk4.h's kWaveTiles): each x read from LDS feeds twice the weights, LDS bytes per weight byte
-// about 17 -> 14 (Llama-3 gate_up at N = 64 on gfx950; the codebook lookups are 8 of the 14).
+// about 17 -> 14 (Llama-3 gate_up at N = 64 on gfx950; the codebook lookups are 8 of the 14). The
+// _direct kernels (splitk4.h's kDirectTiles) go further: 128 features per wave, x loaded into
+// registers and never staged, so LDS carries the lookups only (about 9 bytes per weight byte); the
+// planner takes them for calls long enough to run at one wave per SIMD (`_linear.direct_x`).
 //
 // Dequant per weight byte: one lookup address each nibble (codebook in LDS at nibble * 4: two
 // shifts per dword and one mask per lookup, the mask an SDWA byte select on gfx9), one fp32
@@ -172,7 +177,7 @@ struct Bnb4 {
   }
 };
 
-template <typename T, int NT, int LG>
+template <typename T, int NT, int LG, bool DIRECT>
 __device__ void matmul_4bit_splitk(const uint16_t* __restrict__ x, const uint8_t* __restrict__ w,
                                    const void* __restrict__ absmax, const float* __restrict__ absmax2,
                                    const float* __restrict__ code2_g, const float* __restrict__ offset,
@@ -192,7 +197,7 @@ __device__ void matmul_4bit_splitk(const uint16_t* __restrict__ x, const uint8_t
   if (nested) code2[threadIdx.x] = code2_g[threadIdx.x];   // kThreads == 256 entries
   const uint32_t row_blocks = (uint32_t)K >> log2_bs;
   const uint32_t w_bytes = (uint32_t)M * (uint32_t)(K / 2), blocks = (uint32_t)M * row_blocks;
-  constexpr int TW = kWaveTiles<NT, LG>;
+  constexpr int TW = DIRECT ? kDirectTiles : kWaveTiles<NT, LG>;
   if (nested) {
     const Bnb4<T, true, TW> wt{w, absmax, absmax2, code, code2, *offset, K, log2_bs, row_blocks, w_bytes, blocks};
     run<T, NT, LG, false>(wt, x, nullptr, bias, y, partials, counters, N, M, K, x_stride, bias_stride, unit_len, block_len);
@@ -204,16 +209,17 @@ __device__ void matmul_4bit_splitk(const uint16_t* __restrict__ x, const uint8_t
 
 }  // namespace
 
-#define HS_4BIT_SPLITK(T, TAG, NT, LG, SUFFIX)                                                              \
+#define HS_4BIT_SPLITK_KERNEL(T, TAG, NT, LG, DIRECT, SUFFIX)                                               \
   extern "C" __global__ void __launch_bounds__(kThreads) matmul_4bit_splitk_##TAG##_t##NT##SUFFIX(           \
       const uint16_t* __restrict__ x, const uint8_t* __restrict__ w, const void* __restrict__ absmax,        \
       const float* __restrict__ absmax2, const float* __restrict__ code2, const float* __restrict__ offset,  \
       const float* __restrict__ code, const uint16_t* __restrict__ bias, uint16_t* __restrict__ y,          \
       float* __restrict__ partials, uint32_t* __restrict__ counters, int N, int M, int K, int64_t x_stride, \
       int64_t bias_stride, int unit_len, int block_len, int log2_bs, int flags) {                          \
-    matmul_4bit_splitk<T, NT, LG>(x, w, absmax, absmax2, code2, offset, code, bias, y, partials, counters, N, M, \
-                                  K, x_stride, bias_stride, unit_len, block_len, log2_bs, flags);          \
+    matmul_4bit_splitk<T, NT, LG, DIRECT>(x, w, absmax, absmax2, code2, offset, code, bias, y, partials, counters, \
+                                          N, M, K, x_stride, bias_stride, unit_len, block_len, log2_bs, flags); \
   }
+#define HS_4BIT_SPLITK(T, TAG, NT, LG, SUFFIX) HS_4BIT_SPLITK_KERNEL(T, TAG, NT, LG, false, SUFFIX)
 // (_s<S>: S slices per unit, hipskinny/splitk.h: two or four at one and two token tiles, two at four.)
 #define HS_4BIT_SPLITK_ALL(T, TAG)                                                                          \
   HS_4BIT_SPLITK(T, TAG, 1, 0, ) HS_4BIT_SPLITK(T, TAG, 2, 0, ) HS_4BIT_SPLITK(T, TAG, 4, 0, )             \
@@ -223,3 +229,7 @@ HS_4BIT_SPLITK_ALL(hs::f16, f16)
 HS_4BIT_SPLITK_ALL(hs::bf16, bf16)
 HS_4BIT_SPLITK(hs::f16, f16, 2, 1, _s2) HS_4BIT_SPLITK(hs::f16, f16, 4, 1, _s2)
 HS_4BIT_SPLITK(hs::bf16, bf16, 2, 1, _s2) HS_4BIT_SPLITK(hs::bf16, bf16, 4, 1, _s2)
+#if HS_GFX9
+// _direct: x read into registers, eight tiles per wave (hipskinny/splitk4.h's kDirectTiles).
+HS_4BIT_SPLITK_KERNEL(hs::f16, f16, 4, 0, true, _direct) HS_4BIT_SPLITK_KERNEL(hs::bf16, bf16, 4, 0, true, _direct)
+#endif

@@ -74,6 +74,10 @@ Configuration rules, larger N:
   the fewest partials, then the longest units, within 1% of the best estimate. A layer of few row
   blocks (the routers, Qwen3's small projections at 4 bits on CDNA) gets its CUs this way where the
   partials' cap would hold it to few units.
+* **Direct x**: a family may build a ``_direct`` variant of its four-token-tile kernel (matmul_4bit on
+  gfx942/gfx950: waves of 128 features reading x straight into registers, no x in LDS, one wave per
+  SIMD); `splitk_plan` takes it, with one slice, where the call's bytes take DIRECT_TRIPS DRAM round
+  trips (`direct_x`): throughput-bound calls, which one wave per SIMD does not slow.
 * **Grid**: ``min(units, CU count * groups per CU)`` persistent workgroups of 256 threads,
   groups per CU from the kernel's VGPRs and its 32 KiB of LDS, at most 4.
 * **Scratch**: the partials (a slot of ``R * 16 * NT`` fp32 per segment, ``units + row blocks``
@@ -185,6 +189,16 @@ SPLITK_SLICE_COST = 0.1
 # crossing units wherever the estimate preferred them: 37 report rows >1% slower, all latency-bound,
 # e.g. FP8 4096 x 4096 at N = 16 on gfx942, 3.43 -> 4.5 us, 1.6-3.2 us of bytes.)
 SPLITK_CROSSING_TRIPS = 12
+# The ``_direct`` variant of a four-token-tile kernel (matmul_4bit_splitk on gfx9: x read into registers
+# by waves of 128 features, not staged in LDS; one wave per SIMD) only where the call's unavoidable bytes
+# take at least DIRECT_TRIPS DRAM round trips on the flagship: its LDS traffic is a third lower (the
+# codebook lookups only), but with one wave per SIMD its chain of round trips per wave doubles, which only
+# a throughput-bound call hides, and at 128 features per unit it takes more shards (fp32 partials) than
+# the two-slice kernel. Measured (`python -m benchmarks.report --op matmul_4bit`, N = 64): faster for
+# Llama-3 gate_up (18 round trips on gfx950, 26 on gfx942) and both lm_heads; 36-49% slower on the
+# latency-bound qkv_proj and down_proj on gfx950 (4 and 9 round trips), 5% on down_proj on gfx942 (13:
+# its partials 10.5 MB against the two-slice kernel's 5.9).
+DIRECT_TRIPS = 16
 
 
 def k_chunk(n: int, k: int, lds_bytes: int, wave_size: int, chunk: int = 8, op: str = "skinny_gemm",
@@ -315,7 +329,8 @@ def partial_shards(info: ArchInfo, n: int, nt: int, m: int, k: int, weight_bits:
 def kernel_stem(kernel: str) -> str:
     """A split-K kernel's name as SPLITK_COMPUTE keys it: without token tiles, slices and the atomic
     variant, bf16 as f16, fnuz as ocp (their compute is the same)."""
-    return re.sub(r"_t\d+(_s\d+)?", "", kernel).replace("_atomic", "").replace("bf16", "f16").replace("fnuz", "ocp")
+    return (re.sub(r"_t\d+(_s\d+)?", "", kernel).replace("_atomic", "").replace("_direct", "").replace("bf16", "f16")
+            .replace("fnuz", "ocp"))
 
 
 def sliced(kernel: str, nt: int, slices: int) -> str:
@@ -456,6 +471,13 @@ def unit_len(info: ArchInfo, nt: int, m: int, k: int, *, n: int | None = None, w
                                        compute=compute)[1]
 
 
+def direct_x(info: ArchInfo, n: int, m: int, k: int, *, weight_bits: int | None, x_bytes: int) -> bool:
+    """Whether a split-K call takes its kernel's ``_direct`` variant where one is built (DIRECT_TRIPS: the
+    call's unavoidable bytes take that many DRAM round trips on `info`'s flagship)."""
+    seconds = unavoidable_bytes(n, m, k, weight_bits or 16, x_bytes) / (info.peak_bandwidth_gbs * 1e9)
+    return seconds >= DIRECT_TRIPS * info.load_latency_ns[2] * 1e-9
+
+
 def splitk_plan(device: Device, family: str, kernel_name: Callable[[int, bool], str], n: int, m: int, k: int, *,
                 lds: int = SPLITK_LDS, atomic: bool = False, weight_bits: int | None = None,
                 x_bytes: int = 2) -> LaunchPlan:
@@ -470,14 +492,17 @@ def splitk_plan(device: Device, family: str, kernel_name: Callable[[int, bool], 
     nt = token_tiles(n)
     module = registry.load(device, family)
     base = kernel_name(nt, False)
+    # the _direct variant (one slice, deterministic) where built and the call is long enough
+    direct = (not atomic and f"{base}_direct" in {kn.name for kn in module.code.kernels}
+              and direct_x(info, n, m, k, weight_bits=weight_bits, x_bytes=x_bytes))
     slices, length, stride = splitk_split(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes,
                                           compute=compute_ratio(base, info.name, nt),
-                                          slices=built_slices(module, base, nt))
+                                          slices=(1,) if direct else built_slices(module, base, nt))
     rows = SPLITK_ROWS // slices
     blocks = -(-m // rows)
     units, _, _, shards = walk(blocks, -(-k // SPLITK_GROUP), length, stride)
     use_atomic = atomic and shards > 1
-    name = sliced(kernel_name(nt, use_atomic), nt, slices)
+    name = f"{base}_direct" if direct else sliced(kernel_name(nt, use_atomic), nt, slices)
     fn, meta = module.kernel(name)
     groups = groups_per_cu(info, meta, lds, MAX_SPLITK_GROUPS_PER_CU)
     grid = max(1, min(units, device.properties.cu_count * groups))
@@ -489,7 +514,7 @@ def splitk_plan(device: Device, family: str, kernel_name: Callable[[int, bool], 
     return make_plan(fn, meta, (grid, 1, 1), shared_mem=lds,
                      info={"kernel": name, "token_tiles": nt, "slices": slices, "unit_len": SPLITK_GROUP * length,
                            "block_len": SPLITK_GROUP * stride, "shards": shards, "units": units,
-                           "groups_per_cu": groups, "grid": grid,
+                           "groups_per_cu": groups, "grid": grid, "direct": direct,
                            "lds_bytes": lds, "partial_bytes": partial_bytes,
                            "counter_bytes": 4 * blocks if shards > 1 else 0})
 
@@ -501,6 +526,10 @@ def splitk_launch(device: Device, plan: LaunchPlan, pointers: tuple[str, ...], p
     the call's, then the values) and the scratch slots it needs: none when one shard covers K (null
     pointers), else the slots named ``partials`` and ``counters``, sized by the plan, after ``pointers``."""
     info = plan.info
+    if info.get("direct") and 2 * values["N"] * values["x_stride"] >= 2**31:
+        # (the _direct kernels address x's rows through one raw buffer: 32-bit byte offsets)
+        raise InputValueError(f"{info['kernel']}: x's {values['N']} rows of stride {values['x_stride']} span 2**31 "
+                              "bytes or more; use a contiguous x")
     if info["shards"] == 1:
         return operands.launch(device, plan, pointers, **ptrs, partials=None, counters=None, **values), ()
     slots = ((partials, info["partial_bytes"]), (counters, info["counter_bytes"]))

@@ -269,6 +269,51 @@ def test_units_across_row_blocks(arch, walk, force_slices):
     _splitk_cases(arch, walk[0] == 2, [(12, 300, 1664, 64, 3), (24, 200, 1664, 64, 2)])
 
 
+DIRECT_ARCHS = ("gfx942", "gfx950")   # where matmul_4bit_splitk builds its _direct kernels
+
+
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+@pytest.mark.parametrize("nested", [False, True])
+def test_direct_x_kernel(arch, nested):
+    """The _direct kernels (gfx942/gfx950, four token tiles: x read into registers by waves of 128
+    features, each taking every fourth group), forced on every call here (`_linear.DIRECT_TRIPS`):
+    tokens past N, rows past M, a last group past K (K = 544), waves without a group (K = 256: two
+    groups for four waves), several shards, both dtypes; the route's bound. Elsewhere no such kernel
+    is built and the plan never names one."""
+    cases = [(64, 130, 544, 32, 3), (40, 300, 4096, 64, 2), (49, 20, 256, 128, 1), (64, 200, 1664, 64, 3)]
+    with override(_linear, "DIRECT_TRIPS", 0):
+        _splitk_cases(arch, nested, cases)
+        for n, m, k, _, cus in cases:
+            info = op.plan_info(_dev(arch, cus), F16, n, m, k)
+            assert info["direct"] == (arch in DIRECT_ARCHS), info
+            if info["direct"]:
+                assert info["slices"] == 1 and (info["shards"] > 1 or k < 1024) and info["groups_per_cu"] == 1
+
+
+@pytest.mark.parametrize("arch", DIRECT_ARCHS)
+def test_direct_x_kernel_is_reproducible(arch, keep_shards):
+    """Bitwise the same across calls, CU counts and shuffled schedules (shards summed in order)."""
+    n, m, k = 64, 130, 1664
+    packed, st = _weights(m, k, 3, 64, "nf4", True)
+    x = np.random.default_rng(5).standard_normal((n, k)).astype(F16)
+    outs = []
+    with override(_linear, "DIRECT_TRIPS", 0):
+        for cus, calls in ((1, 2), (3, 1)):
+            dev = EmulatedDevice(arch, cus, seed=cus)
+            with hipskinny.on_device(dev):
+                outs += [bnb.matmul_4bit(x, packed, st).view(np.uint16) for _ in range(calls)]
+            assert dev.launches[-1].kernel == "matmul_4bit_splitk_f16_t4_direct"
+        assert op.plan_info(dev, F16, n, m, k)["shards"] > 1
+    for o in outs[1:]:
+        np.testing.assert_array_equal(o, outs[0])
+
+
+def test_direct_x_kernel_refuses_an_x_past_32_bit_offsets():
+    plan = type("Plan", (), {"info": {"direct": True, "kernel": "matmul_4bit_splitk_f16_t4_direct", "shards": 1}})()
+    with pytest.raises(InputValueError, match=r"x's 64 rows of stride 16777216 span 2\*\*31 bytes or more"):
+        _linear.splitk_launch(None, plan, (), {}, {"N": 64, "x_stride": 1 << 24}, "p", "c")
+
+
 def _splitk_cases(arch, nested, cases):
     for i, (n, m, k, bs, cus) in enumerate(cases):
         dt = (F16, BF16)[(i + nested) % 2]
@@ -284,6 +329,8 @@ def _splitk_cases(arch, nested, cases):
         assert y.shape == (n, m) and y.dtype == dt
         nt = token_tiles(n)
         name = _linear.sliced(f"matmul_4bit_splitk_{TAG[np.dtype(dt)]}_t{nt}", nt, info["slices"])
+        if info["direct"]:
+            name = f"matmul_4bit_splitk_{TAG[np.dtype(dt)]}_t{nt}_direct"
         assert dev.launches[-1].kernel == info["kernel"] == name
         assert_route_bound(y, x, route_weights(packed, st, dt), bias)
 

@@ -20,7 +20,7 @@ from ..listing import Inst
 from ..memory import aligned
 from ..state import Wave, parse_operand
 from .core import DecodeContext, Handler, register
-from .vmem import place_loaded, store_bytes
+from .vmem import data_file, place_loaded, store_bytes, vgpr_only
 
 
 def _mods(inst: Inst) -> dict[str, int]:
@@ -110,10 +110,11 @@ def _load(size: int, how: str):
     def factory(inst: Inst, ctx: DecodeContext) -> Handler:
         ops = [parse_operand(t) for t in inst.operands]
         dst, a, off = ops[0].index, ops[1].index, _mods(inst).get("offset", 0)
+        file_ = data_file(ops[0], ctx)
 
         def run(w: Wave) -> None:
             mask = w.exec_mask()
-            place_loaded(w, dst, _read(w, w.v[a].astype(np.int64) + off, size, mask), how, mask)
+            place_loaded(w, dst, _read(w, w.v[a].astype(np.int64) + off, size, mask), how, mask, file_)
         return run
     return factory
 
@@ -122,10 +123,11 @@ def _store(size: int, how: str):
     def factory(inst: Inst, ctx: DecodeContext) -> Handler:
         ops = [parse_operand(t) for t in inst.operands]
         a, src, off = ops[0].index, ops[1].index, _mods(inst).get("offset", 0)
+        file_ = data_file(ops[1], ctx)
 
         def run(w: Wave) -> None:
             mask = w.exec_mask()
-            _write(w, w.v[a].astype(np.int64) + off, store_bytes(w, src, size, how), mask)
+            _write(w, w.v[a].astype(np.int64) + off, store_bytes(w, src, size, how, file_), mask)
         return run
     return factory
 
@@ -145,21 +147,23 @@ def _two(size: int, scale: int, store: bool):
         words = size // 4
         if store:
             a, d0, d1 = ops[0].index, ops[1].index, ops[2].index
+            f0, f1 = data_file(ops[1], ctx), data_file(ops[2], ctx)
 
             def run_store(w: Wave) -> None:
                 mask = w.exec_mask()
                 base = w.v[a].astype(np.int64)
-                _write(w, base + o0, store_bytes(w, d0, size, "full"), mask)
-                _write(w, base + o1, store_bytes(w, d1, size, "full"), mask)
+                _write(w, base + o0, store_bytes(w, d0, size, "full", f0), mask)
+                _write(w, base + o1, store_bytes(w, d1, size, "full", f1), mask)
             return run_store
         dst, a = ops[0].index, ops[1].index
+        file_ = data_file(ops[0], ctx)
 
         def run_load(w: Wave) -> None:
             mask = w.exec_mask()
             base = w.v[a].astype(np.int64)
             first, second = _read(w, base + o0, size, mask), _read(w, base + o1, size, mask)
-            place_loaded(w, dst, first, "full", mask)
-            place_loaded(w, dst + words, second, "full", mask)
+            place_loaded(w, dst, first, "full", mask, file_)
+            place_loaded(w, dst + words, second, "full", mask, file_)
         return run_load
     return factory
 
@@ -199,8 +203,8 @@ def _ds_atomic(fn, ret: bool):
     def factory(inst: Inst, ctx: DecodeContext) -> Handler:
         ops = [parse_operand(t) for t in inst.operands]
         if ret:
-            dst, ops = ops[0].index, ops[1:]
-        a, data, off = ops[0].index, ops[1].index, _mods(inst).get("offset", 0)
+            dst, ops = vgpr_only(ops[0]), ops[1:]
+        a, data, off = ops[0].index, vgpr_only(ops[1]), _mods(inst).get("offset", 0)
 
         def run(w: Wave) -> None:
             mask = w.exec_mask()
@@ -237,7 +241,7 @@ def _raw_offset(inst: Inst) -> int:
 @register("ds_swizzle_b32", cls="lds")
 def _swizzle(inst: Inst, ctx: DecodeContext) -> Handler:
     ops = [parse_operand(t) for t in inst.operands]
-    dst, src = ops[0].index, ops[1].index
+    dst, src = vgpr_only(ops[0]), vgpr_only(ops[1])
     pattern = _raw_offset(inst)
     n = ctx.wave_size
     lanes = np.arange(n)
@@ -260,7 +264,7 @@ def _swizzle(inst: Inst, ctx: DecodeContext) -> Handler:
 def _permute(push: bool):
     def factory(inst: Inst, ctx: DecodeContext) -> Handler:
         ops = [parse_operand(t) for t in inst.operands]
-        dst, a, src = ops[0].index, ops[1].index, ops[2].index
+        dst, a, src = vgpr_only(ops[0]), ops[1].index, vgpr_only(ops[2])
         off = _mods(inst).get("offset", 0)
         n = ctx.wave_size
 

@@ -64,15 +64,34 @@ _STORES = {
 }
 
 
-def place_loaded(w: Wave, dst: int, raw: np.ndarray, how: str, mask: np.ndarray) -> None:
-    """Write (lanes, nbytes) loaded bytes into VGPRs starting at `dst`."""
+def data_file(op: Operand, ctx: DecodeContext) -> str:
+    """The register file of a memory instruction's data operand: "v", or "a" -- AGPRs, which gfx90a
+    and later load into and store from directly (the instruction's acc bit; the compiler puts loads
+    there when the accumulators leave it no VGPRs)."""
+    if op.kind == "a" and ctx.gfx == 9:
+        return "a"
+    if op.kind != "v":
+        raise EmulatorError(f"data operand {op.text!r} is not a VGPR{' or AGPR' if ctx.gfx == 9 else ''}")
+    return "v"
+
+
+def vgpr_only(op: Operand) -> int:
+    """A data operand of an instruction modeled on VGPRs only (atomics, lane shuffles): its index."""
+    if op.kind != "v":
+        raise EmulatorError(f"data operand {op.text!r}: only VGPRs are modeled for this instruction")
+    return op.index
+
+
+def place_loaded(w: Wave, dst: int, raw: np.ndarray, how: str, mask: np.ndarray, file_: str = "v") -> None:
+    """Write (lanes, nbytes) loaded bytes into registers of `file_` (`data_file`) starting at `dst`."""
+    regs = w.a if file_ == "a" else w.v
     if how == "full":
         words = raw.view(np.uint32)
         if mask is w.full:
-            w.v[dst:dst + words.shape[1]] = words.T
+            regs[dst:dst + words.shape[1]] = words.T
             return
         for j in range(words.shape[1]):
-            np.copyto(w.v[dst + j], words[:, j], where=mask)
+            np.copyto(regs[dst + j], words[:, j], where=mask)
         return
     size = raw.shape[1]
     val = raw.view(np.uint16)[:, 0] if size == 2 else raw[:, 0]
@@ -80,19 +99,20 @@ def place_loaded(w: Wave, dst: int, raw: np.ndarray, how: str, mask: np.ndarray)
     if how in ("s", "lo_i8", "hi_i8"):
         bits = 8 * size
         val = np.where(val >> (bits - 1), val | np.uint32((0xFFFFFFFF << bits) & 0xFFFFFFFF), val)
-    old = w.v[dst]
+    old = regs[dst]
     if how in ("lo", "lo_u8", "lo_i8"):
         val = (old & np.uint32(0xFFFF0000)) | (val & np.uint32(0xFFFF))
     elif how in ("hi", "hi_u8", "hi_i8"):
         val = (old & np.uint32(0xFFFF)) | ((val & np.uint32(0xFFFF)) << np.uint32(16))
-    np.copyto(w.v[dst], val, where=mask)
+    np.copyto(regs[dst], val, where=mask)
 
 
-def store_bytes(w: Wave, src: int, size: int, how: str) -> np.ndarray:
-    """(lanes, size) bytes to store from VGPRs starting at `src`."""
+def store_bytes(w: Wave, src: int, size: int, how: str, file_: str = "v") -> np.ndarray:
+    """(lanes, size) bytes to store from registers of `file_` (`data_file`) starting at `src`."""
+    regs = w.a if file_ == "a" else w.v
     if how == "full":
-        return np.ascontiguousarray(w.v[src:src + size // 4].T).view(np.uint8).reshape(w.n, size)
-    val = w.v[src] >> np.uint32(16) if how == "hi" else w.v[src]
+        return np.ascontiguousarray(regs[src:src + size // 4].T).view(np.uint8).reshape(w.n, size)
+    val = regs[src] >> np.uint32(16) if how == "hi" else regs[src]
     return np.ascontiguousarray(val).view(np.uint8).reshape(w.n, 4)[:, :size]
 
 
@@ -100,6 +120,7 @@ def _global_load(size: int, how: str):
     def factory(inst: Inst, ctx: DecodeContext) -> Handler:
         ops = [parse_operand(t) for t in inst.operands]
         dst, addr = ops[0].index, address_reader(ops[1], ops[2] if len(ops) > 2 else Operand("off"), _offset(inst))
+        file_ = data_file(ops[0], ctx)
 
         def run(w: Wave) -> None:
             mask = w.mask
@@ -107,7 +128,7 @@ def _global_load(size: int, how: str):
             raw = mem.load(addrs, size, mask, mask is w.full)
             if mem.tracer is not None:
                 mem.tracer(w, addrs, size, mask, False)
-            place_loaded(w, dst, raw, how, mask)
+            place_loaded(w, dst, raw, how, mask, file_)
             w.group.stats.bytes_loaded["global"] += size * w.exec.bit_count()
         return run
     return factory
@@ -117,11 +138,12 @@ def _global_store(size: int, how: str):
     def factory(inst: Inst, ctx: DecodeContext) -> Handler:
         ops = [parse_operand(t) for t in inst.operands]
         addr, src = address_reader(ops[0], ops[2] if len(ops) > 2 else Operand("off"), _offset(inst)), ops[1].index
+        file_ = data_file(ops[1], ctx)
 
         def run(w: Wave) -> None:
             mask = w.mask
             mem, addrs = w.group.mem, addr(w)
-            mem.store(addrs, store_bytes(w, src, size, how), mask, mask is w.full)
+            mem.store(addrs, store_bytes(w, src, size, how, file_), mask, mask is w.full)
             if mem.tracer is not None:
                 mem.tracer(w, addrs, size, mask, True)
             w.group.stats.bytes_stored["global"] += size * w.exec.bit_count()
@@ -179,9 +201,9 @@ def _atomic(fn: Callable[[np.ndarray, np.ndarray], np.ndarray] | None):
         ops = [parse_operand(t) for t in inst.operands]
         ret = _returns(inst)
         if ret:
-            dst, ops = ops[0].index, ops[1:]
+            dst, ops = vgpr_only(ops[0]), ops[1:]
         addr = address_reader(ops[0], ops[2] if len(ops) > 2 else Operand("off"), _offset(inst))
-        data = ops[1].index
+        data = vgpr_only(ops[1])
 
         def new(w: Wave, olds: np.ndarray, lanes: slice) -> np.ndarray:
             vals = w.v[data, lanes]
@@ -228,18 +250,23 @@ for _prefix in ("global_atomic_", "flat_atomic_"):
 
 # --- raw buffer loads/stores (offen or not; no idxen) ----------------------------------------
 # The descriptor (V#) is base (48 bits), stride (must be 0: raw), num_records (bytes). A lane's
-# byte offset is its VGPR (offen) + SGPR soffset + the instruction's offset; an access wholly at
-# or past num_records is out of range: loads return zero, stores are dropped (AMD's ISA guides,
-# "Range checking"; what CK's padding relies on; Triton's Gluon docs for AMD buffer descriptors
-# state the same check). An access straddling num_records is refused: it is checked in dword
-# pieces whose rule differs across generations, and the kernels never need it. On gfx9 a V# with
-# DATA_FORMAT 0 (invalid) is refused too (CK sets 32: dword 3 = 0x00020000), as is one with
-# ADD_TID_ENABLE (not modeled). gfx11/gfx12 are refused altogether: their range check follows the
-# descriptor's OOB_SELECT, which is not modeled, and no kernel issues buffer instructions there.
+# byte address is base + its VGPR (offen) + SGPR soffset + the instruction's offset; an access
+# wholly at or past num_records is out of range: loads return zero, stores are dropped (AMD's ISA
+# guides, "Range checking"; what CK's padding relies on). Whether soffset counts in that check is
+# not settled by the sources at hand: LLVM's intrinsic definitions (IntrinsicsAMDGPU.td, the raw
+# buffer loads) call it "excluded from bounds checking", Triton's Gluon docs for AMD buffer
+# descriptors count it. So an access that one reading puts in range and the other out is refused;
+# the kernels keep the two readings equal (rows past the end are past it by their VGPR offset
+# alone). An access straddling num_records is refused too: it is checked in dword pieces whose
+# rule differs across generations, and the kernels never need it. On gfx9 a V# with DATA_FORMAT 0
+# (invalid) is refused (CK sets 32: dword 3 = 0x00020000), as is one with ADD_TID_ENABLE (not
+# modeled). gfx11/gfx12 are refused altogether: their range check follows the descriptor's
+# OOB_SELECT, which is not modeled, and no kernel issues buffer instructions there.
 def _buffer(size: int, how: str, store: bool):
     def factory(inst: Inst, ctx: DecodeContext) -> Handler:
         ops = [parse_operand(t) for t in inst.operands]
         data, voff, rsrc, soff = ops[0].index, ops[1], ops[2], sreader(ops[3], 32)
+        file_ = data_file(ops[0], ctx)
         offen = "offen" in inst.modifiers
         if "idxen" in inst.modifiers:
             raise EmulatorError("buffer idxen addressing is not implemented")
@@ -261,23 +288,32 @@ def _buffer(size: int, how: str, store: bool):
                                     "ADD_TID_ENABLE) is not modeled")
             base = int(w.s[r]) | ((word1 & 0xFFFF) << 32)
             num_records = int(w.s[r + 2])
-            off = (w.v[voff.index].astype(np.int64) if offen else np.zeros(w.n, np.int64)) + imm + soff(w)
+            own = (w.v[voff.index].astype(np.int64) if offen else np.zeros(w.n, np.int64)) + imm
+            off = own + soff(w)
             inside = mask & (off >= 0) & (off + size <= num_records)
-            straddle = mask & (off < num_records) & (off + size > num_records)
-            if straddle.any():
-                lane = int(np.flatnonzero(straddle)[0])
-                first = int(off[lane])
-                raise EmulatorError(f"{inst.mnemonic}: lane {lane} accesses bytes {first}..{first + size - 1} of a "
-                                    f"buffer of {num_records}: partly out of range is not modeled")
+            for at in (off, own):
+                straddle = mask & (at < num_records) & (at + size > num_records)
+                if straddle.any():
+                    lane = int(np.flatnonzero(straddle)[0])
+                    first = int(at[lane])
+                    raise EmulatorError(f"{inst.mnemonic}: lane {lane} accesses bytes {first}..{first + size - 1} of a "
+                                        f"buffer of {num_records}: partly out of range is not modeled")
+            differ = inside != (mask & (own >= 0) & (own + size <= num_records))
+            if differ.any():
+                lane = int(np.flatnonzero(differ)[0])
+                raise EmulatorError(f"{inst.mnemonic}: lane {lane}'s access at {int(off[lane])} (VGPR and instruction "
+                                    f"offset {int(own[lane])}) of a buffer of {num_records} is in range by one reading "
+                                    "of the range check and out by the other (whether the SGPR offset counts): not "
+                                    "modeled")
             addrs = (off + base).astype(np.uint64)
             if w.group.mem.tracer is not None:
                 w.group.mem.tracer(w, addrs, size, inside, store)
             if store:
-                w.group.mem.store(addrs, store_bytes(w, data, size, how), inside)
+                w.group.mem.store(addrs, store_bytes(w, data, size, how, file_), inside)
                 w.group.stats.bytes_stored["global"] += size * int(inside.sum())
             else:
                 raw = w.group.mem.load(addrs, size, inside)
-                place_loaded(w, data, raw, how, mask)
+                place_loaded(w, data, raw, how, mask, file_)
                 w.group.stats.bytes_loaded["global"] += size * int(inside.sum())
         return run
     return factory

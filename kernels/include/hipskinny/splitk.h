@@ -30,6 +30,7 @@ constexpr int kStep = 8 * kGroups;                  // K columns per matrix inst
 constexpr int kUnroll = 128 / kStep;                // steps per 128-column group
 constexpr int kAccs = 256 / hs::kWave;              // fp32 results per lane of a 16x16 tile
 constexpr int kLogWaves = kWaves == 8 ? 3 : 2;
+constexpr int kLdsArea = 32 * 1024;              // x's LDS area, every split-K kernel's (its dynamic LDS)
 
 // A unit's waves for 2^LG slices (see the top; the kernels' _s<S> variants) and TW 16-row tiles per
 // wave (kTiles, or twice that: a unit's 128 / S features then need half the row groups, and its
@@ -37,8 +38,8 @@ constexpr int kLogWaves = kWaves == 8 ? 3 : 2;
 // slice-0 waves (the first kRowGroups waves) hold the unit's sums after `reduce_slices`.
 template <int LG, int TW = kTiles>
 struct Layout {
-  static_assert(TW == kTiles || TW == 2 * kTiles, "kTiles or twice that per wave");
-  static constexpr int kLogSlices = LG + (TW == kTiles ? 0 : 1);
+  static_assert(TW == kTiles || TW == 2 * kTiles || TW == 4 * kTiles, "kTiles, twice or four times that per wave");
+  static constexpr int kLogSlices = LG + (TW == kTiles ? 0 : TW == 2 * kTiles ? 1 : 2);
   static constexpr int kSlices = 1 << kLogSlices;
   static constexpr int kUnitRows = kRows >> LG;      // features per unit
   static constexpr int kRowGroups = kWaves >> kLogSlices;
@@ -323,29 +324,54 @@ __device__ void write_out(const accv (&acc)[TW][NT], float* lds, const Epilogue&
 }
 
 // The unit's slices summed into the slice-0 waves, in slice order (the same bits for any
-// schedule): the other waves' tiles go through LDS (x's area, free after the main loop's last
-// pass once every wave has passed the barrier here). At most (S - 1) / S x 256 x TW x NT
-// accumulators: 32 KiB at NT = 4, S = 2 and twice kTiles per wave (larger S only at fewer token
-// tiles).
+// schedule): the other waves' tiles go through LDS (x's area, kLdsArea bytes, free after the main
+// loop's last pass once every wave has passed the barrier here), as many slices per round as fit:
+// one round at NT = 4, S = 2 and twice kTiles per wave (32 KiB); three at four times kTiles (a
+// wave's 128 accumulators per lane are 32 KiB).
 template <int NT, int LG, int TW>
 __device__ inline void reduce_slices(accv (&acc)[TW][NT], void* xs, const Layout<LG, TW>& L, int lane) {
   typedef Layout<LG, TW> Lay;
   if constexpr (Lay::kSlices > 1) {
     constexpr int kPer = TW * NT, kGroupsR = Lay::kRowGroups;   // kPer: accumulators per lane
+    constexpr int kSliceBytes = kGroupsR * kPer * hs::kWave * (int)sizeof(accv);
+    constexpr int kFit = kLdsArea / kSliceBytes;
+    static_assert(kFit >= 1, "a slice's tiles fit x's area");
     accv* lds = reinterpret_cast<accv*>(xs);
-    __syncthreads();   // every wave is done reading x
-    if (!L.owner()) {
-      accv* mine = lds + ((L.slice - 1) * kGroupsR + L.row_group) * kPer * hs::kWave + lane;
+    if constexpr (kFit >= Lay::kSlices - 1) {
+      __syncthreads();   // every wave is done reading x
+      if (!L.owner()) {
+        accv* mine = lds + ((L.slice - 1) * kGroupsR + L.row_group) * kPer * hs::kWave + lane;
 #pragma unroll
-      for (int j = 0; j < kPer; ++j) mine[j * hs::kWave] = acc[j / NT][j % NT];
-    }
-    __syncthreads();
-    if (L.owner()) {
+        for (int j = 0; j < kPer; ++j) mine[j * hs::kWave] = acc[j / NT][j % NT];
+      }
+      __syncthreads();
+      if (L.owner()) {
 #pragma unroll
-      for (int sl = 1; sl < Lay::kSlices; ++sl) {
-        const accv* theirs = lds + ((sl - 1) * kGroupsR + L.row_group) * kPer * hs::kWave + lane;
+        for (int sl = 1; sl < Lay::kSlices; ++sl) {
+          const accv* theirs = lds + ((sl - 1) * kGroupsR + L.row_group) * kPer * hs::kWave + lane;
 #pragma unroll
-        for (int j = 0; j < kPer; ++j) acc[j / NT][j % NT] += theirs[j * hs::kWave];
+          for (int j = 0; j < kPer; ++j) acc[j / NT][j % NT] += theirs[j * hs::kWave];
+        }
+      }
+    } else {
+      // kFit slices per round, the owners adding each round's in slice order
+#pragma unroll
+      for (int s0 = 1; s0 < Lay::kSlices; s0 += kFit) {
+        __syncthreads();   // every wave is done reading x, the owners with the previous round
+        if (L.slice >= s0 && L.slice < s0 + kFit) {
+          accv* mine = lds + ((L.slice - s0) * kGroupsR + L.row_group) * kPer * hs::kWave + lane;
+#pragma unroll
+          for (int j = 0; j < kPer; ++j) mine[j * hs::kWave] = acc[j / NT][j % NT];
+        }
+        __syncthreads();
+        if (L.owner()) {
+#pragma unroll
+          for (int sl = s0; sl < s0 + kFit && sl < Lay::kSlices; ++sl) {
+            const accv* theirs = lds + ((sl - s0) * kGroupsR + L.row_group) * kPer * hs::kWave + lane;
+#pragma unroll
+            for (int j = 0; j < kPer; ++j) acc[j / NT][j % NT] += theirs[j * hs::kWave];
+          }
+        }
       }
     }
   }
@@ -417,8 +443,9 @@ __device__ inline bool finish_shards(accv (&acc)[TW][NT], void* xs, float* __res
   // loaded per round trip, several shards' at once when a shard has fewer, else a shard in parts;
   // not a round trip per shard and tile. NT = 8 (registers and SGPRs at their limits in fp8_linear's
   // kernels): one tile at a time, as before.
-  // (Twice kTiles per wave: 128 VGPRs, so that a round trip still brings two shards' tiles at NT = 4.)
-  constexpr int kMergeLoads = 64 * (TW / kTiles) / kAccs, kTileCount = TW * NT;
+  // (Twice kTiles per wave: 128 VGPRs, so that a round trip still brings two shards' tiles at NT = 4;
+  // no more at four times: its accumulators take the other half of the registers.)
+  constexpr int kMergeLoads = 64 * (TW / kTiles < 2 ? TW / kTiles : 2) / kAccs, kTileCount = TW * NT;
   constexpr int kPart = kMergeLoads < kTileCount ? kMergeLoads : kTileCount;
   constexpr int kShardsPer = kMergeLoads / kPart;
   if (!ATOMIC && NT >= 8) {

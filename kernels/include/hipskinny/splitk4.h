@@ -2,7 +2,8 @@
 // w4a16_linear_splitk: AWQ/GPTQ int4), parameterized by the one thing they differ in: how a lane's 16
 // weight bytes and their scales are loaded and widened to T in registers right before the matrix
 // instruction. Everything else is here once: the work split, the K order of the fragments, x
-// staged in LDS (optionally gathered through an act-order permutation), the group loop with its
+// staged in LDS (optionally gathered through an act-order permutation) or, for a policy of
+// kDirectTiles tiles per wave on gfx9, read straight into registers, the group loop with its
 // loads issued groups ahead, the shard reduction (hipskinny/splitk.h) and the write-out.
 //
 // Work split, tile multiply, shard reduction: hipskinny/splitk.h, as kernels/skinny_gemm_splitk.hip
@@ -60,9 +61,19 @@ constexpr int kPieces = 4 / kGroups;        // 16-byte pieces per lane and tile 
 // 8 LDS bytes per weight byte there, near half of matmul_4bit's LDS traffic); the unit's four waves
 // then form two row groups of two slices (occupancy 2 on gfx9: 230 VGPRs). Elsewhere kTiles.
 // (matmul_4bit takes it; w4a16_linear keeps kTiles: at four tiles per wave its f16 kernel spills
-// SGPRs, and its N = 64 rows are not LDS-bound.)
+// SGPRs, and its N = 64 rows are not LDS-bound.) With DIRECT (gfx9, four token tiles, one slice:
+// kDirectTiles), eight: every wave holds all 128 features of the unit and takes every fourth
+// group, its x read straight from memory into registers (`XDirect`), not staged in LDS, so LDS
+// carries the family's own lookups only -- each x byte a wave loads feeds 128 features. The 128
+// fp32 accumulators per lane leave one wave per SIMD: for calls long enough not to need more
+// (the planner's choice, `_linear.direct_x`).
 template <int NT, int LG>
 constexpr int kWaveTiles = (hs::kWave == 64 && NT == 4 && LG == 0) ? 2 * kTiles : kTiles;
+constexpr int kDirectTiles = 4 * kTiles;
+
+// Whether a wave of TW tiles reads its x straight into registers (kDirectTiles).
+template <int TW>
+constexpr bool kXDirect = HS_GFX9 && TW == kDirectTiles;
 
 #if defined(__gfx950__)
 #define HS_CVT_PK 1                         // v_cvt_pk_f16_f32 / v_cvt_pk_bf16_f32
@@ -207,6 +218,68 @@ __device__ inline void group(accv (&acc)[TW][NT], const W& wt, const typename W:
   }
 }
 
+#if HS_GFX9
+// x of one 128-column group in registers (kXDirect, wave64: one piece per tile): step s, token
+// tile nt is x[16 nt + l, k0 + 32 g + 8 s .. + 7] (l = lane % 16, g = lane / 16), the lane's 8
+// fragment elements of that step, as staged x would give them. One copy: each step's x is
+// refilled with the next group's as soon as the step's matrix instructions have read it, so it
+// is loaded a group ahead in a quarter of the registers a second copy would take.
+template <int NT>
+struct XDirect {
+  hs::u32x4 v[4][NT];
+};
+
+// Where the lane's x of the group at column k0 lives in `xb`, a raw buffer over x's N rows: per
+// token tile, row_at[nt] ((16 nt + l) x_stride + 32 g elements, in bytes: the same in every group)
+// plus, for a lane whose 32 columns start at or past K (a group reaching past K; K is a multiple
+// of 32, so a lane's columns are all in or all out), 2^31 -- past the buffer, so it reads zero
+// (there the weights decode to zero, but x's bytes past K may be any value, NaN too). Token rows
+// past N read zero too: their offset alone is past the buffer (whether or not the hardware counts
+// the SGPR offset, 2 k0, in its range check).
+template <int NT>
+__device__ inline void x_offsets(uint32_t (&at)[NT], const uint32_t (&row_at)[NT], int k0, int K, bool live, int lane) {
+  const uint32_t past = live && k0 + 32 * (lane >> 4) < K ? 0u : 0x80000000u;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) at[nt] = row_at[nt] + past;
+}
+
+template <int NT>
+__device__ inline void load_x_step(hs::u32x4 (&v)[NT], __amdgpu_buffer_rsrc_t xb, const uint32_t (&at)[NT], int k0,
+                                   int s) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) v[nt] = __builtin_amdgcn_raw_buffer_load_b128(xb, at[nt] + 16u * s, 2u * (uint32_t)k0, 0);
+}
+
+// group() with x in registers: per step, each tile's weights are widened and multiplied by every
+// token tile's x (no LDS read, so a tile's decoded dwords live for NT matrix instructions only);
+// then the step's x is refilled from the next group (column k0n, offsets `at_next`). A group that
+// is not `live` (a wave with none of the segment's groups runs one anyway: see `run`) adds zeros:
+// its x reads zero and its scales are zero.
+template <typename T, int NT, int TW, class W>
+__device__ inline void group_direct(accv (&acc)[TW][NT], const W& wt, const typename W::Raw& r, XDirect<NT>& xr,
+                                    int k0, int K, bool live, int lane, __amdgpu_buffer_rsrc_t xb,
+                                    const uint32_t (&at_next)[NT], int k0n) {
+  static_assert(kPieces == 1, "wave64");
+  bool valid[kPieces];
+  valid[0] = live && k0 + 32 * (lane >> 4) < K;
+  typename W::Scales sc;
+  wt.scales(sc, r, valid);
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+#pragma unroll
+    for (int t = 0; t < TW; ++t) {
+      uint32_t d[4];
+      wt.decode(r, sc, t, 0, s, d);
+      const frag b = w_frag(d, lane);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) acc[t][nt] = mma<T>(xr.v[s][nt], b, acc[t][nt]);
+    }
+    load_x_step<NT>(xr.v[s], xb, at_next, k0n, s);
+    __builtin_amdgcn_sched_barrier(0);
+  }
+}
+#endif
+
 // x[:, k0 : k0 + len] for 16 * NT token rows into LDS; zero past N and past len. The pass is
 // always 2048 chunks, 8 per thread, in rounds of 2 NT whole rows: a thread keeps its chunk column
 // c, so only the row (a uniform step) changes between its rounds and all 8 loads go out at once.
@@ -309,6 +382,9 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
   typedef Layout<LG, TW> Lay;
   const Lay L(hs::wave_index());
   const Walk walk((M + Lay::kUnitRows - 1) / Lay::kUnitRows, K, unit_len, block_len);
+#if HS_GFX9
+  if constexpr (kXDirect<TW>) __syncthreads();   // the family's tables (written before `run`): no pass barrier
+#endif
 
   walk.each([&](const Segment& sg) {
     const int block = sg.block;
@@ -325,29 +401,70 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) acc[t][nt] = accv{};
 
-    // The segment's 128-column groups, staged KC columns per pass; this wave's (every slices-th,
-    // from its slice on: step i takes group i * slices + slice, a pass holding whole steps) each
-    // loaded kDepth - 1 steps ahead (across passes too: splitk.h's `pipelined`), so their latency
-    // overlaps the decode and matrix work of the groups before. One token tile (N <= 16) keeps
-    // four groups' raw bytes in registers: its accumulators are few, and its shards are long
-    // (the planner caps their fp32 partials); more tiles keep two.
-    constexpr int kDepth = NT == 1 ? 4 : 2;
-    const int groups = (ke - ks + 127) / 128;
-    pipelined<kDepth, typename W::Raw, (NT > 1)>(
-        Lay::steps(groups),
-        [&](int i, typename W::Raw& r) {   // (rows and groups clamped)
-          wt.load(r, row, ks + 128 * L.loaded(i, groups), K, lane);
-        },
-        [&](int i, const typename W::Raw& cur) {
-          const int g0 = Lay::step_first(i), g = L.group(i);
-          if (g0 % kGroupsPerPass == 0) {
-            __syncthreads();   // every wave is done with the previous pass (or unit); tables are written
-            stage<NT, KC, PERM>(xs, x, perm, x_stride, N, ks + 128 * g0, min(KC, ke - ks - 128 * g0), K);
-            __syncthreads();
-          }
-          if (!active || g >= groups) return;
-          group<T, NT, KC>(acc, wt, cur, xs, ks + 128 * g, 16 * (g % kGroupsPerPass), K, lane);
-        });
+#if HS_GFX9
+    if constexpr (kXDirect<TW>) {
+      // x straight into registers (kDirectTiles): the first group's before the loop, each next one's
+      // step by step inside it; the weights a group ahead (splitk.h's `pipelined`). Every wave is
+      // a slice of the one row group, so every wave is active.
+      // Each wave walks its own groups (slice, slice + 4, ...: no barrier inside the loop), at least
+      // one: a wave with none runs a dead one (zeros). No branch around a group either -- the
+      // accumulators would be copied at every merge.
+      const int groups = (ke - ks + 127) / 128;
+      const int mine = max(1, (groups - L.slice + Lay::kSlices - 1) >> Lay::kLogSlices);
+      // x's N rows as a raw buffer (the op checks that they span under 2^31 bytes) and the lane's
+      // byte offset in it per token tile (see x_offsets).
+      const auto xb = hs::buffer(x, 2u * (uint32_t)N * (uint32_t)x_stride);
+      uint32_t x_row_at[NT];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+        x_row_at[nt] = 2u * (uint32_t)(16 * nt + (lane & 15)) * (uint32_t)x_stride + 64u * (uint32_t)(lane >> 4);
+      XDirect<NT> xr;
+      uint32_t at[NT];
+      int k0x = ks + 128 * L.loaded(0, groups);
+      x_offsets<NT>(at, x_row_at, k0x, K, L.group(0) < groups, lane);
+#pragma unroll
+      for (int s = 0; s < 4; ++s) load_x_step<NT>(xr.v[s], xb, at, k0x, s);
+      pipelined<2, typename W::Raw, true>(
+          mine,
+          [&](int i, typename W::Raw& r) {   // (groups clamped)
+            wt.load(r, row, ks + 128 * L.loaded(i, groups), K, lane);
+          },
+          [&](int i, const typename W::Raw& cur) {
+            const int k0 = k0x;
+            k0x = ks + 128 * L.loaded(i + 1, groups);
+            x_offsets<NT>(at, x_row_at, k0x, K, L.group(i + 1) < groups, lane);
+            group_direct<T, NT>(acc, wt, cur, xr, k0, K, L.group(i) < groups, lane, xb, at, k0x);
+          });
+      // The last group's refills (re-reads, clamped) are in flight: wait for them here, at once
+      // (see `pipelined`'s SETTLE).
+      asm volatile("" : : "v"(xr.v[3][NT - 1].x));
+    } else
+#endif
+    {
+      // The segment's 128-column groups, staged KC columns per pass; this wave's (every slices-th,
+      // from its slice on: step i takes group i * slices + slice, a pass holding whole steps) each
+      // loaded kDepth - 1 steps ahead (across passes too: splitk.h's `pipelined`), so their latency
+      // overlaps the decode and matrix work of the groups before. One token tile (N <= 16) keeps
+      // four groups' raw bytes in registers: its accumulators are few, and its shards are long
+      // (the planner caps their fp32 partials); more tiles keep two.
+      constexpr int kDepth = NT == 1 ? 4 : 2;
+      const int groups = (ke - ks + 127) / 128;
+      pipelined<kDepth, typename W::Raw, (NT > 1)>(
+          Lay::steps(groups),
+          [&](int i, typename W::Raw& r) {   // (rows and groups clamped)
+            wt.load(r, row, ks + 128 * L.loaded(i, groups), K, lane);
+          },
+          [&](int i, const typename W::Raw& cur) {
+            const int g0 = Lay::step_first(i), g = L.group(i);
+            if (g0 % kGroupsPerPass == 0) {
+              __syncthreads();   // every wave is done with the previous pass (or unit); tables are written
+              stage<NT, KC, PERM>(xs, x, perm, x_stride, N, ks + 128 * g0, min(KC, ke - ks - 128 * g0), K);
+              __syncthreads();
+            }
+            if (!active || g >= groups) return;
+            group<T, NT, KC>(acc, wt, cur, xs, ks + 128 * g, 16 * (g % kGroupsPerPass), K, lane);
+          });
+    }
 
     reduce_slices<NT>(acc, xs, L, lane);
     if (walk.shards(sg) > 1 && !finish_shards<NT, false>(acc, xs, partials, counters, walk, sg, N, L)) return;
