@@ -264,6 +264,28 @@ two halves of one register: `ds_read_u16_d16_hi` keeps the other half only where
 loads preserve unused bits, which it does not for gfx942/gfx950 (SRAM ECC "any"), so each pair
 costs a `v_perm` and the table's build per piece (16 products and 8 packed conversions) on top:
 3.11 VALU per weight against 2.94 at the time. (For gfx1100 LLVM does form the D16 loads.)
+
+**x read into registers at N = 33..64 on gfx9 (`_t4_s2_direct`).** Per 1000 weights the one-slice
+four-tile kernel moved 4195 LDS bytes of codebook lookups, 2197 of x operand reads and 1197 of x
+staging (Llama gate_up, gfx950): no layout of x in LDS brought that within 1.15x of the floor.
+The `_direct` kernel drops x from LDS: every wave of a 64-feature unit (two slices) holds all its
+features and takes every fourth group, and reads its x straight from memory into registers -- a
+group's 16 KiB a group ahead, each step's refilled once its matrix instructions have read it
+(`hipskinny/splitk4.h` `XDirect`). Its bytes from cache are what staging read (16 * NT / 64 per
+weight), its LDS traffic the lookups and the slices' sum. It replaces the staged two-slice kernel
+on gfx942/gfx950 (faster on every row that took it: the latency-bound qkv / o_proj / routers at N =
+64 13-22%, each wave walking a quarter of a shard's groups), and the planner takes it in place of a
+one-slice plan where the call's bytes take `_linear.DIRECT_TRIPS` (16) DRAM round trips (the same
+units' length, twice the units): Llama lm_head on gfx950 50.35 -> 37.05 us (VALU 1.03x), gate_up
+11.43 -> 10.99 us and Qwen3 lm_head 31.28 -> 26.11 us (memory-bound: their shards' partials); on
+gfx942 gate_up 15.23 -> 13.16 us and down_proj 7.57 -> 7.22 us (memory-bound). Below 16 round
+trips the one-slice staged kernel stays (Llama down_proj on gfx950: 6.18 us, 6.40 direct,
+latency). A one-slice `_direct` kernel (128 features per wave) was built and left out: its 128
+fp32 accumulators per lane need the AGPRs, one wave per SIMD, and LLVM moves values between the
+register files in the loop (VALU per weight and lane 3.33 against 3.0; `-mllvm
+-amdgpu-mfma-vgpr-form=0` and an AGPR inline-asm operand, which selects the accumulating form,
+did no better); it was slower than two slices at the same units' length on every row, and 36-49%
+slower than staging on the latency-bound one-slice rows.
 """
 
 

@@ -27,7 +27,7 @@
 // Launch: matmul_4bit_splitk_<f16|bf16>_t<NT>[_s<S>], NT = 1, 2, 4, S = 2, 4 (NT <= 2) or 2, block
 // (256, 1, 1), any grid, dynamic LDS 16 * NT * KC * 2 = 32 KiB (KC = 1024 / NT), plus 1088 static
 // bytes (codebook and code2) -- just over half of gfx942's 64 KiB: one workgroup per CU there (two
-// need <= 32 KiB in all). On gfx942/gfx950 also matmul_4bit_splitk_<f16|bf16>_t4_direct: the same
+// need <= 32 KiB in all). On gfx942/gfx950 also matmul_4bit_splitk_<f16|bf16>_t4_s2_direct: the same
 // arguments and LDS, x read straight into registers (below); also requires N * x_stride * 2 < 2^31
 // (one raw buffer over x; the op checks it).
 //
@@ -37,9 +37,10 @@
 // serves them all. Deterministic variant only. At four token tiles on gfx9 a wave owns 64 features
 // (splitk4.h's kWaveTiles): each x read from LDS feeds twice the weights, LDS bytes per weight byte
 // about 17 -> 14 (Llama-3 gate_up at N = 64 on gfx950; the codebook lookups are 8 of the 14). The
-// _direct kernels (splitk4.h's kDirectTiles) go further: 128 features per wave, x loaded into
-// registers and never staged, so LDS carries the lookups only (about 9 bytes per weight byte); the
-// planner takes them for calls long enough to run at one wave per SIMD (`_linear.direct_x`).
+// _s2_direct kernels (splitk4.h's kDirectTiles) go further: each wave holds its unit's 64 features
+// and reads x into registers, never staged, so LDS carries the lookups only (about 9 bytes per
+// weight byte); the planner takes them wherever a four-tile plan has two slices, and for long calls
+// in place of one (`_linear.splitk_plan`).
 //
 // Dequant per weight byte: one lookup address each nibble (codebook in LDS at nibble * 4: two
 // shifts per dword and one mask per lookup, the mask an SDWA byte select on gfx9), one fp32
@@ -197,13 +198,13 @@ __device__ void matmul_4bit_splitk(const uint16_t* __restrict__ x, const uint8_t
   if (nested) code2[threadIdx.x] = code2_g[threadIdx.x];   // kThreads == 256 entries
   const uint32_t row_blocks = (uint32_t)K >> log2_bs;
   const uint32_t w_bytes = (uint32_t)M * (uint32_t)(K / 2), blocks = (uint32_t)M * row_blocks;
-  constexpr int TW = DIRECT ? kDirectTiles : kWaveTiles<NT, LG>;
+  constexpr int TW = DIRECT ? kDirectTiles<LG> : kWaveTiles<NT, LG>;
   if (nested) {
     const Bnb4<T, true, TW> wt{w, absmax, absmax2, code, code2, *offset, K, log2_bs, row_blocks, w_bytes, blocks};
-    run<T, NT, LG, false>(wt, x, nullptr, bias, y, partials, counters, N, M, K, x_stride, bias_stride, unit_len, block_len);
+    run<T, NT, LG, false, DIRECT>(wt, x, nullptr, bias, y, partials, counters, N, M, K, x_stride, bias_stride, unit_len, block_len);
   } else {
     const Bnb4<T, false, TW> wt{w, absmax, absmax2, code, code2, 0.0f, K, log2_bs, row_blocks, w_bytes, blocks};
-    run<T, NT, LG, false>(wt, x, nullptr, bias, y, partials, counters, N, M, K, x_stride, bias_stride, unit_len, block_len);
+    run<T, NT, LG, false, DIRECT>(wt, x, nullptr, bias, y, partials, counters, N, M, K, x_stride, bias_stride, unit_len, block_len);
   }
 }
 
@@ -227,9 +228,20 @@ __device__ void matmul_4bit_splitk(const uint16_t* __restrict__ x, const uint8_t
 
 HS_4BIT_SPLITK_ALL(hs::f16, f16)
 HS_4BIT_SPLITK_ALL(hs::bf16, bf16)
-HS_4BIT_SPLITK(hs::f16, f16, 2, 1, _s2) HS_4BIT_SPLITK(hs::f16, f16, 4, 1, _s2)
-HS_4BIT_SPLITK(hs::bf16, bf16, 2, 1, _s2) HS_4BIT_SPLITK(hs::bf16, bf16, 4, 1, _s2)
+// Four tiles, two slices on gfx9: _direct only (below).
+HS_4BIT_SPLITK(hs::f16, f16, 2, 1, _s2)
+#if !HS_GFX9
+HS_4BIT_SPLITK(hs::f16, f16, 4, 1, _s2)
+#endif
+HS_4BIT_SPLITK(hs::bf16, bf16, 2, 1, _s2)
+#if !HS_GFX9
+HS_4BIT_SPLITK(hs::bf16, bf16, 4, 1, _s2)
+#endif
 #if HS_GFX9
-// _direct: x read into registers, eight tiles per wave (hipskinny/splitk4.h's kDirectTiles).
-HS_4BIT_SPLITK_KERNEL(hs::f16, f16, 4, 0, true, _direct) HS_4BIT_SPLITK_KERNEL(hs::bf16, bf16, 4, 0, true, _direct)
+// _t4_s2_direct: x read into registers, every wave all 64 features of its unit (hipskinny/splitk4.h's
+// kDirectTiles); faster than staging x on every row measured. (At one slice, 128 features, the 128
+// accumulators per lane need the AGPRs: one wave per SIMD and values moved between the register
+// files -- slower than two slices at the same units' length.)
+HS_4BIT_SPLITK_KERNEL(hs::f16, f16, 4, 1, true, _s2_direct)
+HS_4BIT_SPLITK_KERNEL(hs::bf16, bf16, 4, 1, true, _s2_direct)
 #endif

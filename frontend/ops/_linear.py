@@ -74,10 +74,10 @@ Configuration rules, larger N:
   the fewest partials, then the longest units, within 1% of the best estimate. A layer of few row
   blocks (the routers, Qwen3's small projections at 4 bits on CDNA) gets its CUs this way where the
   partials' cap would hold it to few units.
-* **Direct x**: a family may build a ``_direct`` variant of its four-token-tile kernel (matmul_4bit on
-  gfx942/gfx950: waves of 128 features reading x straight into registers, no x in LDS, one wave per
-  SIMD); `splitk_plan` takes it, with one slice, where the call's bytes take DIRECT_TRIPS DRAM round
-  trips (`direct_x`): throughput-bound calls, which one wave per SIMD does not slow.
+* **Direct x**: a family may build a two-slice ``_direct`` variant of its four-token-tile kernel
+  (matmul_4bit on gfx942/gfx950: each wave holds all 64 features of its unit and reads x straight into
+  registers, no x in LDS); `splitk_plan` takes it for every two-slice plan, and in place of a one-slice
+  plan (the same units' length) where the call's bytes take DIRECT_TRIPS DRAM round trips (`direct_x`).
 * **Grid**: ``min(units, CU count * groups per CU)`` persistent workgroups of 256 threads,
   groups per CU from the kernel's VGPRs and its 32 KiB of LDS, at most 4.
 * **Scratch**: the partials (a slot of ``R * 16 * NT`` fp32 per segment, ``units + row blocks``
@@ -189,15 +189,15 @@ SPLITK_SLICE_COST = 0.1
 # crossing units wherever the estimate preferred them: 37 report rows >1% slower, all latency-bound,
 # e.g. FP8 4096 x 4096 at N = 16 on gfx942, 3.43 -> 4.5 us, 1.6-3.2 us of bytes.)
 SPLITK_CROSSING_TRIPS = 12
-# The ``_direct`` variant of a four-token-tile kernel (matmul_4bit_splitk on gfx9: x read into registers
-# by waves of 128 features, not staged in LDS; one wave per SIMD) only where the call's unavoidable bytes
-# take at least DIRECT_TRIPS DRAM round trips on the flagship: its LDS traffic is a third lower (the
-# codebook lookups only), but with one wave per SIMD its chain of round trips per wave doubles, which only
-# a throughput-bound call hides, and at 128 features per unit it takes more shards (fp32 partials) than
-# the two-slice kernel. Measured (`python -m benchmarks.report --op matmul_4bit`, N = 64): faster for
-# Llama-3 gate_up (18 round trips on gfx950, 26 on gfx942) and both lm_heads; 36-49% slower on the
-# latency-bound qkv_proj and down_proj on gfx950 (4 and 9 round trips), 5% on down_proj on gfx942 (13:
-# its partials 10.5 MB against the two-slice kernel's 5.9).
+# The two-slice ``_direct`` variant of a four-token-tile kernel (matmul_4bit_splitk on gfx9: x read into
+# registers by waves that each hold all 64 features of their unit, not staged in LDS): its LDS traffic is
+# the codebook lookups only, and each wave walks a quarter of a shard's groups. `splitk_plan` takes it for
+# every two-slice plan -- measured (`python -m benchmarks.report --op matmul_4bit`, N = 64, every
+# gfx942/gfx950 row whose plan has two slices) 5-22% faster, none slower (Llama-3 qkv on gfx942 4.84 ->
+# 3.77 us) -- and in place of a one-slice plan (the same units' length: twice the units of half the
+# rows) where the call's unavoidable bytes take at least DIRECT_TRIPS DRAM round trips on the flagship:
+# Llama-3 lm_head on gfx950 50.35 -> 37.05 us, gate_up 11.43 -> 10.99 (memory-bound); below that the
+# one-slice staged kernel stays (Llama-3 down_proj on gfx950, 9 round trips: 6.18 us, 6.40 direct).
 DIRECT_TRIPS = 16
 
 
@@ -341,9 +341,11 @@ def sliced(kernel: str, nt: int, slices: int) -> str:
 
 def built_slices(module: Any, kernel: str, nt: int) -> tuple[int, ...]:
     """The slice counts ``module`` (a loaded code object) builds for split-K kernel ``kernel``: 1 and
-    each S whose `sliced` name it has (the kernel sources decide; the planner only reads them)."""
+    each S whose `sliced` name it has, or that name's ``_direct`` variant (the kernel sources decide;
+    the planner only reads them)."""
     names = {k.name for k in module.code.kernels}
-    return tuple(s for s in SPLITK_SLICES if s == 1 or sliced(kernel, nt, s) in names)
+    return tuple(s for s in SPLITK_SLICES
+                 if s == 1 or sliced(kernel, nt, s) in names or f"{sliced(kernel, nt, s)}_direct" in names)
 
 
 def compute_ratio(kernel: str, arch: str, nt: int) -> float:
@@ -492,17 +494,22 @@ def splitk_plan(device: Device, family: str, kernel_name: Callable[[int, bool], 
     nt = token_tiles(n)
     module = registry.load(device, family)
     base = kernel_name(nt, False)
-    # the _direct variant (one slice, deterministic) where built and the call is long enough
-    direct = (not atomic and f"{base}_direct" in {kn.name for kn in module.code.kernels}
-              and direct_x(info, n, m, k, weight_bits=weight_bits, x_bytes=x_bytes))
     slices, length, stride = splitk_split(info, nt, m, k, n=n, weight_bits=weight_bits, x_bytes=x_bytes,
                                           compute=compute_ratio(base, info.name, nt),
-                                          slices=(1,) if direct else built_slices(module, base, nt))
+                                          slices=built_slices(module, base, nt))
+    # the two-slice _direct variant (deterministic) where built: for a two-slice plan, and for a one-slice
+    # plan of a long call (the same units' length, twice the units)
+    direct_name = f"{sliced(base, nt, 2)}_direct"
+    direct = (not atomic and direct_name in {kn.name for kn in module.code.kernels}
+              and (slices == 2 or (slices == 1 and direct_x(info, n, m, k, weight_bits=weight_bits,
+                                                            x_bytes=x_bytes))))
+    if direct:
+        slices = 2
     rows = SPLITK_ROWS // slices
     blocks = -(-m // rows)
     units, _, _, shards = walk(blocks, -(-k // SPLITK_GROUP), length, stride)
     use_atomic = atomic and shards > 1
-    name = f"{base}_direct" if direct else sliced(kernel_name(nt, use_atomic), nt, slices)
+    name = direct_name if direct else sliced(kernel_name(nt, use_atomic), nt, slices)
     fn, meta = module.kernel(name)
     groups = groups_per_cu(info, meta, lds, MAX_SPLITK_GROUPS_PER_CU)
     grid = max(1, min(units, device.properties.cu_count * groups))

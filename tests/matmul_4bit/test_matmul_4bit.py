@@ -275,11 +275,11 @@ DIRECT_ARCHS = ("gfx942", "gfx950")   # where matmul_4bit_splitk builds its _dir
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
 @pytest.mark.parametrize("nested", [False, True])
 def test_direct_x_kernel(arch, nested):
-    """The _direct kernels (gfx942/gfx950, four token tiles: x read into registers by waves of 128
-    features, each taking every fourth group), forced on every call here (`_linear.DIRECT_TRIPS`):
-    tokens past N, rows past M, a last group past K (K = 544), waves without a group (K = 256: two
-    groups for four waves), several shards, both dtypes; the route's bound. Elsewhere no such kernel
-    is built and the plan never names one."""
+    """The _t4_s2_direct kernels (gfx942/gfx950, four token tiles, two slices: x read into registers
+    by waves holding all 64 features of their unit, each taking every fourth group), forced on every
+    four-tile call here (`_linear.DIRECT_TRIPS`): tokens past N, rows past M, a last group past K
+    (K = 544), waves without a group (K = 256: two groups for four waves), several shards, both
+    dtypes; the route's bound. Elsewhere no such kernel is built and the plan never names one."""
     cases = [(64, 130, 544, 32, 3), (40, 300, 4096, 64, 2), (49, 20, 256, 128, 1), (64, 200, 1664, 64, 3)]
     with override(_linear, "DIRECT_TRIPS", 0):
         _splitk_cases(arch, nested, cases)
@@ -287,7 +287,7 @@ def test_direct_x_kernel(arch, nested):
             info = op.plan_info(_dev(arch, cus), F16, n, m, k)
             assert info["direct"] == (arch in DIRECT_ARCHS), info
             if info["direct"]:
-                assert info["slices"] == 1 and (info["shards"] > 1 or k < 1024) and info["groups_per_cu"] == 1
+                assert info["slices"] == 2 and (info["shards"] > 1 or k < 1024)
 
 
 @pytest.mark.parametrize("arch", DIRECT_ARCHS)
@@ -302,14 +302,14 @@ def test_direct_x_kernel_is_reproducible(arch, keep_shards):
             dev = EmulatedDevice(arch, cus, seed=cus)
             with hipskinny.on_device(dev):
                 outs += [bnb.matmul_4bit(x, packed, st).view(np.uint16) for _ in range(calls)]
-            assert dev.launches[-1].kernel == "matmul_4bit_splitk_f16_t4_direct"
+            assert dev.launches[-1].kernel == "matmul_4bit_splitk_f16_t4_s2_direct"
         assert op.plan_info(dev, F16, n, m, k)["shards"] > 1
     for o in outs[1:]:
         np.testing.assert_array_equal(o, outs[0])
 
 
 def test_direct_x_kernel_refuses_an_x_past_32_bit_offsets():
-    plan = type("Plan", (), {"info": {"direct": True, "kernel": "matmul_4bit_splitk_f16_t4_direct", "shards": 1}})()
+    plan = type("Plan", (), {"info": {"direct": True, "kernel": "matmul_4bit_splitk_f16_t4_s2_direct", "shards": 1}})()
     with pytest.raises(InputValueError, match=r"x's 64 rows of stride 16777216 span 2\*\*31 bytes or more"):
         _linear.splitk_launch(None, plan, (), {}, {"N": 64, "x_stride": 1 << 24}, "p", "c")
 
@@ -330,7 +330,7 @@ def _splitk_cases(arch, nested, cases):
         nt = token_tiles(n)
         name = _linear.sliced(f"matmul_4bit_splitk_{TAG[np.dtype(dt)]}_t{nt}", nt, info["slices"])
         if info["direct"]:
-            name = f"matmul_4bit_splitk_{TAG[np.dtype(dt)]}_t{nt}_direct"
+            name += "_direct"
         assert dev.launches[-1].kernel == info["kernel"] == name
         assert_route_bound(y, x, route_weights(packed, st, dt), bias)
 

@@ -3,7 +3,7 @@
 // weight bytes and their scales are loaded and widened to T in registers right before the matrix
 // instruction. Everything else is here once: the work split, the K order of the fragments, x
 // staged in LDS (optionally gathered through an act-order permutation) or, for a policy of
-// kDirectTiles tiles per wave on gfx9, read straight into registers, the group loop with its
+// kDirectTiles per wave on gfx9 (DIRECT), read straight into registers, the group loop with its
 // loads issued groups ahead, the shard reduction (hipskinny/splitk.h) and the write-out.
 //
 // Work split, tile multiply, shard reduction: hipskinny/splitk.h, as kernels/skinny_gemm_splitk.hip
@@ -61,19 +61,16 @@ constexpr int kPieces = 4 / kGroups;        // 16-byte pieces per lane and tile 
 // 8 LDS bytes per weight byte there, near half of matmul_4bit's LDS traffic); the unit's four waves
 // then form two row groups of two slices (occupancy 2 on gfx9: 230 VGPRs). Elsewhere kTiles.
 // (matmul_4bit takes it; w4a16_linear keeps kTiles: at four tiles per wave its f16 kernel spills
-// SGPRs, and its N = 64 rows are not LDS-bound.) With DIRECT (gfx9, four token tiles, one slice:
-// kDirectTiles), eight: every wave holds all 128 features of the unit and takes every fourth
-// group, its x read straight from memory into registers (`XDirect`), not staged in LDS, so LDS
-// carries the family's own lookups only -- each x byte a wave loads feeds 128 features. The 128
-// fp32 accumulators per lane leave one wave per SIMD: for calls long enough not to need more
-// (the planner's choice, `_linear.direct_x`).
+// SGPRs, and its N = 64 rows are not LDS-bound.) A DIRECT kernel (`run`; gfx9, four token tiles)
+// takes kDirectTiles<LG>: every wave holds all 128 / S features of the unit and takes every fourth
+// group (four slices of one row group), its x read straight from memory into registers
+// (`XDirect`), not staged in LDS, so LDS carries the family's own lookups only; x's bytes from
+// cache per weight are what staging reads (16 * NT / features of the unit). (matmul_4bit builds
+// it at two slices: 64 features, 64 accumulators per lane.)
 template <int NT, int LG>
 constexpr int kWaveTiles = (hs::kWave == 64 && NT == 4 && LG == 0) ? 2 * kTiles : kTiles;
-constexpr int kDirectTiles = 4 * kTiles;
-
-// Whether a wave of TW tiles reads its x straight into registers (kDirectTiles).
-template <int TW>
-constexpr bool kXDirect = HS_GFX9 && TW == kDirectTiles;
+template <int LG>
+constexpr int kDirectTiles = (4 * kTiles) >> LG;
 
 #if defined(__gfx950__)
 #define HS_CVT_PK 1                         // v_cvt_pk_f16_f32 / v_cvt_pk_bf16_f32
@@ -219,7 +216,7 @@ __device__ inline void group(accv (&acc)[TW][NT], const W& wt, const typename W:
 }
 
 #if HS_GFX9
-// x of one 128-column group in registers (kXDirect, wave64: one piece per tile): step s, token
+// x of one 128-column group in registers (DIRECT, wave64: one piece per tile): step s, token
 // tile nt is x[16 nt + l, k0 + 32 g + 8 s .. + 7] (l = lane % 16, g = lane / 16), the lane's 8
 // fragment elements of that step, as staged x would give them. One copy: each step's x is
 // refilled with the next group's as soon as the step's matrix instructions have read it, so it
@@ -368,7 +365,7 @@ __device__ void stage(hs::u32x4* xs, const uint16_t* __restrict__ x, const int32
 // partials / counters as hipskinny/splitk.h's finish_shards; K a multiple of 32; unit_len and
 // block_len (a unit's run of groups, a row block's stride: hipskinny/splitk.h's Walk) multiples of
 // 128; 2^LG slices (hipskinny/splitk.h: at most 8 / NT). Dynamic LDS 32 KiB.
-template <typename T, int NT, int LG, bool PERM, class W>
+template <typename T, int NT, int LG, bool PERM, bool DIRECT = false, class W>
 __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* __restrict__ perm,
                     const uint16_t* __restrict__ bias, uint16_t* __restrict__ y, float* __restrict__ partials,
                     uint32_t* __restrict__ counters, int N, int M, int K, int64_t x_stride, int64_t bias_stride,
@@ -383,7 +380,8 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
   const Lay L(hs::wave_index());
   const Walk walk((M + Lay::kUnitRows - 1) / Lay::kUnitRows, K, unit_len, block_len);
 #if HS_GFX9
-  if constexpr (kXDirect<TW>) __syncthreads();   // the family's tables (written before `run`): no pass barrier
+  static_assert(!DIRECT || (HS_GFX9 && NT == 4 && TW == kDirectTiles<LG> && Lay::kRowGroups == 1), "DIRECT: gfx9, four slices");
+  if constexpr (DIRECT) __syncthreads();   // the family's tables (written before `run`): no pass barrier
 #endif
 
   walk.each([&](const Segment& sg) {
@@ -402,7 +400,7 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
       for (int nt = 0; nt < NT; ++nt) acc[t][nt] = accv{};
 
 #if HS_GFX9
-    if constexpr (kXDirect<TW>) {
+    if constexpr (DIRECT) {
       // x straight into registers (kDirectTiles): the first group's before the loop, each next one's
       // step by step inside it; the weights a group ahead (splitk.h's `pipelined`). Every wave is
       // a slice of the one row group, so every wave is active.
