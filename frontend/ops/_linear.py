@@ -69,8 +69,9 @@ Configuration rules, larger N:
   which a code object has: `built_slices`) make a row block 128 / v features, the v waves of each row
   group taking every v-th group of the segment and summing in LDS at the end: v times the units
   without fp32 partials, for x staged v times as often per weight. `splitk_split` adds slices to the
-  one-slice plan at no longer units (two slices: at most twice as long) and no more units than the
-  flagship's CUs (SPLITK_SLICE_COST per extra slice on the compute) and takes the fewest slices, then
+  one-slice plan at no longer units (two slices: at most twice as long) and no more units on the
+  flagship's busiest CU than the one-slice plan (or one; SPLITK_SLICE_COST per extra slice on the
+  compute) and takes the fewest slices, then
   the fewest partials, then the longest units, within 1% of the best estimate. A layer of few row
   blocks (the routers, Qwen3's small projections at 4 bits on CDNA) gets its CUs this way where the
   partials' cap would hold it to few units.
@@ -390,8 +391,9 @@ def splitk_split(info: ArchInfo, nt: int, m: int, k: int, *, n: int, weight_bits
     the larger of the bytes (the partials included, slowed by too few units in flight) and ``compute``
     (`compute_ratio`, plus a segment's own SPLITK_UNIT_OVERHEAD and SPLITK_SLICE_COST per extra slice)
     on the busiest of the flagship's CUs -- picks: the one-slice plan first, then more slices at no
-    longer units than it (two slices: at most twice as long) and no more units than the flagship's
-    CUs. Of the candidates within 1% of the best estimate: the fewest slices, then the fewest partials,
+    longer units than it (two slices: at most twice as long) and no more units on the flagship's
+    busiest CU than it (or one). Of the candidates within 1% of the best estimate: the fewest slices,
+    then the fewest partials,
     then the longest units, equal shards first."""
     groups = -(-k // SPLITK_GROUP)
     little = splitk_units(info)
@@ -445,13 +447,20 @@ def splitk_split(info: ArchInfo, nt: int, m: int, k: int, *, n: int, weight_bits
     # each wave's chain of groups unchanged, a unit's x passes at most doubled: measured on the 109
     # report rows where it changed the plan, 49 >5% faster, 4 slower, at most 10%: matmul_4bit Llama-3
     # qkv N = 4 on gfx942, 3.30 -> 3.63 us; four slices at fewer shards lost up to 18%, FP8 W8A8
-    # block-scaled 4096 x 4096 N = 16). And only up to the flagship's CUs: queued behind each other, a
-    # CU's units each pay their own x passes and reduction, which the estimate does not see (measured:
-    # FP8 W8A8 block-scaled Llama-3 qkv N = 16 on gfx942, 240 units -> 960 with 4 slices, 5.17 -> 6.87
-    # us, latency-bound).
+    # block-scaled 4096 x 4096 N = 16). And no more units on the flagship's busiest CU than the one-slice
+    # plan puts there (or one): queued behind each other, a CU's units each pay their own x passes and
+    # reduction, which the estimate does not see (measured: FP8 W8A8 block-scaled Llama-3 qkv N = 16 on
+    # gfx942, 240 units -> 960 with 4 slices, 5.17 -> 6.87 us, latency-bound). (Up to the CUs, as
+    # before, kept the 4-bit Llama-3 gate_up at N = 16 on gfx950 at one slice, 448 units of 16 groups
+    # on 256 CUs, VALU-bound at 1.22x on its busiest CU, where two slices give 512 units of 28 groups,
+    # two on every CU, at half the partials: measured on the 22 report rows the rule changed, 20
+    # faster -- that one 9.36 -> 8.67 us, FP8 gate_up N = 64 17.06 -> 15.22 us, 4-bit qkv N = 64
+    # 4.72 -> 3.47 us -- and 2 slower, the 4-bit Llama-3 qkv at N = 4 on gfx950, 384 -> 480 units,
+    # latency-bound: matmul_4bit 3.34 -> 3.45 us, w4a16_linear 2.93 -> 3.06 us.)
+    queued = max(1, -(-facts(*one)[1] // cus))
     return best_of([one] + [(sl, *w) for sl in sorted(slices) if sl > 1 for w in walks(sl, 1)
                             if (w[0] <= one[1] or (sl == 2 and w[0] <= 2 * one[1]))
-                            and facts(sl, *w)[1] <= cus])
+                            and -(-facts(sl, *w)[1] // cus) <= queued])
 
 
 def splitk_shards(info: ArchInfo, nt: int, m: int, k: int, *, n: int, weight_bits: int | None, x_bytes: int,

@@ -449,6 +449,12 @@ def test_slices_give_small_layers_their_cus():
     # per CU, not 448 of 16 (192 CUs with two, 64 with one)
     gate_up = dict(n=4, weight_bits=4, x_bytes=2, compute=lin.compute_ratio("matmul_4bit_splitk_f16_t1", "gfx950", 1))
     assert lin.splitk_split(ARCHS["gfx950"], 1, 28672, 4096, slices=(1, 2, 4), **gate_up) == (1, 14, 32)
+    # ... and at N = 16, where the partials' cap holds the one-slice plan to 448 units of 16 groups
+    # (192 CUs with two): two slices, 512 units of 28 groups (two on every CU, no more than the
+    # one-slice plan's busiest), at half the partials
+    gate_up16 = dict(gate_up, n=16)
+    assert lin.splitk_split(ARCHS["gfx950"], 1, 28672, 4096, slices=(1,), **gate_up16) == (1, 16, 32)
+    assert lin.splitk_split(ARCHS["gfx950"], 1, 28672, 4096, slices=(1, 2, 4), **gate_up16) == (2, 28, 32)
     assert lin.sliced("skinny_gemm_splitk_f16_t1_atomic", 1, 4) == "skinny_gemm_splitk_f16_t1_s4_atomic"
     assert lin.sliced("fp8_linear_splitk_f16_ocp_block_t4", 4, 2) == "fp8_linear_splitk_f16_ocp_block_t4_s2"
     assert lin.sliced("w4a16_linear_splitk_bf16_t2", 2, 1) == "w4a16_linear_splitk_bf16_t2"
