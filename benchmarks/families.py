@@ -286,6 +286,22 @@ register files in the loop (VALU per weight and lane 3.33 against 3.0; `-mllvm
 -amdgpu-mfma-vgpr-form=0` and an AGPR inline-asm operand, which selects the accumulating form,
 did no better); it was slower than two slices at the same units' length on every row, and 36-49%
 slower than staging on the latency-bound one-slice rows.
+
+**gfx950 Llama gate_up at N = 16: two slices past the CU count.** The partials' cap held its
+one-slice plan to 448 units of 16 groups (224 row blocks x 2 shards) on 256 CUs: 192 CUs ran two
+units, 64 one, VALU 1.22x the floor on the busiest CU (9.36 us). The planner's sliced plans stopped
+at the CU count; they may now have more units as long as the busiest CU runs no more than the
+one-slice plan's (`_linear.splitk_split`): here two slices, 512 units of 28 groups of 64-feature
+row blocks, two on every CU, at half the partials per unit (8.67 us, LDS 1.12x, DRAM ratio 1.06).
+Of the 22 report rows of the five ops the rule changed, 20 are faster and 2 slower: the
+latency-bound 4-bit Llama qkv at N = 4 on gfx950 (384 -> 480 units: matmul_4bit 3.34 -> 3.45 us,
+w4a16_linear 2.93 -> 3.06 us), where more units queue more segments per CU. The full run (at
+2855837) adds four more latency-bound rows on gfx950 it made slower: FP8 W8A8 block-scaled Llama
+down_proj at N = 64 10.30 -> 11.36 us (416 one-slice units -> 448 two-slice ones; the plain W8A16
+kernel's same change is 10.09 -> 8.89 us), W8A8 down_proj N = 64 9.53 -> 9.87 us, and the
+dequantize routes' o_proj GEMM at N = 64 (+3-4%). The planner's estimate has no latency term and
+charges every unit one group of overhead, which understates a block-scaled unit's; that model is
+what would tell these apart.
 """
 
 

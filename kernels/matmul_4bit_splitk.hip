@@ -28,8 +28,8 @@
 // (256, 1, 1), any grid, dynamic LDS 16 * NT * KC * 2 = 32 KiB (KC = 1024 / NT), plus 1088 static
 // bytes (codebook and code2) -- just over half of gfx942's 64 KiB: one workgroup per CU there (two
 // need <= 32 KiB in all). On gfx942/gfx950 also matmul_4bit_splitk_<f16|bf16>_t4_s2_direct: the same
-// arguments and LDS, x read straight into registers (below); also requires N * x_stride * 2 < 2^31
-// (one raw buffer over x; the op checks it).
+// arguments and LDS, x read straight into registers (below); also requires 64 * x_stride * 2 < 2^31
+// (one raw buffer over x, 32-bit offsets for its token tiles' rows; the op checks it).
 //
 // Work split, tile multiply, K order, x staging, shard reduction and bounds: hipskinny/splitk4.h
 // (the skeleton shared with kernels/w4a16_linear_splitk.hip); this file is its weight policy: a

@@ -542,10 +542,12 @@ def splitk_launch(device: Device, plan: LaunchPlan, pointers: tuple[str, ...], p
     the call's, then the values) and the scratch slots it needs: none when one shard covers K (null
     pointers), else the slots named ``partials`` and ``counters``, sized by the plan, after ``pointers``."""
     info = plan.info
-    if info.get("direct") and 2 * values["N"] * values["x_stride"] >= 2**31:
-        # (the _direct kernels address x's rows through one raw buffer: 32-bit byte offsets)
-        raise InputValueError(f"{info['kernel']}: x's {values['N']} rows of stride {values['x_stride']} span 2**31 "
-                              "bytes or more; use a contiguous x")
+    if info.get("direct") and 32 * info["token_tiles"] * values["x_stride"] >= 2**31:
+        # (the _direct kernels address x's rows -- their token tiles' 16 * NT, those past N too --
+        # through one raw buffer: 32-bit byte offsets)
+        raise InputValueError(f"{info['kernel']}: x's row stride {values['x_stride']} elements is too large for "
+                              f"its {16 * info['token_tiles']} token rows' 32-bit offsets (below 2**31 bytes); use a "
+                              "contiguous x")
     if info["shards"] == 1:
         return operands.launch(device, plan, pointers, **ptrs, partials=None, counters=None, **values), ()
     slots = ((partials, info["partial_bytes"]), (counters, info["counter_bytes"]))

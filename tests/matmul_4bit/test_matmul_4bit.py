@@ -309,9 +309,12 @@ def test_direct_x_kernel_is_reproducible(arch, keep_shards):
 
 
 def test_direct_x_kernel_refuses_an_x_past_32_bit_offsets():
-    plan = type("Plan", (), {"info": {"direct": True, "kernel": "matmul_4bit_splitk_f16_t4_s2_direct", "shards": 1}})()
-    with pytest.raises(InputValueError, match=r"x's 64 rows of stride 16777216 span 2\*\*31 bytes or more"):
-        _linear.splitk_launch(None, plan, (), {}, {"N": 64, "x_stride": 1 << 24}, "p", "c")
+    """The _direct kernels' x offsets are 32-bit (one raw buffer over x's 16 * NT token rows): a row
+    stride of 2**24 elements is refused with a message (checked before anything is launched)."""
+    info = {"direct": True, "kernel": "matmul_4bit_splitk_f16_t4_s2_direct", "shards": 1, "token_tiles": 4}
+    plan = type("Plan", (), {"info": info})()
+    with pytest.raises(InputValueError, match=r"row stride 16777216 elements is too large for its 64 token rows"):
+        _linear.splitk_launch(None, plan, (), {}, {"N": 40, "x_stride": 1 << 24}, "p", "c")
 
 
 def _splitk_cases(arch, nested, cases):

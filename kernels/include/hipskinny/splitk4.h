@@ -409,8 +409,8 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
       // accumulators would be copied at every merge.
       const int groups = (ke - ks + 127) / 128;
       const int mine = max(1, (groups - L.slice + Lay::kSlices - 1) >> Lay::kLogSlices);
-      // x's N rows as a raw buffer (the op checks that they span under 2^31 bytes) and the lane's
-      // byte offset in it per token tile (see x_offsets).
+      // x's N rows as a raw buffer and the lane's byte offset in it per token tile (see x_offsets;
+      // the op checks that 16 NT rows of x_stride span under 2^31 bytes).
       const auto xb = hs::buffer(x, 2u * (uint32_t)N * (uint32_t)x_stride);
       uint32_t x_row_at[NT];
 #pragma unroll
