@@ -290,6 +290,21 @@ def test_direct_x_kernel(arch, nested):
                 assert info["slices"] == 2 and (info["shards"] > 1 or k < 1024)
 
 
+@pytest.mark.parametrize("arch", SHIPPED_ARCHS)
+def test_direct_x_kernel_reads_no_x_past_k(arch):
+    """K = 544 leaves the last group's lanes past K: in a contiguous x their columns are the next
+    row's first ones. An inf there (x[5, 3]) reaches token 5's outputs only -- token 4's lanes past
+    K read zero (the _direct kernels' out-of-range offset), not inf times a zero weight."""
+    n, m, k = 40, 130, 544
+    packed, st = _weights(m, k, 6, 32, "nf4", False)
+    x = np.random.default_rng(8).standard_normal((n, k)).astype(F16)
+    x[5, 3] = np.inf
+    with override(_linear, "DIRECT_TRIPS", 0), hipskinny.on_device(_dev(arch, 2)):
+        y = bnb.matmul_4bit(x, packed, st).astype(np.float32)
+        assert op.plan_info(_dev(arch, 2), F16, n, m, k)["direct"] == (arch in DIRECT_ARCHS)
+    assert not np.isfinite(y[5]).all() and np.isfinite(np.delete(y, 5, axis=0)).all()
+
+
 @pytest.mark.parametrize("arch", DIRECT_ARCHS)
 def test_direct_x_kernel_is_reproducible(arch, keep_shards):
     """Bitwise the same across calls, CU counts and shuffled schedules (shards summed in order)."""

@@ -38,14 +38,20 @@ def on_device(st):
 
 
 # (name, N, M, K, blocksize): fused (lane-split, split-K); K not a multiple of the blocksize
-# (route, small N); N = 70 (route, split-K).
+# (route, small N); N = 70 (route, split-K); "direct": N = 40 with the split-K kernels' _direct
+# variant where built (forced), K = 544 (its last group's lanes past K), x's row padding all inf
+# (read by those lanes, it would make every output NaN).
 for name, n, m, k, bs in (("fused", 4, 40, 512, 64), ("fused_splitk", 24, 40, 512, 64), ("route_k", 3, 30, 200, 64),
-                          ("route_n", 70, 40, 256, 64)):
+                          ("route_n", 70, 40, 256, 64), ("direct", 40, 130, 544, 32)):
+    _linear.DIRECT_TRIPS = 0 if name == "direct" else 16
     w = rng.standard_normal((m, k)).astype(np.float32)
     packed, st = bnb.quantize_4bit(w, blocksize=bs, quant_type="nf4", compress_statistics=True)
     x = rng.standard_normal((n, k)).astype(np.float16)
     bias = rng.standard_normal(m).astype(np.float16)
-    std, wd, xd, bd = on_device(st), dev_array(packed)[0], dev_array(x, row_stride=k + 8)[0], dev_array(bias)[0]
+    (xd, xbase), pad = dev_array(x, row_stride=k + 8), np.full(8, np.inf, np.float16)
+    for r in range(n - 1):
+        ctypes.memmove(xbase + 2 * (r * (k + 8) + k), pad.ctypes.data, 16)
+    std, wd, bd = on_device(st), dev_array(packed)[0], dev_array(bias)[0]
     outs = []
     for _ in range(2):
         od, obase = dev_array(np.zeros((n, m), np.float16))
@@ -86,9 +92,10 @@ def test_device_operands_in_place(fakehip_run, arch):
     run = fakehip_run(SCENARIO.format(tests=TESTS), env={"FAKEHIP_ARCH": arch, "FAKEHIP_CU_COUNT": "4"})
     res = json.loads(run.stdout.split("RES ", 1)[1])
     assert res["errors"] == []
+    direct = "matmul_4bit_splitk_f16_t4_s2_direct" if arch == "gfx942" else "matmul_4bit_splitk_f16_t4"
     for name, kernels in (("fused", ["matmul_4bit_f16_n4"]), ("fused_splitk", ["matmul_4bit_splitk_f16_t2"]),
                           ("route_k", ["dequantize_4bit_f16", "skinny_gemm_f16_n3"]),
-                          ("route_n", ["dequantize_4bit_f16", "skinny_gemm_splitk_f16_t8"])):
+                          ("route_n", ["dequantize_4bit_f16", "skinny_gemm_splitk_f16_t8"]), ("direct", [direct])):
         r = res[name]
         # err: |y - exact| over a bound that holds for both (the emulated tests bound each exactly).
         assert r["err"] <= 1.0, (name, r)

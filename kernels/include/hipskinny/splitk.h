@@ -38,8 +38,8 @@ constexpr int kLdsArea = 32 * 1024;              // x's LDS area, every split-K 
 // slice-0 waves (the first kRowGroups waves) hold the unit's sums after `reduce_slices`.
 template <int LG, int TW = kTiles>
 struct Layout {
-  static_assert(TW == kTiles || TW == 2 * kTiles || TW == 4 * kTiles, "kTiles, twice or four times that per wave");
-  static constexpr int kLogSlices = LG + (TW == kTiles ? 0 : TW == 2 * kTiles ? 1 : 2);
+  static_assert(TW == kTiles || TW == 2 * kTiles, "kTiles or twice that per wave");
+  static constexpr int kLogSlices = LG + (TW == kTiles ? 0 : 1);
   static constexpr int kSlices = 1 << kLogSlices;
   static constexpr int kUnitRows = kRows >> LG;      // features per unit
   static constexpr int kRowGroups = kWaves >> kLogSlices;
@@ -326,8 +326,9 @@ __device__ void write_out(const accv (&acc)[TW][NT], float* lds, const Epilogue&
 // The unit's slices summed into the slice-0 waves, in slice order (the same bits for any
 // schedule): the other waves' tiles go through LDS (x's area, kLdsArea bytes, free after the main
 // loop's last pass once every wave has passed the barrier here), as many slices per round as fit:
-// one round at NT = 4, S = 2 and twice kTiles per wave (32 KiB); three at four times kTiles (a
-// wave's 128 accumulators per lane are 32 KiB).
+// one round at NT = 4, S = 2 and twice kTiles per wave (32 KiB); two for the four slices of
+// matmul_4bit's _direct kernels (16 KiB a slice). (The one-round case keeps its own form: written
+// as the loop's single round, LLVM schedules every split-K kernel differently.)
 template <int NT, int LG, int TW>
 __device__ inline void reduce_slices(accv (&acc)[TW][NT], void* xs, const Layout<LG, TW>& L, int lane) {
   typedef Layout<LG, TW> Lay;
@@ -443,9 +444,8 @@ __device__ inline bool finish_shards(accv (&acc)[TW][NT], void* xs, float* __res
   // loaded per round trip, several shards' at once when a shard has fewer, else a shard in parts;
   // not a round trip per shard and tile. NT = 8 (registers and SGPRs at their limits in fp8_linear's
   // kernels): one tile at a time, as before.
-  // (Twice kTiles per wave: 128 VGPRs, so that a round trip still brings two shards' tiles at NT = 4;
-  // no more at four times: its accumulators take the other half of the registers.)
-  constexpr int kMergeLoads = 64 * (TW / kTiles < 2 ? TW / kTiles : 2) / kAccs, kTileCount = TW * NT;
+  // (Twice kTiles per wave: 128 VGPRs, so that a round trip still brings two shards' tiles at NT = 4.)
+  constexpr int kMergeLoads = 64 * (TW / kTiles) / kAccs, kTileCount = TW * NT;
   constexpr int kPart = kMergeLoads < kTileCount ? kMergeLoads : kTileCount;
   constexpr int kShardsPer = kMergeLoads / kPart;
   if (!ATOMIC && NT >= 8) {

@@ -401,12 +401,11 @@ __device__ void run(const W& wt, const uint16_t* __restrict__ x, const int32_t* 
 
 #if HS_GFX9
     if constexpr (DIRECT) {
-      // x straight into registers (kDirectTiles): the first group's before the loop, each next one's
-      // step by step inside it; the weights a group ahead (splitk.h's `pipelined`). Every wave is
-      // a slice of the one row group, so every wave is active.
-      // Each wave walks its own groups (slice, slice + 4, ...: no barrier inside the loop), at least
-      // one: a wave with none runs a dead one (zeros). No branch around a group either -- the
-      // accumulators would be copied at every merge.
+      // x straight into registers: the first group's before the loop, each next one's step by step
+      // inside it; the weights a group ahead (splitk.h's `pipelined`). Every wave is a slice of the
+      // one row group and walks its own groups (slice, slice + 4, ...; no barrier inside the loop),
+      // at least one: a wave with none runs a dead one (zeros) rather than a branch around the
+      // group, at whose merge the compiler would copy the accumulators.
       const int groups = (ke - ks + 127) / 128;
       const int mine = max(1, (groups - L.slice + Lay::kSlices - 1) >> Lay::kLogSlices);
       // x's N rows as a raw buffer and the lane's byte offset in it per token tile (see x_offsets;
