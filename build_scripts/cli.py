@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from frontend.arch import ARCHS
+from hipskinny.arch import ARCHS
 
 from . import REPO_ROOT
 from .compiler import BuildError, Built, asm_targets, assemble, compile_family, sha256_bytes

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from frontend.arch import ARCHS
-from frontend.codeobject import CodeObject, CodeObjectError, target_processor
+from hipskinny.arch import ARCHS
+from hipskinny.codeobject import CodeObject, CodeObjectError, target_processor
 
 from . import cache
 from .manifest import ManifestError, kernel_entry, launch_facts, launch_flags

@@ -5,7 +5,7 @@ Schema 1::
     {"schema": 1,
      "compiler": {"kind": "clang" | "hipcc", "version": <first line of --version>,
                   "hip_headers": "triton==3.5.1" | "rocm"},
-     "archs": [<arch>, ...],                       # archs present, in frontend.arch order
+     "archs": [<arch>, ...],                       # archs present, in hipskinny.arch order
      "code_objects": {"<arch>/<family>": {
          "arch", "family", "path", "sha256", "listing", "listing_sha256",
          "flags": [...], "sources": {<repo-relative path>: <sha256>},
@@ -27,8 +27,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from frontend.arch import ARCHS
-from frontend.codeobject import Kernel
+from hipskinny.arch import ARCHS
+from hipskinny.codeobject import Kernel
 
 SCHEMA = 1
 _KEY_INT = re.compile(r"([A-Za-z]+)(\d+)")

@@ -18,7 +18,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from frontend.arch import ARCHS
+from hipskinny.arch import ARCHS
 
 TRITON_VERSION = "3.5.1"
 TRITON_WHEEL = "triton-3.5.1-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import time
 
 import numpy as np
@@ -83,11 +84,10 @@ def run_model_demo(spec: str | None = None, new_tokens: int = 8) -> int:
     or the emulator (a CPU model whose host tensors run there); checked against the same model on
     torch alone, token for token."""
     try:
-        import torch
-        import transformers
-    except ImportError as e:
-        print(f"demo --model not run: it needs torch and transformers ({e.name} is not installed: "
-              "pip install transformers)")
+        torch = _import_for_model_demo("torch")
+        transformers = _import_for_model_demo("transformers")
+    except _MissingForDemo as e:
+        print(f"demo --model not run: it needs torch and transformers; {e}")
         return 2
     device, refused = _demo_device(spec, "demo --model")
     if device is None:
@@ -134,6 +134,33 @@ def run_model_demo(spec: str | None = None, new_tokens: int = 8) -> int:
     for name, kernels in served.items():
         print(f"  {name}: {', '.join(sorted(kernels))}")
     return 0 if tokens == reference else 1
+
+
+# Import names whose pip distribution is named otherwise.
+_PIP_NAMES = {"yaml": "pyyaml", "huggingface_hub": "huggingface-hub", "PIL": "pillow", "sklearn": "scikit-learn"}
+
+
+class _MissingForDemo(Exception):
+    """What keeps the model demo from importing torch or transformers, and the command that fixes it."""
+
+
+def _import_for_model_demo(package: str):
+    """``import <package>``, or a `_MissingForDemo` naming what is actually missing (the package, or
+    a module it needs) and the ``pip install`` that installs it."""
+    try:
+        return importlib.import_module(package)
+    except ImportError as e:
+        missing = (e.name or "") if isinstance(e, ModuleNotFoundError) else ""   # not "cannot import name"
+        top = missing.split(".", 1)[0]
+        if missing == package:
+            hint = (" (for an AMD GPU, a ROCm build: https://pytorch.org/get-started/locally/)"
+                    if package == "torch" else "")
+            raise _MissingForDemo(f"{package} is not installed: pip install {package}{hint}") from e
+        if top and top != package:      # one of the package's own dependencies
+            raise _MissingForDemo(f"{package} needs {top}, which is not installed: "
+                                  f"pip install {_PIP_NAMES.get(top, top)}") from e
+        raise _MissingForDemo(f"{package} is installed but cannot be imported ({e}): "
+                              f"pip install --force-reinstall {package}") from e
 
 
 def _served_by(model, device, ops: dict[str, str]) -> dict:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .devices.base import Device
 from .errors import KernelArgumentError
 
 # Offsets of the v5/v6 implicit arguments inside the 256-byte hidden block are given
@@ -180,14 +181,57 @@ def make_plan(function: Any, kernel_meta: Any, grid: tuple[int, int, int], block
                       bytes(packer.hidden_block(grid, block, shared_mem)), info or {}, explicit_struct(packer))
 
 
+# Caches keyed by device (plans here, bound calls in `operands`) keep alive every device they hold an
+# entry for, and with it its loaded code objects and memory (an emulated device's are hundreds of MB).
+# A process drives a few devices for its whole life, so the caches hold entries for at most
+# MAX_CACHED_DEVICES of them: an entry for one more empties every such cache, and the devices no one
+# else holds can go. (A process that uses more devices than that, in turn, re-plans on each switch.)
+MAX_CACHED_DEVICES = 16
+_cached_devices: dict[int, Any] = {}               # id -> device, for the devices the caches hold
+_device_caches: list[Any] = []                     # every cache keyed by device: its ``clear()``
+_devices_lock = threading.Lock()
+
+
+def note_devices(*objs: Any) -> None:
+    """Before a device-keyed cache stores an entry that holds ``objs`` (a key's parts, a bound call):
+    count the devices among them, and empty every such cache first if they are one too many. Never
+    call it holding a cache's lock (emptying takes each)."""
+    new = [o for o in objs if isinstance(o, Device) and _cached_devices.get(id(o)) is not o]
+    if not new:
+        return
+    with _devices_lock:
+        new = [o for o in new if _cached_devices.get(id(o)) is not o]
+        if len(_cached_devices) + len(new) > MAX_CACHED_DEVICES:
+            _cached_devices.clear()
+            for cache in _device_caches:
+                cache.clear()
+        for o in new:
+            _cached_devices[id(o)] = o
+
+
+def device_caches() -> list[Any]:
+    """The device-keyed caches `note_devices` empties (a new such cache appends itself)."""
+    return _device_caches
+
+
+def forget_devices() -> None:
+    """Empty every device-keyed cache (and so let go of every device they held)."""
+    with _devices_lock:
+        _cached_devices.clear()
+        for cache in _device_caches:
+            cache.clear()
+
+
 class PlanCache:
-    """A small LRU of launch plans keyed by everything that decides them (thread-safe)."""
+    """A small LRU of launch plans keyed by everything that decides them, the device among them
+    (thread-safe; it holds at most `MAX_CACHED_DEVICES` devices with every other such cache)."""
 
     def __init__(self, maxsize: int = 256) -> None:
         self.maxsize = maxsize
         self._plans: OrderedDict[Hashable, LaunchPlan] = OrderedDict()
         self._lock = threading.Lock()
         self.misses = 0
+        _device_caches.append(self)
 
     def get(self, key: Hashable, build: Callable[[], LaunchPlan]) -> LaunchPlan:
         with self._lock:
@@ -197,6 +241,7 @@ class PlanCache:
                 return plan
             self.misses += 1
         plan = build()          # outside the lock: building may load a module (slow, takes other locks)
+        note_devices(*(key if isinstance(key, tuple) else (key,)))
         with self._lock:
             plan = self._plans.setdefault(key, plan)
             if len(self._plans) > self.maxsize:

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from . import devices as _devices
+from . import launch as _launch
 from . import scratch, tensors
 from .devices import current_device, hip_device, thread_choice
 from .devices.base import Device, Launcher
@@ -154,7 +155,8 @@ def signature(names: Sequence[str], objs: Sequence[Any], options: Hashable = Non
 
 
 class CallCache:
-    """Bound calls by signature (thread-safe; bounded: cleared when it overflows)."""
+    """Bound calls by signature (thread-safe; bounded: cleared when it overflows, and holding at most
+    `launch.MAX_CACHED_DEVICES` devices with every other device-keyed cache)."""
 
     def __init__(self, maxsize: int = 1024) -> None:
         self.maxsize = maxsize
@@ -163,9 +165,11 @@ class CallCache:
         self.get = self._calls.get
         self.binds = 0
         _caches.append(self)
+        _launch.device_caches().append(self)
 
     def add(self, key: Hashable, call: Any) -> Any:
         """Store (and return) ``call``, as its plain function (`DeviceCall.fast`) where it has one."""
+        _launch.note_devices(*(key if isinstance(key, tuple) else (key,)), getattr(call, "device", None))
         call = getattr(call, "fast", call)
         with self._lock:
             if len(self._calls) >= self.maxsize:

@@ -90,13 +90,22 @@ def check_args(code: CodeObject, e: dict[str, Any]) -> None:
 
 @dataclass
 class Module:
-    """One code object loaded on one device."""
+    """One code object loaded on one device. It refers to its device weakly: `_modules` is keyed
+    weakly by the device, and a strong reference from the value would keep every device (its
+    memory, its decoded programs) alive for the life of the process."""
 
-    device: Device
+    _device: weakref.ref[Device]
     family: str
     code: CodeObject
     handle: Any
     _functions: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def device(self) -> Device:
+        device = self._device()
+        if device is None:
+            raise CodeObjectError(f"the device {self.family} was loaded on is gone")
+        return device
 
     def kernel(self, name: str) -> tuple[Any, Any]:
         """(function handle, kernel metadata) for a kernel of this module."""
@@ -127,6 +136,6 @@ def load(device: Device, family: str) -> Module:
                 raise CodeObjectError(f"hipskinny/hsaco/{arch}/{family}.hsaco targets {code.arch}, not {arch}; "
                                       "reinstall hipskinny. " + PROBE_HINT)
             check_args(code, e)
-            mod = Module(device, family, code, device.load_module(data))
+            mod = Module(weakref.ref(device), family, code, device.load_module(data))
             per_device[family] = mod
     return mod

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .devices.base import Device
-from .errors import CaptureError, InputTypeError
+from .errors import CaptureError, HipSkinnyError, InputTypeError
 
 _ALIGN = 256
 WARM_UP_HINT = ("warm up before capturing: run the same calls once outside the capture on the stream you "
@@ -31,7 +31,8 @@ WARM_UP_HINT = ("warm up before capturing: run the same calls once outside the c
 
 class ScratchPool:
     def __init__(self, device: Device, stream: int) -> None:
-        self.device = device
+        # weakly: `_pools` is keyed weakly by the device, which a strong reference here would keep alive
+        self._device = weakref.ref(device)
         self.stream = stream
         self._slots: dict[str, tuple[int, int]] = {}   # name -> (address, capacity)
         self._retired: list[tuple[int, int]] = []        # outgrown slots: kept for captured graphs
@@ -40,6 +41,13 @@ class ScratchPool:
         # that pass data through scratch (operands.DeviceCall) hold this lock: threads sharing a
         # stream must not overwrite each other's staged inputs or intermediate results.
         self.lock = threading.RLock()
+
+    @property
+    def device(self) -> Device:
+        device = self._device()
+        if device is None:
+            raise HipSkinnyError("the device of this scratch pool is gone")
+        return device
 
     def buffer(self, name: str, nbytes: int) -> int:
         """A device address of at least ``nbytes`` for slot ``name`` (contents persist)."""

@@ -238,18 +238,23 @@ def _numpy_dtypes() -> dict[str, np.dtype]:
 
 class _RegisterAfterTorch(importlib.abc.MetaPathFinder):
     """Finds nothing itself: when ``torch`` is about to be imported it wraps torch's own loader so
-    that `register` runs once ``import torch`` has completed, then steps out of the import path."""
+    that `register` runs once ``import torch`` has completed, then steps out of the import path. It
+    stays until torch is really imported: libraries that only ask whether torch is there
+    (``importlib.util.find_spec("torch")``, as transformers does) find torch's spec, wrapped, and
+    import nothing."""
+
+    _finding = threading.local()           # a lookup of this thread is asking the rest of sys.meta_path
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != "torch":
+        if name != "torch" or getattr(self._finding, "active", False):
             return None
-        with _lock:
-            if self in sys.meta_path:
-                sys.meta_path.remove(self)
+        self._finding.active = True
         try:
-            spec = importlib.util.find_spec("torch")   # the rest of sys.meta_path, without us
+            spec = importlib.util.find_spec("torch")   # the rest of sys.meta_path: this finder steps aside
         except Exception:  # noqa: BLE001 - let the import system find (or not find) torch itself
             return None
+        finally:
+            self._finding.active = False
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         spec.loader = _LoaderThenRegister(spec.loader)
@@ -265,6 +270,8 @@ class _LoaderThenRegister(importlib.abc.Loader):
 
     def exec_module(self, module: Any) -> None:
         self.loader.exec_module(module)
+        with _lock:           # torch is imported: the hook has done its work
+            sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _RegisterAfterTorch)]
         try:
             register()
         except Exception as e:  # noqa: BLE001 - never break `import torch` over our ops

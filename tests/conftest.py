@@ -2,6 +2,7 @@
 
 import gc
 import os
+import resource
 
 import paths
 import pytest
@@ -23,11 +24,48 @@ def pytest_xdist_auto_num_workers(config):
     return max(1, min(cores, kib // (4 << 20)))
 
 
+# Every test process stays below this resident size (the worker count is sized for it: 4 GiB a worker).
+PEAK_RSS_LIMIT_MIB = 3 * 1024
+ENFORCE_PEAK_RSS = False             # reported only, until the suite fits (issue 55)
+_peaks: dict[str, int] = {}          # process ("main", "gw0", ...) -> peak resident MiB
+
+
+def _peak_rss_mib() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10      # KiB on Linux
+
+
 def pytest_sessionfinish(session, exitstatus):
     # The emulated devices the tests keep alive (module caches) hold millions of small objects, and
     # the interpreter's collections at exit would walk them all, for minutes; nothing after the
     # session needs them collected, so they are moved out of the collector's sight.
     gc.freeze()
+    worker = getattr(session.config, "workeroutput", None)
+    if worker is not None:               # an xdist worker: the controller reports it
+        worker["peak_rss_mib"] = _peak_rss_mib()
+        return
+    if not _peaks:                       # no workers: this process ran the tests
+        _peaks["main"] = _peak_rss_mib()
+    over = {name: mib for name, mib in _peaks.items() if mib > PEAK_RSS_LIMIT_MIB}
+    if over and ENFORCE_PEAK_RSS and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_testnodedown(node, error):
+    """xdist controller: a worker finished; keep its peak resident size."""
+    peak = getattr(node, "workeroutput", {}).get("peak_rss_mib")
+    if peak is not None:
+        _peaks[node.gateway.id] = peak
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _peaks:
+        return
+    parts = ", ".join(f"{name} {mib} MiB" for name, mib in sorted(_peaks.items()))
+    over = [name for name, mib in _peaks.items() if mib > PEAK_RSS_LIMIT_MIB]
+    terminalreporter.write_line(f"peak resident memory per test process: {parts} (limit {PEAK_RSS_LIMIT_MIB} MiB)")
+    if over:
+        terminalreporter.write_line(f"FAILED: {', '.join(sorted(over))} passed the {PEAK_RSS_LIMIT_MIB} MiB limit "
+                                    "(tests/conftest.py PEAK_RSS_LIMIT_MIB)", red=True)
 
 
 # HIPSKINNY_LAUNCH_LOG=<file>: one JSON line per emulated launch (test id, arch, kernel, grid, block,

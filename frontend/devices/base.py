@@ -10,12 +10,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..arch import ArchInfo, arch_info
-
-if TYPE_CHECKING:
-    from ..launch import LaunchPlan
 
 # A prepared launch: ``launch(pointers, tail, stream)`` packs the explicit arguments -- the first
 # ``len(pointers)`` of them from ``pointers``, the rest from ``tail`` -- and launches.
@@ -89,7 +86,7 @@ class Device(ABC):
     @abstractmethod
     def synchronize(self, stream: int = 0) -> None: ...
 
-    def launcher(self, plan: LaunchPlan) -> Launcher:
+    def launcher(self, plan: Any) -> Launcher:     # plan: a `launch.LaunchPlan` (launch imports this module)
         """A prepared launch of ``plan``: everything that does not change between calls (function,
         grid, block, hidden arguments) is checked and fixed once; a call packs the explicit values."""
         function, grid, block, shared_mem = plan.function, plan.grid, plan.block, plan.shared_mem

@@ -26,9 +26,12 @@ the ``hipMemcpyKind`` enum, ``hipRuntimeGetVersion() -> (err, int)`` and ``hip.H
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import logging
+import os
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..errors import PROBE_HINT, DeviceMismatchError, HipRuntimeError, InputTypeError, InputValueError
@@ -301,8 +304,10 @@ def hip_runtime_status() -> dict[str, Any]:
     ``runtime_version_name``, ``driver_version`` (int), ``device_count`` (int), ``devices``
     (one dict per ordinal: ``ordinal``, ``name``, ``gcn_arch_name``, ``arch``, ``cu_count``,
     ``wave_size``, ``lds_per_workgroup``, ``total_memory``, or ``ordinal`` and ``error``),
-    ``problem`` (str or None: why hipskinny cannot use a GPU) and ``warnings`` (list of str).
-    Unknown values are None.
+    ``problem`` (str or None: why hipskinny cannot use a GPU), ``setup_problem`` (str or None: the
+    same without the statements that this machine simply has no GPU -- no HIP runtime and no
+    hip-python, a runtime without the library, or one that reports no device --, so what is left is
+    a setup to fix) and ``warnings`` (list of str). Unknown values are None.
     """
     status: dict[str, Any] = {
         "hip_python_installed": False,
@@ -318,22 +323,26 @@ def hip_runtime_status() -> dict[str, Any]:
         "device_count": 0,
         "devices": [],
         "problem": None,
+        "setup_problem": None,
         "warnings": [],
     }
     problems: list[str] = []
+    no_gpu: list[str] = []            # the statements that there is no GPU here (the last, when any)
     try:
-        _fill_status(status, problems)
+        _fill_status(status, problems, no_gpu)
     except Exception as exc:  # a status report must describe a broken setup, not crash on it
         problems.append(f"unexpected error while probing HIP: {exc!r}")
-    status["problem"] = "; ".join(problems) or None
+    status["problem"] = "; ".join(problems + no_gpu) or None
+    status["setup_problem"] = "; ".join(problems) or None
     return status
 
 
-def _fill_status(status: dict[str, Any], problems: list[str]) -> None:
+def _fill_status(status: dict[str, Any], problems: list[str], no_gpu: list[str]) -> None:
     try:
         hip_module = _import_hip()
     except HipRuntimeError as exc:
-        problems.append(str(exc))
+        # hip-python matters where a HIP runtime is installed; without both, there is just no GPU here
+        (problems if _runtime_library_installed() else no_gpu).append(str(exc))
         return
     status["hip_python_installed"] = True
     (status["hip_python_version"], status["hip_python_hip_version"],
@@ -342,12 +351,15 @@ def _fill_status(status: dict[str, Any], problems: list[str]) -> None:
     # 10.x can ask without raising; 7.x only by trying a call.
     has_symbol = getattr(hip_module, "has_symbol", None)
     if has_symbol is not None and not has_symbol("hipRuntimeGetVersion"):
-        problems.append(NO_LIBRARY + _NO_LIBRARY_DETAIL)
+        no_gpu.append(NO_LIBRARY + _NO_LIBRARY_DETAIL)
         return
     try:
         runtime = int(_call(hip_module, "hipRuntimeGetVersion"))
     except HipRuntimeError as exc:
-        problems.append(NO_LIBRARY + _NO_LIBRARY_DETAIL if NO_LIBRARY in str(exc) else str(exc))
+        if NO_LIBRARY in str(exc):
+            no_gpu.append(NO_LIBRARY + _NO_LIBRARY_DETAIL)
+        else:
+            problems.append(str(exc))
         status["library_found"] = NO_LIBRARY not in str(exc)
         status["library_path"] = _loaded_library_path()
         return
@@ -374,7 +386,7 @@ def _fill_status(status: dict[str, Any], problems: list[str]) -> None:
     result = hip_module.hipGetDeviceCount()
     err, count = int(result[0]), int(result[1] or 0)
     if err == _ERR_NO_DEVICE or (err == 0 and count == 0):
-        problems.append(_no_gpu_message(path))
+        no_gpu.append(_no_gpu_message(path))
         return
     if err != 0:
         problems.append(f"hipGetDeviceCount failed: {getattr(result[0], 'name', err)} ({err}): "
@@ -398,6 +410,18 @@ def _fill_status(status: dict[str, Any], problems: list[str]) -> None:
             })
         except Exception as exc:  # one broken device must not hide the others
             status["devices"].append({"ordinal": ordinal, "error": str(exc)})
+
+
+def _runtime_library_installed() -> bool:
+    """Whether a HIP runtime library is where hip-python or the dynamic loader would find one."""
+    dirs = [Path(os.environ.get("ROCM_PATH") or "/opt/rocm") / "lib"]
+    dirs += [Path(d) for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
+    try:
+        if any(next(d.glob("libamdhip64.so*"), None) for d in dirs if d.is_dir()):
+            return True
+        return ctypes.util.find_library("amdhip64") is not None
+    except Exception:       # the status describes a machine; it never fails on one
+        return False
 
 
 def _no_gpu_message(library: str | None) -> str:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import gzip
 import re
+from array import array
+from bisect import bisect_left
 from collections.abc import Sequence
 from typing import overload
 
@@ -112,27 +114,45 @@ def read_listing(data: bytes) -> str:
 def parse_listing(text: str, code: CodeObject) -> tuple[Listing, dict[str, int]]:
     """All instructions (in address order, as a lazy `Listing`) and each function label's address."""
     labels = {m.group("name"): int(m.group("addr"), 16) for m in _LABELS.finditer(text)}
-    rows = _LINES.findall(text)                     # one C-level scan: (text, address, hex dwords) per line
-    if not rows:
+    listing = Listing(text, _image(code), code.arch)
+    if not len(listing):
         raise EmulatorError(f"{code.arch} listing holds no instructions")
-    return Listing(rows, _image(code), code.arch), labels
+    return listing, labels
 
 
 class Listing(Sequence[Inst]):
     """The instructions of a listing. Each becomes an `Inst` the first time it is read -- a run
     reads a few thousand of a listing's hundreds of thousands -- and is then compared with the
     binary's bytes (EmulatorError if they differ), so nothing that does not describe the binary is
-    ever decoded. ``addrs`` holds every instruction's address."""
+    ever decoded. ``addrs`` holds every instruction's address (an ``array('q')``, ascending).
 
-    def __init__(self, rows: list[tuple[str, str, str]], image: _image, arch: str) -> None:
-        self._rows = rows
-        self._insts: list[Inst | None] = [None] * len(rows)
+    Every device of an arch shares one listing, and a worker holds every arch's: so it keeps the
+    text once and 16 bytes an instruction (where its line starts, its address), not the lines split
+    into strings (some 400 bytes an instruction: 2 GB for the five archs' code objects)."""
+
+    def __init__(self, text: str, image: _image, arch: str) -> None:
+        self._text = text
+        starts, addrs = array("q"), array("q")
+        for m in _LINES.finditer(text):
+            starts.append(m.start())
+            addrs.append(int(m.group(2), 16))
+        self._starts = starts
+        self._insts: list[Inst | None] = [None] * len(starts)
         self._image = image
         self._arch = arch
-        self.addrs = [int(a, 16) for _, a, _ in rows]
+        self.addrs = addrs
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self._starts)
+
+    def _row(self, i: int) -> tuple[str, str, str]:
+        """Instruction ``i``'s line as (text, address, hex dwords)."""
+        m = _LINES.match(self._text, self._starts[i])
+        assert m is not None
+        return m.group(1), m.group(2), m.group(3)
+
+    def _rows(self, lo: int = 0, hi: int | None = None) -> list[tuple[str, str, str]]:
+        return [self._row(i) for i in range(*slice(lo, hi).indices(len(self)))]
 
     @overload
     def __getitem__(self, i: int) -> Inst: ...
@@ -151,7 +171,7 @@ class Listing(Sequence[Inst]):
     def verify(self) -> None:
         """Check the whole listing against the binary at once, run by run of contiguous addresses
         (for tools that read every instruction; what reading each one checks per instruction)."""
-        rows = self._rows
+        rows = self._rows()
         raw = np.frombuffer(bytes.fromhex(" ".join(w for _, _, w in rows)), ">u4").astype("<u4").tobytes()
         sizes = np.array([len(w) for _, _, w in rows], np.int64) // 9 * 4 + 4
         offsets = np.concatenate(([0], np.cumsum(sizes)))
@@ -165,10 +185,10 @@ class Listing(Sequence[Inst]):
 
     def mnemonics(self, lo: int = 0, hi: int | None = None) -> list[str]:
         """The mnemonics of instructions [lo, hi) without making their `Inst`s."""
-        return [body.partition(" ")[0] for body, _, _ in self._rows[lo:hi]]
+        return [body.partition(" ")[0] for body, _, _ in self._rows(lo, hi)]
 
     def _make(self, i: int) -> Inst:
-        body, _, words = self._rows[i]
+        body, _, words = self._row(i)
         addr = self.addrs[i]
         encoding = b"".join(int(w, 16).to_bytes(4, "little") for w in words.split())
         actual = self._image.get(addr, len(encoding))
@@ -178,6 +198,29 @@ class Listing(Sequence[Inst]):
                                 "rebuild the code objects (python -m build_scripts)")
         body = body.strip()
         return Inst(addr, len(encoding), body, body.partition(" ")[0], None, None, encoding)
+
+
+class AddressIndex:
+    """Instruction address -> index in a `Listing`, by bisection of its ascending addresses (a dict
+    of them took tens of MB per large code object). Reads as the dict did: ``[addr]`` (KeyError when
+    no instruction starts there) and ``get``."""
+
+    __slots__ = ("_addrs",)
+
+    def __init__(self, addrs: Sequence[int]) -> None:
+        if len(addrs) > 1 and not (np.diff(np.asarray(addrs, np.int64)) > 0).all():
+            raise EmulatorError("listing addresses are not ascending")
+        self._addrs = addrs
+
+    def get(self, addr: int, default: int | None = None) -> int | None:
+        i = bisect_left(self._addrs, addr)
+        return i if i < len(self._addrs) and self._addrs[i] == addr else default
+
+    def __getitem__(self, addr: int) -> int:
+        i = self.get(addr)
+        if i is None:
+            raise KeyError(addr)
+        return i
 
 
 class _image:

@@ -11,7 +11,7 @@ import threading
 from ..arch import ArchInfo
 from ..codeobject import CodeObject, Kernel
 from ..errors import EmulatorError
-from .listing import Inst, Listing, parse_listing
+from .listing import AddressIndex, Inst, Listing, parse_listing
 from .mode import FloatMode, float_mode
 from .ops import CLASSES, DecodeContext, Handler, load_all, lookup
 from .ops.salu import nop_factory, vm_wait_counts, wait_factory
@@ -61,19 +61,21 @@ _PLANS_BY_TEXT: dict[str, tuple | None] = {}
 _SHAREABLE = frozenset({"valu", "trans", "vmem_load", "vmem_store", "lds", "matrix"})
 _SHARED: dict[tuple, Handler] = {}
 
-_PARSED: dict[tuple[bytes, bytes], tuple[Listing, dict[str, int]]] = {}
+_PARSED: dict[tuple[bytes, bytes], tuple[Listing, dict[str, int], AddressIndex]] = {}
 _PARSED_LOCK = threading.Lock()
 
 
-def _parsed(text: str, code: CodeObject) -> tuple[Listing, dict[str, int]]:
-    """`parse_listing`, once per (listing, code object) in the process: every device of an arch
-    loads the same code objects, and parsing a large listing takes seconds. The result is shared
-    read-only (instructions are frozen; callers do not mutate the list or the labels)."""
+def _parsed(text: str, code: CodeObject) -> tuple[Listing, dict[str, int], AddressIndex]:
+    """`parse_listing` and the index of each instruction address, once per (listing, code object)
+    in the process: every device of an arch loads the same code objects, parsing a large listing
+    takes seconds, and the address index alone is tens of MB. The result is shared read-only
+    (instructions are frozen; callers mutate neither the list, the labels nor the index)."""
     key = (hashlib.sha256(text.encode()).digest(), hashlib.sha256(code.data).digest())
     with _PARSED_LOCK:
         found = _PARSED.get(key)
     if found is None:
-        found = parse_listing(text, code)
+        insts, labels = parse_listing(text, code)
+        found = insts, labels, AddressIndex(insts.addrs)
         with _PARSED_LOCK:
             found = _PARSED.setdefault(key, found)
     return found
@@ -87,8 +89,7 @@ class Program:
         load_all()
         self.code = code
         self.arch = arch
-        self.insts, labels = _parsed(listing_text, code)
-        self.index_of = dict(zip(self.insts.addrs, range(len(self.insts)), strict=True))
+        self.insts, labels, self.index_of = _parsed(listing_text, code)
         self._label_addrs = sorted((addr, name) for name, addr in labels.items())
         gfx = int(arch.name[3:-2]) if arch.name.startswith("gfx1") else 9
         self.ctx = DecodeContext(arch.name, gfx, arch.wave_size, arch.fp8_format, self.index_of)

@@ -12,14 +12,15 @@ Format (bitsandbytes ``quantize_4bit`` / ``Params4bit``):
   ``blocksize`` consecutive elements (32, 64, ..., 4096; the last block may be partial; blocks may
   straddle rows). ``absmax[b]`` = max ``|w|`` of block ``b`` (float32).
 * Each element is scaled to ``x = w * (1/absmax)`` (float32 reciprocal, then a float32 multiply,
-  as the CUDA kernel does) and coded by the kernel's comparison tree: NF4 code = the number of
-  float32 thresholds (`NF4_THRESHOLDS`, the float32-rounded midpoints of `NF4`) that ``x`` strictly
-  exceeds, so an exact tie goes to the lower code; FP4 = sign bit 8 if ``x < 0``, then the magnitude
-  code of the largest of the kernel's float32 literals (`FP4_THRESHOLDS`) that ``|x|`` strictly
-  exceeds. Those literals are the midpoints to about 7 digits only (0.583333 lies 3.3e-7 below the
-  midpoint of 0.5 and 2/3, the others within 3e-8 of theirs), so a value that close to a midpoint may
-  get the farther code: the literals are followed, as the kernel does.
-  A negative value that rounds to zero is FP4 code 8 (-0.0); -0.0 itself is code 0.
+  as the CUDA kernel does) and coded as bitsandbytes' CPU/default backend codes it
+  (``torch.bucketize`` against ``_get_4bit_quantize_bounds``): the nearest entry of the table, judged
+  at the float32 midpoints ``(a + b) / 2`` of its neighbouring entries, a value exactly on a midpoint
+  going to the LOWER entry. NF4: code = the number of `NF4_THRESHOLDS` (those midpoints) that ``x``
+  strictly exceeds. FP4 (midpoints mirrored about 0, `FP4_THRESHOLDS` the positive ones): sign bit 8
+  if ``x < 0``; magnitude code of the number of thresholds ``|x|`` strictly exceeds if ``x >= 0``,
+  reaches (``>=``) if ``x < 0`` (on a negative midpoint the lower entry is the larger magnitude).
+  A negative value that rounds to zero is FP4 code 8; -0.0 itself is code 0. Code 8 is +0.0 in
+  `FP4`, as in bitsandbytes' table (``QuantState.code``), so both zero codes dequantize to +0.0 here.
 * Packing: flat element ``2j`` in the HIGH nibble of byte ``j``, ``2j+1`` in the LOW nibble; an odd
   count pads the last low nibble with the code of 0.0 (NF4 7, FP4 0). ``packed`` is uint8
   ``[(n+1)//2, 1]``.
@@ -52,9 +53,32 @@ Choices where bitsandbytes' backends disagree:
   binary search (a tie to the even index), so a state it made there may differ in nested codes and
   the offset's last bits. Dequantization reads the stored codes, offset and map, so either kind of
   state dequantizes bit for bit.
-* bitsandbytes' CPU/default backend divides (instead of multiplying by the reciprocal) in a partial
-  last block, decides FP4 at float32 midpoints instead of the kernel's literals, and gives FP4
-  zeros the opposite sign (small positive values code 8, small negative ones code 0).
+* 4-bit decisions: bitsandbytes' two paths disagree, and hipskinny takes the CPU/default backend's
+  (above; the one its tests run, and the one here to check against), but for the sign of FP4's zero.
+  Neither is the exact nearest entry: where a float32 midpoint rounded above the exact one, the value
+  on it goes to the lower, farther entry. The CUDA kernel (``dQuantizeFP4`` / ``dQuantizeNF4`` in
+  csrc/kernels.cu: trees of ``x > literal``, FP4 on ``|x|`` with the sign bit from ``x < 0``) decides
+  at float literals instead. FP4's (`_CUDA_FP4_LITERALS`) differ from the float32 midpoints at five of
+  seven: 0.00260417f lies above its midpoint (14 float32 values, nearer 1/192, that the kernel codes
+  0), 0.583333f 3.6e-7 below (6 values, 5 of them nearer 0.5, that it codes 2/3), and 0.20833333f,
+  0.29166667f, 0.8333333f one value below (the midpoint itself, which it codes up). NF4's decimal
+  literals, rounded once to float32, are one ulp off the float32 midpoints at four thresholds
+  (-0.84809643, 0.120255254, 0.501663387, 0.861478388 against -0.848096371, 0.120255247,
+  0.501663446, 0.861478448 here): each exact midpoint is a tie between two float32 values, which
+  the float32 ``(a + b) / 2`` rounds to even and the literal's decimal digits round their way. And
+  on FP4's negative midpoints the kernel takes the smaller magnitude. GPU-made codes may differ at
+  exactly those values.
+* The sign of an FP4 zero follows the CUDA kernel (code 8 exactly for ``-m < x < 0``, ``m`` the first
+  midpoint): the sign bit is ``x < 0``. bitsandbytes' CPU backend codes the zero bucket the other way
+  round (``(0, m]`` code 8, ``(-m, 0]`` code 0): that is the order ``torch.argsort`` (unstable) gives
+  the two equal +0.0 entries of its table, no rule; and bitsandbytes' dequantizers that read the
+  sign bit (the CUDA kernel's ``dDequantizeFP4Tree`` and its CPU library's table, used for an even
+  last dimension) turn code 8 into -0.0, so its CPU codes flip a zero's sign both ways through them
+  and the kernel's keep it. Nibbles differ there, dequantized values only in the sign of a zero.
+* bitsandbytes' CPU/default backend also divides (instead of multiplying by the reciprocal) in a
+  partial last block, so codes there may differ where ``w / absmax`` and ``w * (1/absmax)`` differ;
+  and it scales by ``1/max(absmax, 1e-38)``, so a block whose absmax is below 1e-38 (bfloat16 or
+  float32 weights only) gets codes for ``w / 1e-38`` instead of ``w / absmax``.
 * `DYNAMIC_MAP` is the map bitsandbytes builds with torch's CPU ``linspace``, which rounds
   ``start + step*i`` once (a fused multiply-add); a torch build rounding twice gives 42 of the 256
   entries one ulp away. A checkpoint carries its own map (``nested_quant_map``): dequantization uses
@@ -63,8 +87,12 @@ Choices where bitsandbytes' backends disagree:
   partial sum per thread's chunk). A torch weight's offset is torch's own mean, so it matches
   bitsandbytes in the same process; for a numpy weight `_torch_cpu_mean` reads both from torch when
   torch is loaded (16 lanes for its AVX512 kernels, else 8), else assumes 8 lanes on one thread.
-* Non-finite weights are rejected (InputValueError): the CUDA kernel's absmax skips NaN and the
-  codes it gives them are meaningless.
+* Non-finite weights are rejected (InputValueError), where bitsandbytes quantizes them: its CPU
+  backend's absmax is inf for a block holding an inf (NaN for one holding a NaN), and that block
+  dequantizes to inf and NaN (``code * inf``; 0 * inf is NaN) or NaN throughout (in bfloat16 its CPU
+  library may round such a NaN to 0.0, `_nonfinite_message`); nested, the offset (the mean absmax) is
+  non-finite too and so is the whole weight. The message says so. (The CUDA kernel's absmax may skip
+  a NaN, and the code it gives a NaN is meaningless.)
 
 The state (`QuantState`) keeps bitsandbytes' attribute names and the layout a kernel reads: packed
 bytes, flat float32 ``absmax`` (or uint8 codes + ``state2``), ``offset`` a 0-d float32, ``code`` the
@@ -125,20 +153,27 @@ NF4 = _frozen([
     0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
     0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0,
 ])
-# bnb's FP4 (not OCP E2M1): sign bit 3; magnitudes {0, 0.0625, 8, 12, 4, 6, 2, 3} / 12.
+# bnb's FP4 (not OCP E2M1): sign bit 3; magnitudes {0, 0.0625, 8, 12, 4, 6, 2, 3} / 12. Code 8 is +0.0, as in
+# bitsandbytes' own table (get_4bit_type writes it as the int -0), which is the QuantState.code it makes.
 FP4 = _frozen(np.array([0.0, 0.0625, 8.0, 12.0, 4.0, 6.0, 2.0, 3.0] * 2, np.float32)
-              / np.float32(12) * np.repeat(np.float32([1, -1]), 8))
+              / np.float32(12) * np.float32([1] * 9 + [-1] * 7))
 
-# The CUDA kernel's comparison constants (float literals, so float32 comparisons), ascending.
+# bitsandbytes' decision points (its CPU/default backend: bucketize against the float32 midpoints
+# (a + b) / 2 of its sorted table), ascending. NF4: the midpoints of `NF4`. FP4: the midpoints of the
+# sorted magnitudes, which the negative half mirrors.
 NF4_THRESHOLDS = _frozen([
     -0.8480964004993439, -0.6106329262256622, -0.4599952697753906, -0.33967943489551544,
     -0.23460740596055984, -0.13791173323988914, -0.045525018125772476, 0.03979014977812767,
     0.1202552504837513, 0.2035212516784668, 0.2920137718319893, 0.3893125355243683,
     0.5016634166240692, 0.6427869200706482, 0.8614784181118011,
 ])
-FP4_THRESHOLDS = _frozen([0.00260417, 0.0859375, 0.20833333, 0.29166667, 0.4166667, 0.583333, 0.8333333])
+FP4_THRESHOLDS = _frozen((lambda m: (m[:-1] + m[1:]) / np.float32(2))(np.sort(FP4[:8])))
 # magnitude code for "|x| exceeds exactly k of FP4_THRESHOLDS"
 _FP4_MAG_CODE = np.array([0, 1, 6, 7, 4, 5, 2, 3], np.uint8)
+# The CUDA kernel's float literals (dQuantizeFP4 / dQuantizeNF4), rounded to float32 as a compiler
+# rounds a decimal literal (once, to nearest): where they differ from the thresholds above, its GPU
+# path decides differently (module docstring). Documentation and tests only.
+_CUDA_FP4_LITERALS = _frozen([0.00260417, 0.0859375, 0.20833333, 0.29166667, 0.4166667, 0.583333, 0.8333333])
 _LUT = {"nf4": NF4, "fp4": FP4}
 
 
@@ -298,11 +333,16 @@ def _scaled(blocks: np.ndarray, absmax: np.ndarray) -> np.ndarray:
 
 
 def _codes_4bit(x: np.ndarray, quant_type: str) -> np.ndarray:
-    """4-bit codes of float32 ``x`` by the kernel's strict-``>`` comparisons (float32 against float32)."""
+    """4-bit codes of float32 ``x``: the nearest table entry judged at the float32 midpoints, a value
+    on a midpoint going to the lower entry (bitsandbytes' ``bucketize``); FP4's sign bit is ``x < 0``."""
     if quant_type == "nf4":
         return np.searchsorted(NF4_THRESHOLDS, x, side="left").astype(np.uint8)   # #thresholds < x
-    mag = _FP4_MAG_CODE[np.searchsorted(FP4_THRESHOLDS, np.abs(x), side="left")]
-    return mag | np.where(x < 0, np.uint8(8), np.uint8(0))
+    neg = x < 0
+    ax = np.abs(x)
+    # lower entry on a midpoint: the smaller magnitude for x > 0, the larger one for x < 0
+    k = np.where(neg, np.searchsorted(FP4_THRESHOLDS, ax, side="right"),
+                 np.searchsorted(FP4_THRESHOLDS, ax, side="left"))
+    return _FP4_MAG_CODE[k] | np.where(neg, np.uint8(8), np.uint8(0))
 
 
 def _dynamic_codes(x: np.ndarray) -> np.ndarray:
@@ -438,6 +478,34 @@ def _nest(absmax: np.ndarray, torch_kind: bool) -> tuple[np.ndarray, np.float32,
     return q, offset, absmax2
 
 
+def _nonfinite_message(a: np.ndarray, blocksize: int, nested: bool, dtype_name: str) -> str:
+    """Why flat float32 ``a`` is refused, and what bitsandbytes would have made of it: its CPU backend's
+    ``absmax`` is the block's max ``|w|``, inf for a block holding an inf (NaN for one holding a NaN,
+    torch's max propagating it), so the block dequantizes to ``code * inf`` (inf, or NaN where the code
+    is a zero) or NaN throughout; nested, the offset (the mean absmax) is inf or NaN too, and so is
+    every reconstructed absmax. In bfloat16 its CPU library rounds a float32 NaN whose bits are all ones
+    (torch's ``max()`` over all elements, which it takes of a partial last block, gives that NaN; the
+    nested mean passes it on) by adding 0x7fff, which wraps to +0.0."""
+    bad = np.flatnonzero(~np.isfinite(a))
+    blocks = np.unique(bad // blocksize)
+    nan_blocks = np.unique(np.flatnonzero(np.isnan(a)) // blocksize)
+    if nan_blocks.size == 0:
+        who, absmax = "bitsandbytes", "inf"
+    else:       # its CUDA kernel's max may skip a NaN instead: only the CPU backend's result is certain
+        who = "bitsandbytes' CPU backend"
+        absmax = "NaN" if nan_blocks.size == blocks.size else "inf (NaN in a block holding a NaN)"
+    them = "it" if bad.size == 1 else "them"
+    msg = (f"w holds {bad.size} NaN or infinite value(s) (the first at flat index {bad[0]}): 4-bit absmax "
+           f"quantization needs finite weights. {who} would quantize it with absmax {absmax}, and the "
+           f"{blocks.size} block(s) of {blocksize} holding {them} dequantize to NaN/inf")
+    if nested:
+        msg += (f"; with compress_statistics its offset (the mean absmax) is {'inf' if absmax == 'inf' else 'NaN'} "
+                "too, and the whole weight dequantizes to NaN/inf")
+    if nan_blocks.size and dtype_name == "bfloat16":
+        msg += " (or to 0.0, where its CPU library's bfloat16 rounding wraps a NaN whose bits are all ones)"
+    return msg
+
+
 def quantize_4bit(w: Any, blocksize: int = 64, quant_type: str = "fp4",
                   compress_statistics: bool = False) -> tuple[Any, QuantState]:
     """``(packed, state)`` of weight ``w`` (float16/bfloat16/float32 numpy array or torch tensor, any
@@ -455,8 +523,7 @@ def quantize_4bit(w: Any, blocksize: int = 64, quant_type: str = "fp4",
     if n == 0:
         raise InputValueError(f"quantize_4bit needs at least one element; got shape {tuple(w.shape)}")
     if not np.isfinite(a).all():
-        bad = int(np.count_nonzero(~np.isfinite(a)))
-        raise InputValueError(f"w holds {bad} NaN or infinite value(s): 4-bit absmax quantization needs finite weights")
+        raise InputValueError(_nonfinite_message(a, bs, bool(compress_statistics), dtype_name))
     absmax = np.empty(-(-n // bs), np.float32)
     packed = np.empty(((n + 1) // 2, 1), np.uint8)
     for s in range(0, n, _CHUNK):

@@ -318,8 +318,9 @@ def indptr_check(name: str, idx_name: str, n: int, op: str = "sparse_decode") ->
 
 def _int_array(a: Any, name: str) -> np.ndarray:
     arr = np.asarray(a)
-    if arr.dtype.kind not in "iu" or arr.ndim != 1:
-        raise InputTypeError(f"{name} must be a 1-D integer array; got {arr.dtype} of shape {arr.shape}")
+    if arr.dtype.kind not in "iu" or arr.ndim != 1:     # a wrong dtype: TypeError; a wrong rank: ValueError
+        raise (InputTypeError if arr.dtype.kind not in "iu" else InputValueError)(
+            f"{name} must be a 1-D integer array; got {arr.dtype} of shape {arr.shape}")
     return arr.astype(np.int64)
 
 

@@ -31,7 +31,7 @@ gradient wanted, goes straight to `hipskinny.matmul_4bit` on the module's own te
 once per weight), skipping bitsandbytes' Python and torch's dispatcher (benchmarks/RESULTS.md,
 "Per-call cost"). Every other call, and the first call of each layer (which sets its compute dtype),
 runs bitsandbytes' own forward, and through it the ops above. `disable` of the last device type puts
-bitsandbytes' forward back.
+bitsandbytes' forward back. `served()` counts the calls hipskinny took, per op.
 
 No host synchronization, and no allocation beyond the result and hipskinny's scratch pool: the
 calls can be captured in a HIP graph once warmed up (the first call on a device puts the two
@@ -60,10 +60,27 @@ from ..errors import HipSkinnyError, InputTypeError, InputValueError, Unsupporte
 from ..formats import bnb
 from ..ops import matmul_4bit as _m4
 
-__all__ = ["disable", "enable", "enabled"]
+__all__ = ["disable", "enable", "enabled", "served"]
 
 # The ops taken over, as bitsandbytes names them (overloads after the dot).
 OPS = ("gemm_4bit", "gemv_4bit", "gemv_4bit.out", "dequantize_4bit", "dequantize_4bit.out")
+# What `served` counts: those ops, and Linear4bit's decode forward served directly.
+FORWARD = "Linear4bit.forward"
+# Calls hipskinny served, per op (one-item lists: a served call adds one with a single item store).
+_counts: dict[str, list[int]] = {op: [0] for op in (*OPS, FORWARD)}
+
+
+def served(*, reset: bool = False) -> dict[str, int]:
+    """How many calls hipskinny has served, per bitsandbytes op (``"gemm_4bit"``, ``"gemv_4bit"``,
+    ``"dequantize_4bit"``, their ``".out"`` forms) and ``"Linear4bit.forward"`` (the decode forward
+    served directly), on every enabled device type, since the process started or the last
+    ``reset=True``; calls handed to bitsandbytes' kernels are not counted. Calls from threads running
+    at once may be undercounted (the counts are not locked)."""
+    found = {op: c[0] for op, c in _counts.items() if c[0]}
+    if reset:
+        for c in _counts.values():
+            c[0] = 0
+    return found
 
 
 class _Registration:
@@ -204,6 +221,7 @@ def _kernels(reg: _Registration) -> dict[str, Callable[..., Any]]:
     state_of, matmul_4bit, dequantize_kernel = bnb.QuantState, _m4.matmul_4bit, _m4.dequantize
     max_n = _m4.FUSED_MAX_N
     codebooks, codebook = reg.codebooks, reg.codebook
+    c_gemm, c_gemv, c_gemv_out, c_deq, c_deq_out = (_counts[op] for op in OPS)
 
     def table(like: Any, quant_type: str) -> Any:
         found = codebooks.get((like.device, quant_type))
@@ -225,9 +243,12 @@ def _kernels(reg: _Registration) -> dict[str, Callable[..., Any]]:
                     state = state_of(absmax_8bit, shapeB, code, blocksize, None, None, absmax_offset,
                                      state_of(absmax, None, absmax_code, 256, None, None))
                 try:
-                    return matmul_4bit(A, B, state, bias, fused=True)
+                    y = matmul_4bit(A, B, state, bias, fused=True)
                 except refused:
                     pass
+                else:
+                    c_gemm[0] += 1
+                    return y
         return reg.fallback("gemm_4bit", A, B, shapeB, absmax, blocksize, quant_type, bias=bias,
                             absmax_8bit=absmax_8bit, absmax_code=absmax_code, absmax_offset=absmax_offset)
 
@@ -242,11 +263,16 @@ def _kernels(reg: _Registration) -> dict[str, Callable[..., Any]]:
 
     def gemv_4bit(A: Any, B: Any, shapeB: Any, absmax: Any, code: Any, blocksize: int) -> Any:
         y = gemv(A, B, shapeB, absmax, code, blocksize, None)
-        return y if y is not None else reg.fallback("gemv_4bit", A, B, shapeB, absmax, code, blocksize)
+        if y is None:
+            return reg.fallback("gemv_4bit", A, B, shapeB, absmax, code, blocksize)
+        c_gemv[0] += 1
+        return y
 
     def gemv_4bit_out(A: Any, B: Any, shapeB: Any, absmax: Any, code: Any, blocksize: int, out: Any) -> None:
         if gemv(A, B, shapeB, absmax, code, blocksize, out) is None:
             reg.fallback("gemv_4bit.out", A, B, shapeB, absmax, code, blocksize, out)
+        else:
+            c_gemv_out[0] += 1
 
     def dequantize(A: Any, absmax: Any, blocksize: int, quant_type: str, shape: Any, dtype: Any, out: Any) -> Any:
         """hipskinny's result, or None. Any shape: the weight is dequantized as [numel / last, last]."""
@@ -268,12 +294,17 @@ def _kernels(reg: _Registration) -> dict[str, Callable[..., Any]]:
 
     def dequantize_4bit(A: Any, absmax: Any, blocksize: int, quant_type: str, shape: Any, dtype: Any) -> Any:
         w = dequantize(A, absmax, blocksize, quant_type, shape, dtype, None)
-        return w if w is not None else reg.fallback("dequantize_4bit", A, absmax, blocksize, quant_type, shape, dtype)
+        if w is None:
+            return reg.fallback("dequantize_4bit", A, absmax, blocksize, quant_type, shape, dtype)
+        c_deq[0] += 1
+        return w
 
     def dequantize_4bit_out(A: Any, absmax: Any, blocksize: int, quant_type: str, shape: Any, dtype: Any,
                             out: Any) -> None:
         if dequantize(A, absmax, blocksize, quant_type, shape, dtype, out) is None:
             reg.fallback("dequantize_4bit.out", A, absmax, blocksize, quant_type, shape, dtype, out)
+        else:
+            c_deq_out[0] += 1
 
     return {"gemm_4bit": gemm_4bit, "gemv_4bit": gemv_4bit, "gemv_4bit.out": gemv_4bit_out,
             "dequantize_4bit": dequantize_4bit, "dequantize_4bit.out": dequantize_4bit_out}
@@ -330,6 +361,7 @@ def _patch_forward(torch: Any) -> None:
     cls = bitsandbytes.nn.Linear4bit
     original = cls.__dict__["forward"]
     serve, registered, compiling = linear4bit_server(torch), _registered, torch.compiler.is_compiling
+    count = _counts[FORWARD]
     seen_of: dict[int, list[Any]] = {}      # id(module) -> its cache, dropped when the module goes
 
     @functools.wraps(original)
@@ -343,6 +375,7 @@ def _patch_forward(torch: Any) -> None:
                 weakref.finalize(self, seen_of.pop, id(self), None)
             y = serve(self, seen, x)
             if y is not None:
+                count[0] += 1
                 return y
         return original(self, x, *args, **kwargs)
 

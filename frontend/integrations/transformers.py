@@ -13,9 +13,9 @@ w13) and ``down_proj [E, H, I]`` (w2), used in place. The router's weights are w
 its ids narrowed to int32 (``[T, k]``, a few bytes). Served: T <= 128 tokens (and T * k <= 1024),
 16-bit experts of the activations' dtype, SiLU-gated (the default gate with a SiLU ``act_fn``), no
 bias, no post-expert norm, not transposed, not expert-parallel, H and I multiples of 32, on the
-host or a ROCm GPU, outside autograd. Anything else (and FP8 experts, which transformers keeps in
-its FP8 interface: registered there too) goes to transformers' default implementation
-(``grouped_mm``), with one log line per reason.
+host or a ROCm GPU, with no gradient wanted for the experts' weights. Anything else (and FP8
+experts, which transformers keeps in its FP8 interface: registered there too) goes to
+transformers' default implementation (``grouped_mm``), with one log line per reason.
 
 **Linear layers** (`accelerate` / `restore`): each served module gets an instance ``forward`` that
 calls hipskinny for N <= 128 tokens (N = product of the leading dims) and the module's previous
@@ -23,22 +23,27 @@ forward otherwise (transformers has no hook for ``nn.Linear``):
 
 * ``nn.Linear`` (exactly that class) fp16/bf16 -> `hipskinny.skinny_gemm`.
 * transformers' ``FP8Linear`` (finegrained FP8: e4m3 weight ``[M, K]``, ``weight_scale_inv`` fp32 per
-  tensor or per 128x128 block, a multiplier as hipskinny's ``w_scale`` is) -> `hipskinny.fp8_linear`
+  tensor, per channel (``[M]`` or ``[M, 1]``, with ``block_size=None``) or per 128x128 block, a multiplier
+  as hipskinny's ``w_scale`` is) -> `hipskinny.fp8_linear`
   as W8A16 (see `_FP8_MODE` for why not W8A8). Activations are not quantized, whatever the
   module's ``activation_scheme``: the result is that of the dequantized weights with fp32 sums.
 * AWQ / GPTQ int4 modules, recognised by their tensors (``qweight``, ``qzeros``, ``scales``, and
   ``g_idx`` for GPTQ): repacked once by `hipskinny.w4a16.prepare` (the kernels' layout differs from
   both checkpoints', so this is a copy: its bytes are logged), cached on the module as
   ``hipskinny_w4a16``, served by `hipskinny.w4a16_linear`.
-* bitsandbytes ``Linear4bit``: decode calls (fp16/bf16, N <= 64, K a multiple of the blocksize) go
-  straight to `hipskinny.matmul_4bit` on the module's own tensors; the rest runs bitsandbytes'
-  forward, whose 4-bit ops `hipskinny.integrations.bitsandbytes` serves (enabled for the model's
-  device type unless it already is; `restore` disables it only if `accelerate` enabled it).
+* bitsandbytes ``Linear4bit`` whose K is a multiple of the blocksize (the others are left to
+  bitsandbytes, logged): decode calls (fp16/bf16, N <= 64) go straight to `hipskinny.matmul_4bit` on
+  the module's own tensors; the rest runs bitsandbytes' forward, whose 4-bit ops
+  `hipskinny.integrations.bitsandbytes` serves (enabled for the model's device type unless it
+  already is; `restore` disables it only if `accelerate` enabled it).
 
 `restore(model)` removes every instance forward and cached repack `accelerate` added: the state
 dict and the forwards are those of before. Host tensors (CPU models) run on hipskinny's current
-device (`hipskinny.use_device`); GPU tensors in place on their ROCm GPU; other devices, autograd
-(a tensor that requires grad while grad mode is on), other dtypes and N > 128 stay with torch.
+device (`hipskinny.use_device`); GPU tensors in place on their ROCm GPU; other devices, weights
+that require grad while grad mode is on (hipskinny gives gradients for x and bias only), other
+dtypes and N > 128 stay with torch, and so does any call hipskinny's op refuses (its message is the
+log line): the integration never raises where the module's own forward would have served.
+`accelerated(model)` says which op serves each module; `served()` counts the calls each op took.
 """
 
 from __future__ import annotations
@@ -50,7 +55,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["KEY", "MAX_TOKENS", "accelerate", "accelerated", "register", "registered", "restore", "unregister"]
+__all__ = ["KEY", "MAX_TOKENS", "accelerate", "accelerated", "register", "registered", "restore", "served",
+           "unregister"]
 
 KEY = "hipskinny"
 MAX_TOKENS = 128          # the skinny kernels' N (skinny_gemm, fp8_linear, w4a16_linear, fused_moe)
@@ -80,6 +86,25 @@ def _once(reason: str) -> None:
         log.info("hipskinny: %s; left to transformers/torch", reason)
 
 
+# Calls served, per op: a one-item list per op, so a served call adds one with a single item store.
+_counts: dict[str, list[int]] = {}
+
+
+def _counter(op: str) -> list[int]:
+    return _counts.setdefault(op, [0])
+
+
+def served(*, reset: bool = False) -> dict[str, int]:
+    """How many calls each hipskinny op has served through this integration (the experts backend's
+    ``fused_moe`` and `accelerate`'s layers), since the process started or the last ``reset=True``.
+    Calls from threads running at once may be undercounted (the counts are not locked)."""
+    found = {op: c[0] for op, c in sorted(_counts.items()) if c[0]}
+    if reset:
+        for c in _counts.values():
+            c[0] = 0
+    return found
+
+
 # ----------------------------------------------------------------------------------------------
 # shared checks
 
@@ -103,10 +128,16 @@ def _device_reason(x: Any, *tensors: Any) -> str | None:
     return None
 
 
-def _grad_reason(*tensors: Any) -> str | None:
+GRAD_REMEDY = ("call the model under torch.no_grad() or torch.inference_mode(), or freeze the weights with "
+               "model.requires_grad_(False)")
+
+
+def _grad_reason(what: str, *weights: Any) -> str | None:
+    """Why a call whose ``weights`` (weight, scale or state tensors; not x or bias, whose gradients
+    hipskinny's ops give) would want a weight gradient is left to torch, or None."""
     torch = _torch()
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-        return "autograd (a tensor requires grad in grad mode; hipskinny has no backward)"
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in weights):
+        return f"{what}: its weights require grad in grad mode, and hipskinny gives no weight gradients ({GRAD_REMEDY})"
     return None
 
 
@@ -123,13 +154,19 @@ def experts_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weigh
     """transformers' experts-function signature: ``hidden_states [T, H]``, ``top_k_index [T, k]``,
     ``top_k_weights [T, k]`` -> ``[T, H]``; `hipskinny.moe.fused_moe` where served, else the default."""
     why = _experts_reason(self, hidden_states, top_k_index, top_k_weights)
-    if why is not None:
-        _once(f"experts {type(self).__name__}: {why}")
-        return _default_experts(False)(self, hidden_states, top_k_index, top_k_weights)
-    import hipskinny
+    if why is None:
+        import hipskinny
 
-    return hipskinny.moe.fused_moe(hidden_states, self.gate_up_proj, self.down_proj, top_k_weights.float(),
-                                   top_k_index.int())
+        try:
+            y = hipskinny.moe.fused_moe(hidden_states, self.gate_up_proj, self.down_proj, top_k_weights.float(),
+                                        top_k_index.int())
+        except _refused() as e:       # raised before any launch: transformers' default takes the call
+            why = str(e)
+        else:
+            _counter("fused_moe")[0] += 1
+            return y
+    _once(f"experts {type(self).__name__}: {why}")
+    return _default_experts(False)(self, hidden_states, top_k_index, top_k_weights)
 
 
 def fp8_experts_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
@@ -172,7 +209,14 @@ def _experts_reason(m: Any, x: Any, ids: Any, weights: Any) -> str | None:
         return f"more than {MAX_TOKENS} tokens, {MAX_TOPK} choices or {MAX_SLOTS} slots"
     if e > MAX_EXPERTS or h % 32 or (rows // 2) % 32:
         return f"E={e}, H={h}, I={rows // 2} (served: E <= {MAX_EXPERTS}, H and I multiples of 32)"
-    return _device_reason(x, w13, w2, ids, weights) or _grad_reason(x, w13, w2)
+    return _device_reason(x, w13, w2, ids, weights) or _grad_reason("experts", w13, w2)
+
+
+def _refused() -> tuple[type, ...]:
+    """hipskinny's refusals of a call, raised before anything is launched."""
+    from ..errors import InputTypeError, InputValueError
+
+    return InputTypeError, InputValueError
 
 
 def _is_silu(act: Any) -> bool:
@@ -315,20 +359,30 @@ def _fp8_linear_class() -> Any:
 
 
 def _forward_for(name: str, m: Any, fp8_cls: Any, state: _State) -> Any:
-    """The instance forward serving ``m``, or None when it is not a module `accelerate` serves."""
+    """The instance forward serving ``m``, or None when it is not a module `accelerate` serves (a
+    linear module it leaves alone says why, once per reason)."""
     torch = _torch()
     if fp8_cls is not None and type(m) is fp8_cls:        # not FP8GroupedLinear: per-group products
         state.served[name] = "fp8_linear"
         return _fp8_forward(m, m.forward)
     if type(m) is torch.nn.Linear:
         if m.weight.dtype not in _halves():
+            _once(f"nn.Linear: {m.weight.dtype} weights (served: float16 / bfloat16)")
             return None
         state.served[name] = "skinny_gemm"
         return _linear_forward(m, m.forward)
     linear4bit = _linear4bit_class()
     if linear4bit is not None and type(m) is linear4bit:
+        why = _linear4bit_reason(m)
+        if why is not None:
+            _once(why)
+            return None
         state.served[name] = "matmul_4bit"
         return _linear4bit_forward(m, m.forward)
+    if isinstance(m, torch.nn.Linear):
+        _once(f"{type(m).__name__}: a subclass of nn.Linear (served: nn.Linear itself, FP8Linear, Linear4bit and "
+              "AWQ/GPTQ modules; a subclass's forward may compute something else)")
+        return None
     spec = _w4a16_spec(m)
     if spec is None:
         return None
@@ -351,7 +405,7 @@ def _linear_forward(m: Any, previous: Any) -> Any:
     torch = _torch()
     params = m._parameters                  # m.weight would go through nn.Module.__getattr__ per call
     halves, grad_mode, skinny_gemm = _halves(), torch.is_grad_enabled, hipskinny.skinny_gemm
-    rocm = bool(torch.version.hip)
+    rocm, count, refused = bool(torch.version.hip), _counter("skinny_gemm"), _refused()
 
     def forward(input: Any) -> Any:   # nn.Linear's parameter name
         x = input
@@ -362,13 +416,20 @@ def _linear_forward(m: Any, previous: Any) -> Any:
         if dt in halves and w.dtype == dt and (b is None or b.dtype == dt) and x.dim() and \
                 0 < x.numel() <= MAX_TOKENS * x.shape[-1] and (x.is_cpu or (rocm and x.is_cuda)) and \
                 w.is_cpu == x.is_cpu and (b is None or b.is_cpu == x.is_cpu) and \
-                not (grad_mode() and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad))):
-            return skinny_gemm(x, w, b)
-        why = _linear_reason(x, w, b, "nn.Linear")
-        if why is not None:
-            _once(why)
-            return previous(x)
-        return skinny_gemm(x, w, b)
+                not (w.requires_grad and grad_mode()):
+            why = None
+        else:
+            why = _linear_reason(x, w, b, "nn.Linear")
+        if why is None:
+            try:
+                y = skinny_gemm(x, w, b)
+            except refused as e:      # raised before any launch: the module's forward takes the call
+                why = f"nn.Linear: {e}"
+            else:
+                count[0] += 1
+                return y
+        _once(why)
+        return previous(x)
 
     return forward
 
@@ -376,7 +437,7 @@ def _linear_forward(m: Any, previous: Any) -> Any:
 def _linear_reason(x: Any, w: Any, b: Any, what: str) -> str | None:
     if x.dtype not in _halves() or w.dtype != x.dtype or (b is not None and b.dtype != x.dtype):
         return f"{what}: {x.dtype} input for {w.dtype} weights (served: both fp16 or both bf16)"
-    return _size_reason(x, what) or _device_reason(x, w, b) or _grad_reason(x, w, b)
+    return _size_reason(x, what) or _device_reason(x, w, b) or _grad_reason(what, w)
 
 
 def _size_reason(x: Any, what: str) -> str | None:
@@ -390,17 +451,35 @@ def _fp8_forward(m: Any, previous: Any) -> Any:
 
     torch = _torch()
     fp8_dtypes = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e4m3fnuz") if hasattr(torch, n))
+    count, refused = _counter("fp8_linear"), _refused()
+    seen: list[Any] = [None, None]          # weight_scale_inv as last seen, and the scale hipskinny takes
 
     def forward(input: Any) -> Any:   # nn.Linear's parameter name
         x = input
         w, s, b = m.weight, m.weight_scale_inv, m.bias
         why = _fp8_reason(m, x, w, s, b, fp8_dtypes)
-        if why is not None:
-            _once(why)
-            return previous(x)
-        return hipskinny.fp8_linear(x, w, s, bias=b)
+        if why is None:
+            if seen[0] is not s:
+                seen[:] = s, _fp8_scale(m, w, s)
+            try:
+                y = hipskinny.fp8_linear(x, w, seen[1], bias=b)
+            except refused as e:      # raised before any launch: the module's forward takes the call
+                why = f"FP8Linear: {e}"
+            else:
+                count[0] += 1
+                return y
+        _once(why)
+        return previous(x)
 
     return forward
+
+
+def _fp8_scale(m: Any, w: Any, s: Any) -> Any:
+    """``weight_scale_inv`` as hipskinny's ``w_scale``: a per-channel scale stored ``[M, 1]`` (no block
+    size) is the ``[M]`` hipskinny takes, viewed as such; every other form is passed as it is."""
+    if m.block_size is None and s.dim() == 2 and s.shape[1] == 1 and s.shape[0] == w.shape[0] != 1:
+        return s.view(s.shape[0])
+    return s
 
 
 def _fp8_reason(m: Any, x: Any, w: Any, s: Any, b: Any, fp8_dtypes: tuple[Any, ...]) -> str | None:
@@ -410,10 +489,10 @@ def _fp8_reason(m: Any, x: Any, w: Any, s: Any, b: Any, fp8_dtypes: tuple[Any, .
         return f"FP8Linear: {s.dtype} weight_scale_inv (served: float32)"
     block = m.block_size
     if block is not None and tuple(block) != (128, 128) and s.numel() != 1:
-        return f"FP8Linear: block_size {tuple(block)} (served: per tensor or 128x128 blocks)"
+        return f"FP8Linear: block_size {tuple(block)} (served: per tensor, per channel or 128x128 blocks)"
     if x.dtype not in _halves() or (b is not None and b.dtype != x.dtype):
         return f"FP8Linear: {x.dtype} input, {None if b is None else b.dtype} bias (served: fp16/bf16, bias alike)"
-    return _size_reason(x, "FP8Linear") or _device_reason(x, w, s, b) or _grad_reason(x, b)
+    return _size_reason(x, "FP8Linear") or _device_reason(x, w, s, b) or _grad_reason("FP8Linear", w, s)
 
 
 # AWQ / GPTQ
@@ -495,25 +574,33 @@ def _w4a16_forward(m: Any, previous: Any) -> Any:
     import hipskinny
 
     torch = _torch()
+    count, refused = _counter("w4a16_linear"), _refused()
 
     def forward(input: Any) -> Any:   # nn.Linear's parameter name
         x = input
         p, b = m.hipskinny_w4a16, m.bias if isinstance(getattr(m, "bias", None), torch.Tensor) else None
-        why = _w4a16_reason(x, p, b)
-        if why is not None:
-            _once(why)
-            return previous(x)
-        return hipskinny.w4a16_linear(x, p, b)
+        why = _w4a16_reason(m, x, p, b)
+        if why is None:
+            try:
+                y = hipskinny.w4a16_linear(x, p, b)
+            except refused as e:      # raised before any launch: the module's forward takes the call
+                why = f"AWQ/GPTQ: {e}"
+            else:
+                count[0] += 1
+                return y
+        _once(why)
+        return previous(x)
 
     return forward
 
 
-def _w4a16_reason(x: Any, p: Any, b: Any) -> str | None:
+def _w4a16_reason(m: Any, x: Any, p: Any, b: Any) -> str | None:
     name = str(p.scales.dtype).removeprefix("torch.")
     xname = str(x.dtype).removeprefix("torch.")
     if x.dtype not in _halves() or xname != name or (b is not None and b.dtype != x.dtype):
         return f"AWQ/GPTQ: {x.dtype} input for {name} scales (served: the scales' dtype, fp16 or bf16)"
-    return _size_reason(x, "AWQ/GPTQ") or _device_reason(x, b) or _grad_reason(x, b)
+    return _size_reason(x, "AWQ/GPTQ") or _device_reason(x, b) or \
+        _grad_reason("AWQ/GPTQ", *(getattr(m, n, None) for n in ("qweight", "scales", "qzeros")))
 
 
 # bitsandbytes
@@ -530,17 +617,37 @@ def _linear4bit_forward(m: Any, previous: Any) -> Any:
     it can."""
     from .bitsandbytes import linear4bit_server
 
-    serve = linear4bit_server(_torch())
+    serve, count = linear4bit_server(_torch()), _counter("matmul_4bit")
     seen: list[Any] = [None, None, None, None]
 
     def forward(x: Any, *args: Any, **kwargs: Any) -> Any:
         if not args and not kwargs:
             y = serve(m, seen, x)
             if y is not None:
+                count[0] += 1
                 return y
         return previous(x, *args, **kwargs)
 
     return forward
+
+
+def _linear4bit_reason(m: Any) -> str | None:
+    """Why `accelerate` leaves a ``Linear4bit`` to bitsandbytes' forward altogether, or None: the
+    direct path serves 4-bit weights packed as uint8 whose K (``in_features``) is a multiple of the
+    blocksize; bitsandbytes' forward serves the rest (`integrations.bitsandbytes` still takes its
+    dequantize calls where it can). Weights not quantized yet are judged on their first call."""
+    w = m._parameters.get("weight")
+    qs = getattr(w, "quant_state", None)
+    if qs is None:
+        return None
+    k, blocksize = int(m.in_features), int(qs.blocksize)
+    if k % blocksize:
+        return (f"bitsandbytes Linear4bit: K={k} is not a multiple of the blocksize {blocksize} (served: K a "
+                "multiple of it); bitsandbytes' forward runs it")
+    if w.dtype != _torch().uint8:
+        return (f"bitsandbytes Linear4bit: 4-bit weights stored as {w.dtype} (served: uint8); bitsandbytes' "
+                "forward runs it")
+    return None
 
 
 def _enable_bnb(model: Any) -> str | None:

@@ -160,10 +160,13 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
         if ops[cache] is None:
             continue
         assert iv is not None and pv is not None
+        # a wrong dtype is a type error, a wrong rank or length a value error (errors.py)
         if iv.dtype != _I32 or len(iv.shape) != 1:
-            raise InputTypeError(f"sparse_decode: {idx} must be a flat int32 array; got {iv.dtype} {iv.shape}")
+            raise (InputTypeError if iv.dtype != _I32 else InputValueError)(
+                f"sparse_decode: {idx} must be a flat int32 array; got {iv.dtype} {iv.shape}")
         if pv.dtype != _I32 or pv.shape != (t + 1,):
-            raise InputTypeError(f"sparse_decode: {ptr} must be int32 [T + 1] = [{t + 1}]; got {pv.dtype} {pv.shape}")
+            raise (InputTypeError if pv.dtype != _I32 else InputValueError)(
+                f"sparse_decode: {ptr} must be int32 [T + 1] = [{t + 1}]; got {pv.dtype} {pv.shape}")
         caps.append(int(iv.shape[0]))
         checks[ptr] = indptr_check(ptr, idx, caps[-1])
     n_idx = (*caps, 0)[:2]

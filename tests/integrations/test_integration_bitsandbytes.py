@@ -297,6 +297,28 @@ def test_gemv_and_dequantize_served(served, dtype, nested):
     assert bool(((y.double() - ref).abs() <= bound).all())
 
 
+def test_served_counts_each_op(served):
+    """``served()`` counts the calls hipskinny took per bitsandbytes op and Linear4bit's direct
+    forward; what went to bitsandbytes' kernels (fp32 activations here) is not counted."""
+    dev = _dev("gfx1201")
+    lin = _linear(K, M, torch.float16, "nf4", False, seed=17)
+    w, st = lin.weight, lin.weight.quant_state
+    x = torch.randn(1, K, dtype=torch.float16)
+    hsbnb.served(reset=True)
+    with hipskinny.on_device(dev), torch.no_grad():
+        lin(x)
+        lin(x)                                  # the direct forward
+        bnbl.matmul_4bit(x, w.t(), quant_state=st)
+        F.gemv_4bit(x, w.t(), state=st)
+        F.dequantize_4bit(w.data, st)
+        F.dequantize_4bit(w.data, st, out=torch.empty(M, K, dtype=torch.float16))
+        bnbl.matmul_4bit(x.float(), w.t(), quant_state=st)       # fp32: bitsandbytes' own kernels
+    want = {"gemm_4bit": 1, "Linear4bit.forward": 2, "gemv_4bit": 1, "dequantize_4bit": 1,
+            "dequantize_4bit.out": 1}
+    assert hsbnb.served(reset=True) == want
+    assert hsbnb.served() == {}
+
+
 def test_enable_disable_and_state():
     """enable() on torch without ROCm says why; enable/disable/enabled; disable restores the very
     kernels bitsandbytes had; enable again works (the previous kernels captured afresh)."""

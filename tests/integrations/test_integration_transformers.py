@@ -412,7 +412,10 @@ def test_linear_fallbacks_stay_with_torch(caplog):
             assert torch.equal(model(ids[:, :3]).logits, ref(ids[:, :3]).logits)      # grad mode
         assert dev.launches == []
     lines = [r.getMessage() for r in caplog.records if r.name == LOG and "left to" in r.getMessage()]
-    assert len(lines) == 2 and "N outside 1..128" in lines[0] and "autograd" in lines[1], lines
+    assert len(lines) == 2 and "N outside 1..128" in lines[0], lines
+    # the real reason and its remedy, not "hipskinny has no backward" (it has one for x and bias)
+    assert "weights require grad" in lines[1] and "no weight gradients" in lines[1], lines
+    assert "torch.no_grad()" in lines[1] and "requires_grad_(False)" in lines[1], lines
     ht.restore(model)
     assert ht.accelerated(model) == {} and ht.restore(model) is model
 
@@ -479,3 +482,175 @@ def test_awq_and_gptq_modules(caplog):
     ht.restore(model)
     assert not any("forward" in mod.__dict__ or "hipskinny_w4a16" in mod.__dict__ for mod in model.modules())
     assert all(torch.equal(v, before[n]) for n, v in model.state_dict().items())
+
+
+# ----------------------------------------------------------------------------------------------
+# never raising where the module's own forward would serve; what was served; log lines
+
+
+def _fp8_module(m, k, block_size, scale, requires_grad):
+    """transformers' FP8Linear as its constructor (and the loader) leaves it -- weight and scale
+    parameters that require grad unless ``requires_grad`` is False -- holding e4m3fn weights."""
+    rng = np.random.default_rng(11)
+    w = torch.from_numpy(rng.standard_normal((m, k)).astype(np.float32)).to(torch.float8_e4m3fn)
+    f = FP8Linear(k, m, block_size=block_size)
+    f.weight = nn.Parameter(w, requires_grad=requires_grad)
+    f.weight_scale_inv = nn.Parameter(scale, requires_grad=requires_grad)
+    return f
+
+
+def _own_forward(f):
+    """Give ``f`` an instance forward standing in for its own (transformers' FP8 kernels need a GPU):
+    the dequantized weights through F.linear; returns the list of calls it records."""
+    calls = []
+
+    def forward(x):
+        calls.append(x.shape)
+        s = f.weight_scale_inv.detach()
+        w = f.weight.detach().float() * (s if s.dim() == 2 else s.reshape(-1, 1))
+        return nn.functional.linear(x, w.to(x.dtype))
+
+    f.forward = forward
+    return calls
+
+
+def test_fp8_linear_trainable_weights_in_grad_mode_use_its_own_forward(caplog):
+    """An FP8Linear whose weight and scale require grad (as FP8Linear.__init__ leaves them), called in
+    grad mode with an x that does not: its own forward serves it (no InputValueError from fp8_linear),
+    one log line with the reason and the remedy; under no_grad hipskinny serves it."""
+    m, k = 32, 128
+    f = _fp8_module(m, k, None, torch.tensor(0.5), requires_grad=True)
+    assert f.weight.requires_grad and f.weight_scale_inv.requires_grad
+    calls = _own_forward(f)
+    model = nn.Sequential(f)
+    x = torch.randn(2, k, generator=torch.Generator().manual_seed(3)).to(torch.float16)
+    ht._said.clear()
+    with _recording("gfx1100") as dev, caplog.at_level(logging.INFO, logger=LOG):
+        ht.accelerate(model)
+        assert ht.accelerated(model) == {"0": "fp8_linear"}
+        for _ in range(2):
+            model(x)
+        assert len(calls) == 2 and dev.launches == []
+        with torch.no_grad():
+            y = model(x)
+        assert len(calls) == 2 and [_stem(s.kernel) for s in dev.launches] == ["fp8_linear_f16_ocp_n2"]
+        assert torch.equal(y, hipskinny.fp8_linear(x, f.weight.detach(), f.weight_scale_inv.detach()))
+    lines = [r.getMessage() for r in caplog.records if r.name == LOG and "left to" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith("hipskinny: FP8Linear: its weights require grad"), lines
+    assert "torch.no_grad()" in lines[0]
+    ht.restore(model)
+
+
+def test_fp8_linear_per_channel_scale_m_by_1_is_served():
+    """block_size=None with weight_scale_inv stored [M, 1] is a per-channel scale: served as the [M]
+    scale it is (bitwise hipskinny.fp8_linear with the [M] view), not raised on."""
+    m, k = 48, 128
+    scale = torch.linspace(0.01, 0.1, m).reshape(m, 1)
+    f = _fp8_module(m, k, None, scale, requires_grad=False)
+    calls = _own_forward(f)
+    model = nn.Sequential(f)
+    x = torch.randn(3, k, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    with _recording("gfx942") as dev, torch.no_grad():
+        ht.accelerate(model)
+        y = model(x)
+        assert calls == [] and [_stem(s.kernel) for s in dev.launches] == ["fp8_linear_bf16_ocp_n3"]
+    assert torch.equal(y, hipskinny.fp8_linear(x, f.weight, scale.reshape(m)))
+    ht.restore(model)
+
+
+def test_fp8_linear_scale_hipskinny_refuses_uses_its_own_forward(caplog):
+    """A call hipskinny's op refuses (here a per-tensor FP8Linear holding a [2, 3] scale, which is no
+    layout fp8_linear takes for a 48 x 128 weight) runs the module's own forward, logged with the
+    op's own message, instead of raising."""
+    f = _fp8_module(48, 128, None, torch.full((2, 3), 0.5), requires_grad=False)
+    calls = []
+    f.forward = lambda x: calls.append(x.shape) or torch.zeros(*x.shape[:-1], 48, dtype=x.dtype)
+    model = nn.Sequential(f)
+    x = torch.randn(1, 128, generator=torch.Generator().manual_seed(5)).to(torch.float16)
+    ht._said.clear()
+    with _recording("gfx1100") as dev, caplog.at_level(logging.INFO, logger=LOG), torch.no_grad():
+        ht.accelerate(model)
+        model(x)
+        assert len(calls) == 1 and dev.launches == []
+    lines = [r.getMessage() for r in caplog.records if r.name == LOG and "left to" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith("hipskinny: FP8Linear: w_scale of shape (2, 3) matches no"), lines
+    ht.restore(model)
+
+
+def test_frozen_linear_serves_an_x_that_requires_grad():
+    """Frozen weights in grad mode: an x that requires grad is served by skinny_gemm, whose backward
+    gives x its gradient (grad_y @ W), as the module's own forward would."""
+    lin = nn.Linear(64, 32, dtype=torch.float16).requires_grad_(False)
+    model = nn.Sequential(lin)
+    x = torch.randn(2, 64, generator=torch.Generator().manual_seed(6)).to(torch.float16).requires_grad_(True)
+    with _recording("gfx1100") as dev:
+        ht.accelerate(model)
+        y = model(x)
+        assert [_stem(s.kernel) for s in dev.launches] == ["skinny_gemm_f16_n2"]
+        y.backward(torch.ones_like(y))
+    assert torch.equal(x.grad, torch.ones_like(y) @ lin.weight)
+    ht.restore(model)
+
+
+def test_linear4bit_k_not_a_multiple_of_the_blocksize_is_left_to_bitsandbytes(caplog):
+    """A Linear4bit whose K is not a multiple of its blocksize is not reported by ``accelerated`` (its
+    forward is bitsandbytes'), logged once; one whose K is, is."""
+    import bitsandbytes as bnb
+
+    layers = []
+    for k in (96, 128):
+        q = bnb.nn.Linear4bit(k, 32, bias=False, compute_dtype=torch.float16, quant_type="nf4", device="meta")
+        w = torch.randn(32, k, generator=torch.Generator().manual_seed(k)).to(torch.float16)
+        q.weight = bnb.nn.Params4bit(w, requires_grad=False, quant_type="nf4", blocksize=64).to("cpu")
+        layers.append(q)
+    model = nn.Sequential(*layers)
+    ht._said.clear()
+    with caplog.at_level(logging.INFO, logger=LOG):
+        ht.accelerate(model)
+    try:
+        assert ht.accelerated(model) == {"1": "matmul_4bit"}
+        assert "forward" not in layers[0].__dict__
+        lines = [r.getMessage() for r in caplog.records if r.name == LOG and "left to" in r.getMessage()]
+        assert len(lines) == 1 and "K=96 is not a multiple of the blocksize 64" in lines[0], lines
+    finally:
+        ht.restore(model)
+
+
+def test_accelerate_logs_fp32_layers_and_linear_subclasses(caplog):
+    """accelerate says why it leaves an fp32 nn.Linear and an nn.Linear subclass alone, once per reason."""
+    class Scaled(nn.Linear):
+        def forward(self, x):
+            return 2 * super().forward(x)
+
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8), Scaled(8, 8, dtype=torch.float16),
+                          nn.Linear(8, 8, dtype=torch.float16))
+    ht._said.clear()
+    with caplog.at_level(logging.INFO, logger=LOG):
+        ht.accelerate(model)
+    assert ht.accelerated(model) == {"3": "skinny_gemm"}
+    lines = [r.getMessage() for r in caplog.records if r.name == LOG and "left to" in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert "nn.Linear: torch.float32 weights" in lines[0] and "Scaled: a subclass of nn.Linear" in lines[1], lines
+    ht.restore(model)
+
+
+def test_served_counts_calls_per_op():
+    """``served()`` counts the calls each op served (experts and linear layers), not the fallbacks."""
+    model = _qwen3_moe(torch.float16, 0)
+    ht.register()
+    model.set_experts_implementation("hipskinny")
+    block = model.model.layers[0].mlp
+    lin = nn.Sequential(nn.Linear(64, 32, dtype=torch.float16))
+    ht.served(reset=True)
+    with _recording("gfx1100"), torch.no_grad():
+        ht.accelerate(lin)
+        x = torch.randn(2, 64, generator=torch.Generator().manual_seed(7)).to(torch.float16)
+        _, w, idx = block.gate(x)
+        block.experts(x, idx, w)
+        lin(x)
+        lin(x)
+        lin(torch.randn(130, 64).to(torch.float16))          # prefill: the module's own forward
+        assert ht.served() == {"fused_moe": 1, "skinny_gemm": 2}
+    assert ht.served(reset=True) == {"fused_moe": 1, "skinny_gemm": 2} and ht.served() == {}
+    ht.restore(lin)
+    model.set_experts_implementation("grouped_mm")

@@ -38,6 +38,22 @@ def test_import_hipskinny_does_not_import_torch():
     _python("import hipskinny, sys; assert 'torch' not in sys.modules")
 
 
+@pytest.mark.parametrize("probe", ["importlib.util.find_spec('torch')", "import transformers"],
+                         ids=["find_spec", "transformers"])
+def test_ops_registered_when_torch_is_only_looked_for_before_its_import(probe):
+    """A library that asks whether torch is there before anyone imports it (transformers does, with
+    ``importlib.util.find_spec``) must not make the import hook step out without registering."""
+    _python(f"""import importlib.util, sys
+import hipskinny
+{probe}
+assert 'torch' not in sys.modules
+import torch
+from hipskinny import torch_ops
+assert torch_ops.registered() and hasattr(torch.ops.hipskinny, "skinny_gemm")
+assert not any(isinstance(f, torch_ops._RegisterAfterTorch) for f in sys.meta_path)  # the hook left
+""")
+
+
 @pytest.mark.parametrize("order", ["import hipskinny, torch", "import torch, hipskinny"])
 def test_ops_exist_in_either_import_order(order):
     out = _python(f"""{order}

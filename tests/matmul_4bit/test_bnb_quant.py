@@ -1,9 +1,11 @@
 """hipskinny.bnb: bitsandbytes' NF4/FP4 weight format, held against the spec's tables
 (/work/shared/reference/quant_specs.md section 1), float64 nearest-codebook oracles of their own, and
-bitsandbytes itself when it is installed."""
+bitsandbytes itself when it is installed (its CPU backend: the 4-bit decisions, statistics and
+tables are its, but for the sign of FP4's zero, which follows its CUDA kernel)."""
 
 from __future__ import annotations
 
+import fractions
 import functools
 import inspect
 import json
@@ -43,18 +45,33 @@ NF4_64 = np.float32(SPEC_NF4).astype(np.float64)
 FP4_MAG_64 = np.float32(SPEC_FP4[:8]).astype(np.float64)          # magnitudes of codes 0..7
 FP4_ORDER = np.argsort(FP4_MAG_64)                                 # codes by increasing magnitude
 NF4_CONST = np.float32(SPEC_NF4_THRESHOLDS[::-1]).astype(np.float64)
-FP4_CONST = np.float32([t for t, _ in SPEC_FP4_THRESHOLDS[::-1]]).astype(np.float64)
+FP4_CONST = np.float32([t for t, _ in SPEC_FP4_THRESHOLDS[::-1]]).astype(np.float64)      # the CUDA literals
+# bitsandbytes' CPU decision points: the float32 midpoints (a + b) / 2 of the sorted magnitudes
+FP4_MID32 = (lambda s: ((s[:-1] + s[1:]) / np.float32(2)).astype(np.float64))(np.sort(np.float32(SPEC_FP4[:8])))
 MAP_64 = bnb.DYNAMIC_MAP.astype(np.float64)
+
+
+def _f32_of_decimal(text):
+    """float32 of a decimal literal rounded once (to nearest, a tie to even), as a compiler rounds
+    ``0.5016634166240692f``; numpy's float32(float(text)) rounds twice, via float64."""
+    q = fractions.Fraction(text)
+    f = np.float32(float(q))
+    near = [np.nextafter(f, np.float32(-2)), f, np.nextafter(f, np.float32(2))]
+    return min(near, key=lambda c: (abs(fractions.Fraction(float(c)) - q), int(c.view(np.uint32)) & 1))
+
+
+# the CUDA kernel's NF4 comparison constants (the spec's decimals as float literals), ascending
+CUDA_NF4_64 = np.float64([_f32_of_decimal(repr(t)) for t in SPEC_NF4_THRESHOLDS[::-1]])
 MAP_MID32 = ((bnb.DYNAMIC_MAP[:-1] + bnb.DYNAMIC_MAP[1:]) * np.float32(0.5)).astype(np.float64)
 
 # Tolerance ingredients, all derived:
 # - x = w * fp32(1/absmax) is two float32 roundings of w/absmax (|x| <= 1): |x - w/absmax| <= 2**-23;
-# - a code is the nearest entry but for the kernel's decision points being its float32 constants instead
-#   of the exact midpoints: that moves a boundary by at most DELTA[quant_type];
+# - a code is the nearest entry but for the decision points being float32 midpoints instead of the
+#   exact ones: that moves a boundary by at most DELTA[quant_type];
 # - the largest gap between neighbouring entries bounds the distance to the nearest one by GAP/2.
 X_ROUND = 2.0**-23
 DELTA = {"nf4": np.abs(NF4_CONST - (NF4_64[:-1] + NF4_64[1:]) / 2).max(),
-         "fp4": np.abs(FP4_CONST - (lambda s: (s[:-1] + s[1:]) / 2)(np.sort(FP4_MAG_64))).max()}
+         "fp4": np.abs(FP4_MID32 - (lambda s: (s[:-1] + s[1:]) / 2)(np.sort(FP4_MAG_64))).max()}
 GAP = {"nf4": np.diff(NF4_64).max(), "fp4": np.diff(np.sort(np.float32(SPEC_FP4).astype(np.float64))).max()}
 MAP_GAP = np.diff(MAP_64).max()
 OUT_ROUND = {np.dtype(np.float32): 2.0**-24, np.dtype(np.float16): 2.0**-11, BF16: 2.0**-8}   # relative, RNE
@@ -80,8 +97,8 @@ def _blocks(w32, bs):
 def _kernel_nearest(x, table, consts, tie):
     """Index of the entry of sorted float64 ``table`` nearest to float32 ``x`` (computed in float64, an
     exact tie going to the lower entry), except where ``x`` lies between an exact midpoint and the
-    kernel's float32 constant for it: there the constant decides (above: upper, below: lower, equal:
-    ``tie(i)``)."""
+    float32 decision point for it: there the decision point decides (above: upper, below: lower,
+    equal: ``tie(i)``)."""
     x = np.asarray(x, np.float64)
     idx = np.abs(x[:, None] - table[None, :]).argmin(axis=1)      # argmin: first (lower) of a tie
     mids = (table[:-1] + table[1:]) / 2
@@ -92,10 +109,16 @@ def _kernel_nearest(x, table, consts, tie):
 
 
 def _oracle_codes(x, quant_type):
+    """Decided at the float32 midpoints, a value on one going to the lower entry: for FP4 the smaller
+    magnitude if ``x > 0``, the larger if ``x < 0``; FP4's sign bit is ``x < 0``."""
     if quant_type == "nf4":
         return _kernel_nearest(x, NF4_64, NF4_CONST, lambda i: i).astype(np.uint8)
-    mag = FP4_ORDER[_kernel_nearest(np.abs(x), FP4_MAG_64[FP4_ORDER], FP4_CONST, lambda i: i)]
-    return (mag | np.where(np.asarray(x) < 0, 8, 0)).astype(np.uint8)
+    x = np.asarray(x)
+    mags = FP4_MAG_64[FP4_ORDER]
+    up = _kernel_nearest(np.abs(x), mags, FP4_MID32, lambda i: i)
+    down = _kernel_nearest(np.abs(x), mags, FP4_MID32, lambda i: i + 1)
+    mag = FP4_ORDER[np.where(x < 0, down, up)]
+    return (mag | np.where(x < 0, 8, 0)).astype(np.uint8)
 
 
 def _oracle_dynamic(x):
@@ -136,12 +159,12 @@ def _put_points(w, pts, bs):
 
 
 def _decision_points(quant_type):
-    """A block (absmax 1, so x = w exactly) of every entry, every decision constant and exact midpoint
-    (float32-rounded), and their float32 neighbours, with both signs."""
+    """A block (absmax 1, so x = w exactly) of every entry, every decision point, CUDA literal and exact
+    midpoint (float32-rounded), and their float32 neighbours, with both signs."""
     table = NF4_64 if quant_type == "nf4" else FP4_MAG_64
-    consts = NF4_CONST if quant_type == "nf4" else FP4_CONST
+    consts = [NF4_CONST, CUDA_NF4_64] if quant_type == "nf4" else [FP4_CONST, FP4_MID32]
     mids = (np.sort(table)[:-1] + np.sort(table)[1:]) / 2
-    pts = np.float32(np.concatenate([table, consts, mids]))
+    pts = np.float32(np.concatenate([table, *consts, mids]))
     pts = np.concatenate([pts, np.nextafter(pts, np.float32(2)), np.nextafter(pts, np.float32(-2))])
     pts = np.concatenate([[1.0], pts, -pts]).astype(np.float32)
     return np.clip(pts, -1, 1)
@@ -155,23 +178,35 @@ def test_codebooks_are_the_spec_tables():
     assert bnb.NF4.dtype == bnb.FP4.dtype == np.float32 and bnb.NF4.shape == bnb.FP4.shape == (16,)
     assert np.array_equal(bnb.NF4, np.float32(SPEC_NF4))
     assert np.array_equal(bnb.FP4, np.float32(SPEC_FP4))
-    assert np.signbit(bnb.FP4).tolist() == [False] * 8 + [True] * 8          # code 8 is -0.0
+    # code 8 is +0.0 as in bitsandbytes' table (get_4bit_type's int -0); the spec's -0.0 equals it
+    assert np.signbit(bnb.FP4).tolist() == [False] * 9 + [True] * 7
     # NF4: 7 negatives, 0 at code 7, 8 positives, sorted; FP4: sign bit 3 over magnitudes {...}/12
     assert (np.diff(bnb.NF4) > 0).all() and bnb.NF4[7] == 0 and (bnb.NF4[:7] < 0).all()
     mags = np.float32([0, 0.0625, 8, 12, 4, 6, 2, 3]) / np.float32(12)
     assert np.array_equal(bnb.FP4[:8], mags) and np.array_equal(bnb.FP4[8:], -mags)
+    assert np.array_equal(bnb.FP4.view(np.uint32)[9:], (-mags).view(np.uint32)[1:])
     assert not bnb.NF4.flags.writeable and not bnb.FP4.flags.writeable
 
 
-def test_thresholds_are_the_kernel_constants():
-    assert np.array_equal(bnb.NF4_THRESHOLDS, np.float32(SPEC_NF4_THRESHOLDS[::-1]))
-    # NF4's constants are the float32-rounded midpoints, as a float32 (a+b)/2 gives them
+def test_thresholds_are_the_float32_midpoints():
+    """The decision points are bitsandbytes' CPU ones, the float32 (a+b)/2 of neighbouring entries; the
+    CUDA kernel's literals (the spec's) round to them but at four NF4 and five FP4 thresholds."""
     assert np.array_equal(bnb.NF4_THRESHOLDS, (bnb.NF4[:-1] + bnb.NF4[1:]) / np.float32(2))
-    assert np.array_equal(bnb.FP4_THRESHOLDS, np.float32([t for t, _ in SPEC_FP4_THRESHOLDS[::-1]]))
-    # FP4's literals are within 3.3e-7 of the midpoints of the sorted magnitudes, in the spec's order
+    assert np.array_equal(bnb.NF4_THRESHOLDS, NF4_CONST)        # the spec's decimals, via float64 to float32
+    s32 = np.sort(bnb.FP4[:8])
+    assert np.array_equal(bnb.FP4_THRESHOLDS, (s32[:-1] + s32[1:]) / np.float32(2))
+    assert np.array_equal(bnb.FP4_THRESHOLDS, FP4_MID32)
+    # the CUDA literals: FP4's within 3.6e-7 of the midpoints of the sorted magnitudes, in the spec's order
+    assert np.array_equal(bnb._CUDA_FP4_LITERALS, FP4_CONST)
     s = np.sort(FP4_MAG_64)
-    assert np.abs(FP4_CONST - (s[:-1] + s[1:]) / 2).max() < 3.3e-7
+    assert np.abs(FP4_CONST - (s[:-1] + s[1:]) / 2).max() < 3.6e-7
+    assert (FP4_CONST != FP4_MID32).sum() == 5
     assert [c for _, c in SPEC_FP4_THRESHOLDS[::-1]] == FP4_ORDER[1:].tolist()
+    # NF4's decimal literals rounded once (as a compiler does) are one ulp off at the four exact ties
+    off = CUDA_NF4_64 != NF4_CONST
+    assert off.sum() == 4 and np.array_equal(np.flatnonzero(off), [0, 8, 12, 14])
+    ulps = np.abs(np.float32(CUDA_NF4_64).view(np.int32) - np.float32(NF4_CONST).view(np.int32))
+    assert ulps.max() == 1
 
 
 def test_dynamic_map_facts():
@@ -241,8 +276,12 @@ def test_hand_computed_bytes():
     assert q([1.0, np.nextafter(np.float32(0.00260417), np.float32(1))], "fp4") == [0x31]
     assert q([1.0, bnb.NF4[8] / 2], "nf4") == [0xF7]                   # a representable midpoint: tie goes low
     assert q([1.0, np.nextafter(bnb.NF4[8] / 2, np.float32(1))], "nf4") == [0xF8]
-    assert q([1.0, 0.583333], "fp4") == [0x35]                         # the literal itself: not above
-    assert q([1.0, np.nextafter(np.float32(0.583333), np.float32(1))], "fp4") == [0x32]
+    assert q([1.0, 0.583333], "fp4") == [0x35]                         # the CUDA literal: still nearer 0.5
+    assert q([1.0, np.nextafter(np.float32(0.583333), np.float32(1))], "fp4") == [0x35]    # (the kernel: 2/3)
+    mid = (np.float32(0.5) + np.float32(2 / 3)) / np.float32(2)        # 0.58333337, the float32 midpoint
+    assert q([1.0, mid], "fp4") == [0x35] and q([1.0, np.nextafter(mid, np.float32(1))], "fp4") == [0x32]
+    assert q([1.0, -mid], "fp4") == [0x3A]                             # a negative tie: the larger magnitude
+    assert q([1.0, -0.0859375], "fp4") == [0x3E] and q([1.0, 0.0859375], "fp4") == [0x31]
     assert q([4.0, 2.0], "nf4") == [0xFC]                              # scaled 0.5 < 0.50166: code 12
     assert q([-3.0, 1.5], "nf4") == [0x0C]                             # the negative absmax element: -1.0
     # blocks straddle rows: a [3, 3] weight with blocksize 32 is one block
@@ -682,10 +721,9 @@ def _bnb_functional():
 
 
 def _excused(w, bs, quant_type, cb, ch):
-    """Where bitsandbytes' CPU backend may code differently from the GPU kernel hipskinny follows
-    (``cb``/``ch``: its codes and ours): a partial last block divided instead of multiplied by the
-    reciprocal (where the two give different x); for FP4 the sign of zero codes, and its float32
-    midpoints instead of the kernel's literals."""
+    """Where bitsandbytes' CPU backend may code differently (``cb``/``ch``: its codes and ours), each
+    checked to be what the module says: a partial last block divided instead of multiplied by the
+    reciprocal (where the two give different x), and FP4's zero codes (`_assert_fp4_zero_signs`)."""
     w32 = w.float().numpy().reshape(-1)
     n = w32.size
     x, am = _blocks(w32, bs)
@@ -694,16 +732,30 @@ def _excused(w, bs, quant_type, cb, ch):
     if n % bs:
         excused[full:] = (w32[full:] / am[-1]) != x[full:]
     if quant_type == "fp4":
-        excused |= ((cb & 7) == 0) & ((ch & 7) == 0)                  # +-0 codes
-        # bitsandbytes' CPU decides at float32 midpoints (a + b) / 2 (ties: the lower entry of the
-        # sorted table, i.e. the larger magnitude for negatives); the kernel at its literals
-        ax = np.abs(x.astype(np.float64))
-        s = np.sort(FP4_MAG_64)
-        s32 = s.astype(np.float32)
-        m32 = ((s32[:-1] + s32[1:]) / np.float32(2)).astype(np.float64)
-        for m, m_, k in zip((s[:-1] + s[1:]) / 2, m32, FP4_CONST, strict=True):
-            excused |= (ax >= min(m, m_, k)) & (ax <= max(m, m_, k))
+        excused |= _assert_fp4_zero_signs(x, cb, ch)
     return excused
+
+
+def _assert_fp4_zero_signs(x, cb, ch):
+    """The FP4 zero codes (magnitude 0 in both), asserted to carry the sign bits the module says: ours
+    ``x < 0`` (the CUDA kernel's), bitsandbytes' CPU backend ``x > 0`` (its (0, m] bucket is code 8)."""
+    zero = ((cb & 7) == 0) & ((ch & 7) == 0)
+    assert np.array_equal(ch[zero] == 8, x[zero] < 0)
+    assert np.array_equal(cb[zero] == 8, x[zero] > 0)
+    return zero
+
+
+def _assert_bnb_codes(w, bs, quant_type, pb, ph):
+    """Our packed bytes are bitsandbytes' (whole blocks), but for FP4's zeros, whose sign bits are
+    asserted to be as documented: equal after mapping code 8 to 0 where both codes are a zero."""
+    n = w.numel()
+    assert n % bs == 0
+    cb, ch = _codes(pb.numpy(), n), _codes(np.asarray(ph), n)
+    if quant_type == "nf4":
+        assert np.asarray(ph).tobytes() == pb.numpy().tobytes()
+        return
+    zero = _assert_fp4_zero_signs(_blocks(w.float().numpy().reshape(-1), bs)[0], cb, ch)
+    assert np.array_equal(np.where(zero, 0, cb), np.where(zero, 0, ch))
 
 
 def _stats(st):
@@ -729,10 +781,9 @@ def test_bnb_tables():
 @pytest.mark.parametrize("quant_type", bnb.QUANT_TYPES)
 @pytest.mark.parametrize("tdtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_bnb_bytes_and_absmax(quant_type, tdtype):
-    """bitsandbytes' CPU backend gives the same absmax bit for bit and the same codes but where its
-    documented differences from the CUDA kernel (which hipskinny follows) apply: a partial last block
-    divided instead of multiplied by the reciprocal (excused where the two give different x), and for
-    FP4 float32 midpoints instead of the kernel's literals and the opposite sign on zero codes."""
+    """bitsandbytes' CPU backend gives the same absmax bit for bit and the same codes but where the
+    module's documented choices apply: a partial last block divided instead of multiplied by the
+    reciprocal (excused where the two give different x), and the sign bit of FP4's zero codes."""
     bnbF = _bnb_functional()
     for bs, shape in ((64, (64, 256)), (32, (33, 65)), (128, (3, 1001)), (4096, (3, 4096)), (1024, (7, 333))):
         w = torch.randn(shape, generator=torch.Generator().manual_seed(bs)).to(tdtype)
@@ -816,9 +867,8 @@ PARITY_SHAPES = {64: [(96, 512), (75, 640)], 128: [(150, 384)], 256: [(200, 768)
 @pytest.mark.parametrize("tdtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_bnb_statistics_byte_parity_with_and_without_nesting(quant_type, blocksize, tdtype):
     """absmax, and nested the codes, offset, state2.absmax and state2.code, are bitsandbytes' bytes from
-    torch and from numpy input (whole 4-bit blocks; 768, 750, 450, 600 and 75 of them). NF4's packed
-    bytes too. FP4's codes follow the GPU kernel, not bitsandbytes' CPU backend, where the two differ:
-    the sign of zero codes and the kernel's literals for float32 midpoints (`_excused`)."""
+    torch and from numpy input (whole 4-bit blocks; 768, 750, 450, 600 and 75 of them), and so are the
+    packed bytes, but for the sign bit of FP4's zero codes (`_assert_bnb_codes`)."""
     bnbF = _bnb_functional()
     shapes = PARITY_SHAPES[blocksize]
     for seed in range(3):
@@ -834,12 +884,7 @@ def test_bnb_statistics_byte_parity_with_and_without_nesting(quant_type, blocksi
                                            compress_statistics=nested)
                 where = (shape, seed, nested, type(src).__name__)
                 assert _stats(sh) == _stats(sb), where
-                if quant_type == "nf4":
-                    assert np.asarray(ph).tobytes() == pb.numpy().tobytes(), where
-                else:
-                    cb, ch = _codes(pb.numpy(), w.numel()), _codes(np.asarray(ph), w.numel())
-                    excused = _excused(w, blocksize, quant_type, cb, ch)
-                    assert np.array_equal(cb[~excused], ch[~excused]), where
+                _assert_bnb_codes(w, blocksize, quant_type, pb, ph)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
@@ -923,3 +968,200 @@ def test_numpy_only_process_gives_bnb_nested_bytes(tmp_path):
             "state2.code": got["code2"]}
     assert {k: (v.dtype.str, v.shape, v.tobytes()) for k, v in mine.items()} == want
     assert got["packed"].tobytes() == pb.numpy().tobytes()
+
+
+# ----------------------------------------------------------------------------------------------
+# 4-bit decisions at bitsandbytes' decision points, against bitsandbytes itself (issue 55): its CPU
+# backend's rule (float32 midpoints, a value on one to the lower entry), but for the sign of FP4's zero
+
+
+def _to_torch(a):
+    """A numpy float32/float16/bfloat16 array as a torch tensor of that dtype."""
+    if a.dtype == BF16:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def _led_blocks(runs, blocksize, dtype):
+    """Whole blocks of ``blocksize``: each ``(a, points)`` run cut into blocks led by ``a`` (the absmax,
+    every point being smaller in magnitude), zero-filled."""
+    per = blocksize - 1
+    out = []
+    for a, pts in runs:
+        for s in range(0, len(pts), per):
+            block = np.zeros(blocksize, dtype)
+            block[0] = a
+            block[1: 1 + len(pts[s: s + per])] = pts[s: s + per]
+            out.append(block)
+    return np.concatenate(out)
+
+
+def _dtype_neighbours(v):
+    """``v`` (an array of one float dtype, no zeros) with its dtype neighbours on both sides."""
+    bits = {2: np.uint16, 4: np.uint32}[v.dtype.itemsize]
+    u = v.view(bits)
+    return np.concatenate([v, (u + 1).view(v.dtype), (u - 1).view(v.dtype)])
+
+
+def _midpoint_weight(dtype, blocksize):
+    """For each absmax ``a`` (1, 3, 0.75, 384, 3 * 2**-10): the float32 midpoints, exact midpoints and
+    CUDA literals of adjacent NF4 entries and FP4 magnitudes (both signs), times ``a``, rounded to
+    ``dtype``, with their ``dtype`` neighbours on both sides; in whole blocks led by ``a``."""
+    exact_fp4 = (np.sort(FP4_MAG_64)[:-1] + np.sort(FP4_MAG_64)[1:]) / 2
+    exact_nf4 = (NF4_64[:-1] + NF4_64[1:]) / 2
+    fp4 = np.concatenate([FP4_MID32, exact_fp4, FP4_CONST])
+    pts = np.concatenate([fp4, -fp4, NF4_CONST, CUDA_NF4_64, exact_nf4])
+    runs = []
+    for a in (1.0, 3.0, 0.75, 384.0, 3 * 2.0**-10):
+        v = np.unique((pts * a).astype(dtype))
+        runs.append((a, np.unique(_dtype_neighbours(v[v != 0]))))
+    return _to_torch(_led_blocks(runs, blocksize, dtype))
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["plain", "nested"])
+@pytest.mark.parametrize("blocksize", [32, 64, 256, 4096])
+@pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: np.dtype(d).name)
+def test_bnb_codes_at_midpoints_literals_and_their_neighbours(dtype, blocksize, nested):
+    """At the float32 midpoint, the exact midpoint and the CUDA literal of every pair of adjacent NF4
+    entries and FP4 magnitudes (both signs), times the block's absmax and rounded to the weight's
+    dtype, and at the dtype's neighbours on both sides: NF4's and FP4's codes are bitsandbytes' (FP4's
+    zeros: the documented sign bits), and so are the statistics. The points land exactly on every FP4
+    decision point with both signs (3 * 2**k absmax reach them in every dtype), and on every NF4 one in
+    float32."""
+    bnbF = _bnb_functional()
+    w = _midpoint_weight(dtype, blocksize)
+    x = _blocks(w.float().numpy().reshape(-1), blocksize)[0].astype(np.float64)
+    assert set(FP4_MID32) <= set(x[x > 0]) and set(-FP4_MID32) <= set(x[x < 0])
+    if dtype == np.float32:
+        assert set(NF4_CONST) <= set(x) and set(CUDA_NF4_64) <= set(x)
+    for quant_type in bnb.QUANT_TYPES:
+        pb, sb = bnbF.quantize_4bit(w, blocksize=blocksize, quant_type=quant_type, compress_statistics=nested)
+        ph, sh = bnb.quantize_4bit(w, blocksize=blocksize, quant_type=quant_type, compress_statistics=nested)
+        assert _stats(sh) == _stats(sb), quant_type
+        _assert_bnb_codes(w, blocksize, quant_type, pb, ph)
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["plain", "nested"])
+@pytest.mark.parametrize("blocksize", [64, 128])
+def test_bnb_codes_float16_subnormal_blocks_at_exact_midpoints(blocksize, nested):
+    """float16 blocks of subnormals: absmax a * 2**-24 for a = 1..1023 and values k * 2**-24 at and next
+    to every FP4 and NF4 midpoint times a. x = k * fl(1/a) lands exactly on decision points (the FP4
+    midpoints with both signs among them) for many a; the codes there are bitsandbytes'."""
+    bnbF = _bnb_functional()
+    exact_fp4 = (np.sort(FP4_MAG_64)[:-1] + np.sort(FP4_MAG_64)[1:]) / 2
+    mids = np.concatenate([exact_fp4, -exact_fp4, (NF4_64[:-1] + NF4_64[1:]) / 2])
+    runs = []
+    for a in range(1, 1024):
+        k = np.unique(np.round(mids * a)[:, None] + np.arange(-1, 2)).astype(np.int64)
+        k = k[(k != 0) & (np.abs(k) <= a)]
+        runs.append((np.float16(a * 2.0**-24), (k * 2.0**-24).astype(np.float16)))
+    w = _to_torch(_led_blocks(runs, blocksize, np.float16))
+    x = _blocks(w.float().numpy().reshape(-1), blocksize)[0].astype(np.float64)
+    assert set(FP4_MID32) <= set(x[x > 0]) and set(-FP4_MID32) <= set(x[x < 0])
+    for quant_type in bnb.QUANT_TYPES:
+        pb, sb = bnbF.quantize_4bit(w, blocksize=blocksize, quant_type=quant_type, compress_statistics=nested)
+        ph, sh = bnb.quantize_4bit(w, blocksize=blocksize, quant_type=quant_type, compress_statistics=nested)
+        assert _stats(sh) == _stats(sb), quant_type
+        _assert_bnb_codes(w, blocksize, quant_type, pb, ph)
+
+
+def test_bnb_fp4_float32_96x512_blocksize64_seed0_value_between_cuda_literal_and_midpoint():
+    """``torch.randn((96, 512))`` seeded 0, float32, blocks of 64: element 31981 scales to 0.58333325,
+    above the CUDA kernel's literal 0.583333f and below the float32 midpoint 0.58333337 (and the exact
+    7/12): bitsandbytes codes it 0.5 (code 5), the nearer entry, and so do we. Every other code is
+    bitsandbytes' too (FP4's zeros: the documented sign bits), and so are the statistics, nested or
+    not, from torch and from numpy."""
+    bnbF = _bnb_functional()
+    w = torch.randn((96, 512), generator=torch.Generator().manual_seed(0))
+    x = _blocks(w.numpy().reshape(-1), 64)[0]
+    assert x[31981] == np.float32(0.58333325) and FP4_CONST[5] < x[31981] < 7 / 12 < FP4_MID32[5]
+    for nested in (False, True):
+        pb, sb = bnbF.quantize_4bit(w, blocksize=64, quant_type="fp4", compress_statistics=nested)
+        assert _codes(pb.numpy(), w.numel())[31981] == 5
+        for src in (w, w.numpy()):
+            ph, sh = bnb.quantize_4bit(src, blocksize=64, quant_type="fp4", compress_statistics=nested)
+            assert _codes(np.asarray(ph), w.numel())[31981] == 5
+            assert _stats(sh) == _stats(sb), (nested, type(src).__name__)
+            _assert_bnb_codes(w, 64, "fp4", pb, ph)
+
+
+def test_bnb_state_code_bytes_and_fp4_code8_positive_zero():
+    """``state.code`` is bitsandbytes' byte for byte (FP4 code 8 is +0.0), for both types, nested or not,
+    from torch and numpy; so code 8 dequantizes to +0.0 here as in bitsandbytes' Python path (an odd last
+    dimension), while its CPU library (an even one) reads the sign bit and gives -0.0."""
+    bnbF = _bnb_functional()
+    w = torch.randn((4, 64), generator=torch.Generator().manual_seed(3))
+    for quant_type in bnb.QUANT_TYPES:
+        for nested in (False, True):
+            _, sb = bnbF.quantize_4bit(w, quant_type=quant_type, compress_statistics=nested)
+            for src in (w, w.numpy()):
+                _, sh = bnb.quantize_4bit(src, quant_type=quant_type, compress_statistics=nested)
+                assert np.asarray(_host_np(sh.code)).tobytes() == sb.code.numpy().tobytes()
+    for shape in ((2, 63), (2, 64)):
+        v = torch.full(shape, -1e-4)
+        v.view(-1)[::32] = 1.0                          # each block's absmax; the rest code 8: a negative zero
+        ph, sh = bnb.quantize_4bit(v, blocksize=32, quant_type="fp4")
+        n = v.numel()
+        eight = _codes(ph.numpy(), n) == 8
+        assert eight.sum() == n - len(range(0, n, 32))
+        ours = bnb.dequantize_4bit(ph, sh).reshape(-1)
+        back = bnbF.QuantState.from_dict({k: t for k, t in bnb.state_dict(ph, sh).items() if k != "weight"},
+                                         device="cpu")
+        theirs = bnbF.dequantize_4bit(ph, back).reshape(-1)
+        assert torch.equal(ours, theirs) and not torch.signbit(ours[torch.from_numpy(eight)]).any()
+        assert torch.equal(torch.signbit(theirs), torch.from_numpy(eight) & (shape[-1] % 2 == 0))
+
+
+def _host_np(t):
+    return t.numpy() if isinstance(t, torch.Tensor) else t
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["plain", "nested"])
+@pytest.mark.parametrize("bad", ["inf", "minus_inf", "nan", "inf_and_nan"])
+def test_nonfinite_weight_error_says_what_bitsandbytes_makes_of_it(bad, nested):
+    """bitsandbytes quantizes a weight holding inf or NaN: the blocks holding them get absmax inf (NaN
+    for a NaN) and dequantize to NaN/inf throughout (nested: the offset too, and the whole weight), the
+    other blocks stay finite; but in bfloat16 its CPU library turns an all-ones NaN (a NaN in the
+    partial last block) into 0.0. hipskinny refuses the weight, and its message says exactly that."""
+    bnbF = _bnb_functional()
+    values = {"inf": [np.inf], "minus_inf": [-np.inf], "nan": [np.nan], "inf_and_nan": [np.inf, np.nan]}[bad]
+    where = [70, 290][: len(values)]            # 300 elements: blocks of 64, the last (256..299) partial
+    held = sorted({i // 64 for i in where})
+    for tdtype in (torch.float32, torch.float16, torch.bfloat16):
+        for quant_type in bnb.QUANT_TYPES:
+            w = torch.randn((3, 100), generator=torch.Generator().manual_seed(4)).to(tdtype)
+            w.view(-1)[where] = torch.tensor(values, dtype=tdtype)
+            _, plain = bnbF.quantize_4bit(w, blocksize=64, quant_type=quant_type, compress_statistics=False)
+            pb, sb = bnbF.quantize_4bit(w, blocksize=64, quant_type=quant_type, compress_statistics=nested)
+            out = bnbF.dequantize_4bit(pb, sb).reshape(-1).float()
+            has_nan = bad in ("nan", "inf_and_nan")
+            wrapped = tdtype == torch.bfloat16 and has_nan
+            lost = ~torch.isfinite(out) | ((out == 0) if wrapped else False)       # NaN/inf (or the wrapped 0.0)
+            blocks_lost = [bool(lost[b * 64: (b + 1) * 64].all()) for b in range(5)]       # every element
+            blocks_finite = [bool(torch.isfinite(out[b * 64: (b + 1) * 64]).all()) for b in range(5)]
+            if nested:
+                assert all(blocks_lost)
+            else:
+                assert blocks_lost == [b in held for b in range(5)]
+                assert all(blocks_finite[b] for b in range(5) if b not in held)
+            kinds = {"NaN" if torch.isnan(plain.absmax[b]) else "inf" for b in held}
+            assert all(not torch.isfinite(plain.absmax[b]) for b in held)
+            word = kinds.pop() if len(kinds) == 1 else "inf (NaN in a block holding a NaN)"
+            who = "bitsandbytes' CPU backend" if has_nan else "bitsandbytes"
+            them = "it" if len(where) == 1 else "them"
+            want = (f"w holds {len(where)} NaN or infinite value(s) (the first at flat index 70): 4-bit absmax "
+                    f"quantization needs finite weights. {who} would quantize it with absmax {word}, and the "
+                    f"{len(held)} block(s) of 64 holding {them} dequantize to NaN/inf")
+            if nested:
+                offset = float(sb.offset)
+                assert not np.isfinite(offset)
+                kind = "NaN" if np.isnan(offset) else "inf"
+                want += (f"; with compress_statistics its offset (the mean absmax) is {kind} too, and the whole "
+                         "weight dequantizes to NaN/inf")
+            if wrapped:
+                want += " (or to 0.0, where its CPU library's bfloat16 rounding wraps a NaN whose bits are all ones)"
+            wn = w.view(torch.int16).numpy().view(BF16) if tdtype == torch.bfloat16 else w.numpy()
+            for src in (w, wn):
+                with pytest.raises(InputValueError) as exc:
+                    bnb.quantize_4bit(src, blocksize=64, quant_type=quant_type, compress_statistics=nested)
+                assert str(exc.value) == want, (tdtype, quant_type)

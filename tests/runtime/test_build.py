@@ -37,7 +37,7 @@ from build_scripts.toolchain import (  # noqa: E402
     fetch_triton_wheel,
     oclc_module,
 )
-from frontend.arch import ARCHS  # noqa: E402
+from hipskinny.arch import ARCHS  # noqa: E402
 
 SMALL_HIP = r"""
 #include <hip/hip_runtime.h>
@@ -109,7 +109,8 @@ amdhsa.kernels:
 
 def run_build(cwd: Path, *args: str, cache: Path | None = None) -> subprocess.CompletedProcess[str]:
     """`python -m build_scripts` in `cwd`, compiling for real unless a build `cache` folder is given."""
-    # cwd first on sys.path: the copy's own build_scripts and frontend are used.
+    # cwd first on sys.path: the copy's own build_scripts runs, with its frontend/ as `hipskinny` (or the
+    # importable hipskinny, if that is an identical copy: see build_scripts._use_tree).
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["HIPSKINNY_BUILD_CACHE"] = str(cache) if cache else "0"
     return subprocess.run([sys.executable, "-m", "build_scripts", *args], cwd=cwd, env=env,
@@ -265,6 +266,40 @@ def test_check_reports_missing_and_tampered_files(tmp_path):
     assert f"gfx950/{family}: hsaco/gfx950/{family}.lst.gz is missing" in done.stdout
     assert f"gfx942/{family}: hsaco/gfx942/{family}.hsaco does not match its sha256" in done.stdout
     assert "gfx1151/newfam: kernels/newfam.hip has no code object" in done.stdout
+
+
+# --- the package build_scripts reads --------------------------------------------------------
+
+
+def _python(cwd: Path, code: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True)
+
+
+def test_build_scripts_imports_its_trees_package_as_hipskinny_or_refuses_another_copy(tmp_path):
+    """build_scripts imports the package only as `hipskinny` (issue 55): the importable one if it is a copy
+    of the tree's frontend/ (an editable install, or CI's `pip install .` before `python -m build_scripts
+    --check`), else the tree's frontend/ and hsaco/ under that name; a different hipskinny imported
+    before build_scripts is refused, by name and differing file."""
+    show = ("import build_scripts, build_scripts.cli, hipskinny, hipskinny.arch; from pathlib import Path; "
+            "print(build_scripts._differences(Path(hipskinny.__file__).parent), "
+            "build_scripts.cli.ARCHS is hipskinny.arch.ARCHS, 'frontend' in __import__('sys').modules)")
+    same = make_tree(tmp_path / "same")
+    done = _python(same, show)
+    assert done.returncode == 0 and done.stdout.split() == ["[]", "True", "False"], done.stdout + done.stderr
+
+    changed = make_tree(tmp_path / "changed", extra={"hsaco/__init__.py": ""}).resolve()
+    with (changed / "frontend" / "arch.py").open("a") as f:
+        f.write("# this tree's arch table\n")
+    done = _python(changed, "import build_scripts.cli, hipskinny, hipskinny.hsaco; "
+                            "print(hipskinny.__file__, hipskinny.hsaco.__file__)")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.split() == [str(changed / "frontend" / "__init__.py"), str(changed / "hsaco" / "__init__.py")]
+
+    done = _python(changed, "import hipskinny, build_scripts")
+    assert done.returncode == 1
+    assert "ImportError: build_scripts: this process imported hipskinny from" in done.stderr, done.stderr
+    assert f"not this checkout's {changed / 'frontend'} nor a copy of it (they differ in arch.py" in done.stderr
 
 
 # --- building ----------------------------------------------------------------------------

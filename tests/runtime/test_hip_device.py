@@ -307,6 +307,7 @@ report(status=hip_runtime_status(), versions=check_versions(), bindings=[hip.HIP
              "wave_size": 32, "lds_per_workgroup": 65536, "total_memory": 64 << 30},
         ],
         "problem": None,
+        "setup_problem": None,
         "warnings": [],
     }
     assert status["hip_python_hip_version_name"].startswith(HIP_VERSION_NAME[hip_python])

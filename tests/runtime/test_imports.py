@@ -1,13 +1,21 @@
 """The package's module graph: built statically from every import in frontend/ (function-level ones
 included), it has no cycle, and no module imports another's private names. The format modules are
-leaves the ops import; the public namespaces re-export the ops on them."""
+leaves the ops import; the public namespaces re-export the ops on them. One import identity: the
+package, build_scripts and the test helpers in one process load each module of the package once,
+under the name `hipskinny` (issue 55)."""
 
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import paths
+import pytest
 
 import hipskinny
 
@@ -122,3 +130,57 @@ def test_formats_are_leaves_and_the_namespaces_carry_their_ops():
     assert hipskinny.mla.sparse_decode is sparse_decode
     from hipskinny.formats import bnb
     assert hipskinny.bnb.quantize_4bit is bnb.quantize_4bit and "matmul_4bit" in hipskinny.bnb.__all__
+
+
+# Imports `first`, then the rest of hipskinny and build_scripts, then the test helpers, and reports
+# what would be a second copy of the package: a file loaded as two modules, a `frontend` module, the
+# torch-registration import hooks (`hipskinny.torch_ops._RegisterAfterTorch`, one per copy) and
+# whether build_scripts' arch table and code-object error are the package's.
+_IDENTITY_SCRIPT = """
+import importlib, json, os, sys
+from pathlib import Path
+
+for name in [FIRST, *[n for n in ("hipskinny", "build_scripts") if n != FIRST]]:
+    importlib.import_module(name)
+for name in ("cli", "compiler", "manifest", "toolchain", "cache"):
+    importlib.import_module("build_scripts." + name)
+hooks = [f"{type(f).__module__}.{type(f).__qualname__}" for f in sys.meta_path
+         if type(f).__name__ == "_RegisterAfterTorch"]
+torch_before_helpers = "torch" in sys.modules
+import paths, compilers, emulated, dlpack_helpers, fakehip, conftest_fakehip  # the test helpers
+import hipskinny, hipskinny.arch, build_scripts.cli, build_scripts.compiler
+
+mine = [Path(os.path.realpath(p)) for p in (REPO, os.path.dirname(hipskinny.__file__))]
+names = {}
+for name, module in list(sys.modules.items()):
+    f = getattr(module, "__file__", None)
+    if f and any(Path(os.path.realpath(f)).is_relative_to(d) for d in mine):
+        names.setdefault(os.path.realpath(f), []).append(name)
+print(json.dumps({
+    "twice": {f: sorted(n) for f, n in names.items() if len(n) > 1},
+    "frontend": sorted(n for n in sys.modules if n == "frontend" or n.startswith("frontend.")),
+    "hooks": hooks, "torch_before_helpers": torch_before_helpers,
+    "one_arch_table": build_scripts.cli.ARCHS is hipskinny.arch.ARCHS,
+    "one_code_object_error": build_scripts.compiler.CodeObjectError is hipskinny.CodeObjectError,
+}))
+"""
+
+
+@pytest.mark.parametrize("first", ["hipskinny", "build_scripts"])
+def test_no_package_module_is_loaded_under_two_names_with_build_scripts_and_test_helpers(first):
+    """`python -m build_scripts` runs from the repository root and the tests import build_scripts next to
+    the package: whichever comes first, every module of the package is loaded once, as `hipskinny.*`
+    (never `frontend.*`), so there is one arch table, one `CodeObjectError` class (an
+    ``except hipskinny.CodeObjectError`` catches build_scripts' errors) and one torch-registration hook."""
+    script = f"FIRST = {first!r}\nREPO = {str(paths.REPO)!r}\n" + textwrap.dedent(_IDENTITY_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = os.pathsep.join(paths.folders())
+    done = subprocess.run([sys.executable, "-c", script], cwd=paths.REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["twice"] == {}, "files loaded as two modules"
+    assert seen["frontend"] == []
+    assert seen["one_arch_table"] and seen["one_code_object_error"]
+    assert not seen["torch_before_helpers"]        # torch's import would take the hook out of sys.meta_path
+    assert seen["hooks"] == ["hipskinny.torch_ops._RegisterAfterTorch"]

@@ -77,5 +77,69 @@ def test_probe_fails_for_an_unshipped_gpu(fakehip_run):
 
 
 def test_probe_reports_no_gpu(fakehip_run):
-    code, r, _ = _parse(fakehip_run(SCENARIO, env={"FAKEHIP_DEVICE_COUNT": "0"}).stdout)
+    code, r, text = _parse(fakehip_run(SCENARIO, env={"FAKEHIP_DEVICE_COUNT": "0"}).stdout)
     assert code == 0 and r["devices"] == [] and "no AMD GPU found" in r["no_devices_reason"]
+    assert r["problem"] is None and "problem:" not in text      # a runtime that sees no GPU: no GPU here
+    assert "no AMD GPU here" in text and text.count("reports 0 devices") == 1
+
+
+TOP_LEVEL_KEYS = {"schema", "hipskinny_version", "shipped_archs", "families", "hip", "devices",
+                  "no_devices_reason", "emulator", "ok"}
+
+
+def test_probe_json_schema_keeps_its_keys_and_adds_problem_and_emulator_selection(fakehip_run):
+    _, r, _ = _parse(fakehip_run(SCENARIO, with_library=False).stdout)
+    assert TOP_LEVEL_KEYS | {"problem"} == set(r)                # keys are only ever added
+    assert set(r["emulator"]) == {"available", "archs", "default", "select"}
+    assert r["emulator"]["available"] and r["emulator"]["archs"] == SHIPPED
+
+
+def test_probe_without_gpu_or_rocm_says_no_gpu_and_how_to_select_the_emulator(fakehip_run):
+    """Issue 55: a machine without a GPU is no failed setup. The probe said `problem: no HIP runtime
+    ... install ROCm`; it now says there is no GPU, that the emulator runs the kernels and how to pick it."""
+    code, r, text = _parse(fakehip_run(SCENARIO, with_library=False, env={"HIPSKINNY_DEVICE": None,
+                                                                          "HIPSKINNY_EMULATED_ARCH": None}).stdout)
+    assert code == 0 and r["ok"] and r["problem"] is None
+    assert "problem" not in text, text
+    assert "devices: none: no AMD GPU here" in text and "the kernels run on the CPU emulator" in text
+    assert r["emulator"]["default"] == "emulator:gfx942" and "used by default here (emulator:gfx942)" in text
+    assert "HIPSKINNY_DEVICE=emulator:<arch>" in r["emulator"]["select"]
+    assert 'hipskinny.use_device("emulator:<arch>")' in r["emulator"]["select"]
+    assert r["emulator"]["select"] in text
+    assert r["hip"]["problem"] == r["no_devices_reason"]      # the HIP report itself is unchanged
+
+
+def test_probe_names_the_emulator_chosen_with_hipskinny_device(fakehip_run):
+    _, r, text = _parse(fakehip_run(SCENARIO, with_library=False, env={"HIPSKINNY_DEVICE": "emulator:gfx1201"}).stdout)
+    assert r["emulator"]["default"] == "emulator:gfx1201" and "(emulator:gfx1201)" in text
+
+
+def test_probe_with_a_gpu_has_no_default_emulator(fakehip_run):
+    _, r, text = _parse(fakehip_run(SCENARIO, env={"FAKEHIP_ARCH": "gfx942", "HIPSKINNY_DEVICE": None}).stdout)
+    assert r["devices"] and r["emulator"]["default"] is None and r["problem"] is None
+    assert "used by default" not in text and r["emulator"]["select"] in text
+
+
+def test_probe_without_hip_python_and_without_rocm_is_no_problem(fakehip_run):
+    no_hip_python = "import sys\nsys.modules['hip'] = None\n"     # as if hip-python were not installed
+    no_loader_path = "import ctypes.util\nctypes.util.find_library = lambda name: None\n"   # ld.so.conf, too
+    _, r, text = _parse(fakehip_run(no_hip_python + no_loader_path + SCENARIO, with_library=False).stdout)
+    assert not r["hip"]["hip_python_installed"] and "pip install hip-python" in r["hip"]["problem"]
+    assert r["problem"] is None and "problem" not in text and "no AMD GPU here" in text
+
+
+def test_probe_without_hip_python_where_rocm_is_installed_is_a_problem(fakehip_run):
+    no_hip_python = "import sys\nsys.modules['hip'] = None\n"
+    _, r, text = _parse(fakehip_run(no_hip_python + SCENARIO).stdout)   # the fake libamdhip64.so is there
+    assert r["problem"] == r["hip"]["problem"] and "pip install hip-python" in r["problem"]
+    assert f"problem: {r['problem']}" in text and "no AMD GPU here" not in text
+    assert text.count("pip install hip-python") == 1
+
+
+def test_probe_with_a_mismatched_hip_python_and_no_gpu_is_a_problem(fakehip_run):
+    run = fakehip_run(SCENARIO, env={"FAKEHIP_RUNTIME_VERSION": "60443482", "FAKEHIP_DEVICE_COUNT": "0"})
+    _, r, text = _parse(run.stdout)
+    assert "major versions differ" in r["problem"] and "reports 0 devices" not in r["problem"]
+    assert r["no_devices_reason"] == r["hip"]["problem"] and r["hip"]["problem"].startswith(r["problem"] + "; ")
+    assert f"problem: {r['problem']}" in text and text.count("major versions differ") == 1
+    assert text.count("reports 0 devices") == 1 and "no AMD GPU here" not in text

@@ -321,9 +321,10 @@ def test_bad_inputs():
         ({"q": q.astype(np.float16)}, InputTypeError, "q has dtype float16; it must be bfloat16"),
         ({"q": q[:, :, :500]}, InputValueError, "q must be [T, H, 512]"),
         ({"swa_cache": c0[:, :, :580]}, InputValueError, "swa_cache must be uint8 [num_blocks, block_size, 584]"),
-        ({"swa_indptr": p0[:-1]}, InputTypeError, "swa_indptr must be int32 [T + 1] = [3]"),
+        ({"swa_indptr": p0[:-1]}, InputValueError, "swa_indptr must be int32 [T + 1] = [3]"),
         ({"swa_indptr": p0.astype(np.int64)}, InputTypeError, "swa_indptr must be int32"),
         ({"swa_indices": i0.astype(np.int64)}, InputTypeError, "swa_indices must be a flat int32 array"),
+        ({"swa_indices": i0.reshape(-1, 1)}, InputValueError, "swa_indices must be a flat int32 array"),
         ({"sink": np.zeros(2, np.float32)}, InputValueError, "sink must be float32 [>= H] = [>= 3]"),
         ({"sink": np.zeros(3, np.float64)}, InputValueError, "sink must be float32"),
         ({"scale": float("nan")}, InputValueError, "scale must be a finite float"),
@@ -343,6 +344,66 @@ def test_bad_inputs():
     v32_cache = mla.pack_cache(np.zeros((4, 576)), layout="v32", block_size=4)
     with pytest.raises(InputValueError, match="'v32' has one list and no sink"):
         call(layout="v32", q=np.zeros((2, 3, 576), BF16), swa_cache=v32_cache, sink=np.zeros(3, np.float32))
+
+
+def _in(container: str, a: np.ndarray, mode=None):
+    """``a`` as the container a caller hands over: numpy, a torch CPU tensor, or a GPU-resident torch
+    tensor (a fake one of `mode`, with a's shape and strides: its checks run without a device)."""
+    if container == "numpy" or a is None:
+        return a
+    import torch
+
+    if container == "torch-gpu":      # shape, strides and dtype are what the checks see
+        dtype = torch.bfloat16 if a.dtype == BF16 else getattr(torch, a.dtype.name)
+        with mode:
+            return torch.empty_strided(a.shape, [st // a.itemsize for st in a.strides], dtype=dtype, device="cuda")
+    host = np.ascontiguousarray(a)
+    return torch.from_numpy(host.view(np.uint16)).view(torch.bfloat16) if a.dtype == BF16 else torch.from_numpy(host)
+
+
+@pytest.mark.parametrize("container", ["numpy", "torch-cpu", "torch-gpu"])
+@pytest.mark.parametrize("which", ["swa", "extra"])
+@pytest.mark.parametrize("bad", ["short", "long", "empty", "2-d"])
+def test_wrong_length_indptr_is_a_value_error_not_a_type_error(container, which, bad):
+    """Issue 55: an int32 indptr that is not [T + 1] raised InputTypeError (a TypeError); its length is
+    a value: InputValueError (a ValueError), same message, for numpy arrays, CPU tensors and GPU-resident
+    tensors (checked on fake tensors, as torch.compile and a GPU call check them) alike, and in the
+    reference. A wrong dtype stays an InputTypeError."""
+    if container != "numpy":
+        pytest.importorskip("torch")
+    rng = np.random.default_rng(9)
+    q, c0, i0, p0, kw = _case(rng, "v4", 2, 3, [5, 5], [2, 3])
+    lists = {"swa_cache": c0, "swa_indices": i0, "swa_indptr": p0, **kw}
+    ptr = f"{which}_indptr"
+    good = lists[ptr]
+    bad_ptr = {"short": good[:-1], "long": np.append(good, good[-1]).astype(np.int32), "empty": good[:0],
+               "2-d": good.reshape(-1, 1)}[bad]
+    with pytest.raises(InputValueError, match=ptr):
+        sparse_decode_reference(q, **dict(lists, **{ptr: bad_ptr}), scale=0.1)
+    with pytest.raises(InputTypeError, match=ptr):
+        sparse_decode_reference(q, **dict(lists, **{ptr: good.astype(np.float32)}), scale=0.1)
+
+    def call(**over):
+        args = {k: over.get(k, v) for k, v in lists.items()}
+        if container != "torch-gpu":
+            with hipskinny.on_device(_device("gfx942")):
+                return op.sparse_decode(_in(container, q), **{k: _in(container, v) for k, v in args.items()},
+                                        scale=0.1)
+        import torch
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        hipskinny.torch_ops.register()   # idempotent; the import hook misses torch after transformers' find_spec
+        mode = FakeTensorMode()
+        with mode:
+            return torch.ops.hipskinny.sparse_mla_decode(_in(container, q, mode), *(
+                _in(container, args.get(n), mode) for n in op.INPUTS[1:7]), scale=0.1)
+
+    with pytest.raises(InputValueError) as info:
+        call(**{ptr: bad_ptr})
+    assert not isinstance(info.value, TypeError)
+    assert str(info.value) == f"sparse_decode: {ptr} must be int32 [T + 1] = [3]; got int32 {bad_ptr.shape}"
+    with pytest.raises(InputTypeError, match=re.escape(f"sparse_decode: {ptr} must be int32 [T + 1] = [3]; got int64")):
+        call(**{ptr: good.astype(np.int64)})
 
 
 @pytest.mark.parametrize(("which", "indptr", "rule"), [

@@ -26,6 +26,17 @@ from device_arrays import dev_alloc, dev_nd, dev_strided, dev_strided_at, outcom
 from fakehip.emulated import install
 from test_sparse_mla import _case
 
+# The allocator's order, made deterministic: the two cache blocks come lower address first
+# ("ascending", glibc's usual order) or higher first ("descending", which it does at times).
+_alloc, _pending = dev_alloc, []
+
+
+def dev_alloc(size):
+    if not _pending:
+        _pending.extend(sorted((_alloc(size) for _ in range(2)), reverse={heap!r} == "ascending"))
+    return _pending.pop()
+
+
 runtime = install()
 rng = np.random.default_rng(21)
 q, c0, i0, p0, kw = _case(rng, "v4", 3, 18, [40, 0, 70], [9, 33, 1], bs0=61, pad=80, fp8=("fnuz", "ocp"), sink=True)
@@ -35,10 +46,11 @@ qpad[:, :h, :512] = q
 qd = dev_strided(qpad[:, :h, :512])[0]
 # the extra cache below the SWA cache (rows are addressed from the lower of the two), whatever
 # order the allocator hands out addresses in
-lo, hi = sorted(dev_alloc(max(strided_span(c0), strided_span(kw["extra_cache"]))) for _ in range(2))
+blocks = [dev_alloc(max(strided_span(c0), strided_span(kw["extra_cache"]))) for _ in range(2)]
+lo, hi = sorted(blocks)
 c1d, c1addr = dev_strided_at(kw["extra_cache"], lo)
 c0d, c0addr = dev_strided_at(c0, hi)
-res0 = {{"extra_below": c1addr < c0addr}}
+res0 = {{"extra_below": c1addr < c0addr, "heap": "ascending" if blocks[0] < blocks[1] else "descending"}}
 i0d, p0d = dev_nd(i0)[0], dev_nd(p0)[0]
 i1d, p1d = dev_nd(kw["extra_indices"])[0], dev_nd(kw["extra_indptr"])[0]
 sd = dev_nd(kw["sink"])[0]
@@ -64,9 +76,14 @@ print("RES", json.dumps(res))
 """
 
 
-def test_device_operands_strided_and_in_place(fakehip_run):
-    run = fakehip_run(DLPACK.format(tests=TESTS), env={"FAKEHIP_ARCH": "gfx942", "FAKEHIP_CU_COUNT": "3"})
+@pytest.mark.parametrize("heap", ["ascending", "descending"])
+def test_device_operands_strided_and_in_place(fakehip_run, heap):
+    """Issue 55: the extra cache must lie below the SWA cache whichever order the allocator hands
+    out addresses in (placing them in allocation order failed when it handed out the higher first);
+    both orders are forced here, so neither depends on the heap."""
+    run = fakehip_run(DLPACK.format(tests=TESTS, heap=heap), env={"FAKEHIP_ARCH": "gfx942", "FAKEHIP_CU_COUNT": "3"})
     res = json.loads(run.stdout.split("RES ", 1)[1])
+    assert res["heap"] == heap
     assert res["errors"] == [] and res["kernels"] == ["sparse_mla_v4_wide"] and res["extra_below"]
     assert res["o"][0] == res["o"][1] and res["lse"][0] == res["lse"][1]
     rng = np.random.default_rng(21)
@@ -78,6 +95,48 @@ def test_device_operands_strided_and_in_place(fakehip_run):
     assert "q and the caches must start at 16-byte aligned addresses" in res["misaligned"]
     assert "q and the caches must start at 16-byte aligned addresses" in res["misaligned_extra"]
     assert not run.calls("hipMemcpyAsync", "hipMemcpy")     # GPU operands: nothing staged
+
+
+WRONG_INDPTR = """
+import json, sys
+sys.path.insert(0, {tests!r})
+import numpy as np, hipskinny
+from device_arrays import dev_nd, dev_strided, outcome
+from fakehip.emulated import install
+from test_sparse_mla import _case
+
+runtime = install()
+rng = np.random.default_rng(9)
+q, c0, i0, p0, kw = _case(rng, "v4", 2, 3, [5, 5], [2, 3])
+qd, c0d, i0d = dev_nd(q)[0], dev_strided(c0)[0], dev_nd(i0)[0]
+c1d, i1d, p1 = dev_strided(kw["extra_cache"])[0], dev_nd(kw["extra_indices"])[0], kw["extra_indptr"]
+
+
+def call(swa_indptr, extra_indptr=p1):
+    return outcome(lambda: hipskinny.mla.sparse_decode(qd, c0d, i0d, dev_nd(swa_indptr)[0], extra_cache=c1d,
+                                                       extra_indices=i1d, extra_indptr=dev_nd(extra_indptr)[0],
+                                                       scale=0.1))
+
+
+res = {{"short": call(p0[:-1]), "long": call(np.append(p0, p0[-1]).astype(np.int32)), "2-d": call(p0.reshape(-1, 1)),
+        "extra_short": call(p0, p1[:-1]), "float32": call(p0.astype(np.float32)),
+        "launches": len(runtime.device.launches), "errors": runtime.errors}}
+print("RES", json.dumps(res))
+"""
+
+
+def test_device_resident_indptr_of_wrong_length_is_a_value_error(fakehip_run):
+    """Issue 55: a GPU-resident int32 indptr that is not [T + 1] is refused with InputValueError (it
+    was InputTypeError), before any launch; a wrong dtype stays an InputTypeError."""
+    run = fakehip_run(WRONG_INDPTR.format(tests=TESTS), env={"FAKEHIP_ARCH": "gfx942"})
+    res = json.loads(run.stdout.split("RES ", 1)[1])
+    assert res["launches"] == 0 and res["errors"] == []
+    for case, ptr, shape in (("short", "swa", "(2,)"), ("long", "swa", "(4,)"), ("2-d", "swa", "(3, 1)"),
+                             ("extra_short", "extra", "(2,)")):
+        assert res[case] == (f"InputValueError: sparse_decode: {ptr}_indptr must be int32 [T + 1] = [3]; "
+                             f"got int32 {shape}"), (case, res[case])
+    assert res["float32"].startswith("InputTypeError: sparse_decode: swa_indptr must be int32 [T + 1] = [3]; "
+                                     "got float32"), res["float32"]
 
 
 CAPTURE = """

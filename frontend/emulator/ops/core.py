@@ -65,7 +65,7 @@ class DecodeContext:
     gfx: int                       # 9, 11 or 12
     wave_size: int                 # 64 or 32
     fp8: str | None                # "fnuz", "ocp" or None
-    index_of: dict[int, int]       # instruction address -> index
+    index_of: Any                  # instruction address -> index (`listing.AddressIndex`: [addr], get)
     extra: dict[str, Any] = field(default_factory=dict)
     cohort: bool = False           # handlers for lockstep cohorts (any number of waves) rather than one wave
 

@@ -1,0 +1,82 @@
+"""Devices are freed when their users let go of them (issue 55: a test worker grew to 9 GB).
+
+What held them: the registry's and the scratch pools' per-device tables, keyed weakly by the device
+but holding it strongly in their values, and the plan and bound-call caches, keyed by it. The
+emulated devices are the heavy ones (their decoded programs and memory), so they are the ones
+checked here; the rules are the same for every device.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+
+import hipskinny
+from hipskinny import launch, registry, scratch
+from hipskinny.emulator import EmulatedDevice
+
+
+def _gone(ref: weakref.ref) -> bool:
+    gc.collect()
+    return ref() is None
+
+
+def test_a_device_with_loaded_code_objects_and_scratch_is_freed():
+    dev = EmulatedDevice("gfx1100")
+    registry.load(dev, "skinny_gemm")
+    scratch.pool(dev, 0).buffer("test.slot", 1 << 16)
+    ref = weakref.ref(dev)
+    del dev
+    assert _gone(ref)
+
+
+def test_caches_hold_at_most_max_cached_devices():
+    """Ops run on many short-lived devices: the plan and call caches keep at most
+    `launch.MAX_CACHED_DEVICES` of them alive (all of them, before)."""
+    x, w = np.ones((1, 64), np.float16), np.ones((32, 64), np.float16)
+    refs = []
+    for _ in range(2 * launch.MAX_CACHED_DEVICES + 3):
+        dev = EmulatedDevice("gfx1100", 1)
+        with hipskinny.on_device(dev):
+            assert float(hipskinny.skinny_gemm(x, w)[0, 0]) == 64.0
+        refs.append(weakref.ref(dev))
+        del dev
+    gc.collect()
+    alive = sum(r() is not None for r in refs)
+    assert alive <= launch.MAX_CACHED_DEVICES, f"{alive} of {len(refs)} devices still alive"
+    launch.forget_devices()
+    assert all(_gone(r) for r in refs)
+
+
+def test_devices_of_an_arch_share_the_parsed_code():
+    """A second device of an arch reuses the first one's parsed listing and its address index (tens
+    of MB for a large code object) instead of a copy per device."""
+    a, b = EmulatedDevice("gfx942"), EmulatedDevice("gfx942")
+    pa, pb = (registry.load(d, "skinny_gemm").handle.program for d in (a, b))
+    assert pa is not pb
+    assert pa.insts is pb.insts and pa.index_of is pb.index_of
+
+
+def test_a_parsed_listing_costs_its_text_and_a_few_bytes_per_instruction():
+    """gfx942's fp8_linear listing (some 300k instructions): parsing keeps the text and 24 bytes an
+    instruction (where its line starts, its address, a slot for its `Inst` once read), not its lines
+    split into strings (over 300 bytes an instruction: about 2 GB for every arch's code objects, which
+    a test worker loads)."""
+    import tracemalloc
+
+    from hipskinny.codeobject import CodeObject
+    from hipskinny.emulator.device import _listing_for
+    from hipskinny.emulator.listing import parse_listing
+
+    image, _ = registry.read_verified("gfx942", "fp8_linear")
+    text, code = _listing_for(image), CodeObject.parse(image)
+    tracemalloc.start()
+    try:
+        listing, _ = parse_listing(text, code)
+        size = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert len(listing) > 100_000
+    assert size < 32 * len(listing), f"{size / len(listing):.0f} bytes per instruction"
