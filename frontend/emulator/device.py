@@ -6,6 +6,7 @@ import gzip
 import hashlib
 import json
 import threading
+import weakref
 from collections import deque
 from dataclasses import dataclass
 from importlib import resources
@@ -24,6 +25,16 @@ from .program import Program
 from .stats import LaunchStats
 
 _extra_listings: dict[str, str] = {}
+
+# Code objects sit at one address per code object in every (not host-backed) emulated device of the
+# process, below where the data allocations start (`memory._BASE`): so one decoded `Program` -- its
+# handlers bake in where the image is -- and one read-only copy of the image serve every device.
+# Devices of an arch load the same few code objects; a program per device cost tens of MB each.
+_CODE_BASE = 0x7E0000000000
+_code_lock = threading.Lock()
+_code_slots: dict[str, int] = {}                         # image sha256 -> its base address
+_code_next = _CODE_BASE
+_shared: weakref.WeakValueDictionary[str, _SharedCode] = weakref.WeakValueDictionary()
 
 
 def register_listing(image: bytes, listing: bytes | str) -> None:
@@ -57,11 +68,48 @@ def _host_bytes(buf: Any) -> np.ndarray:
         np.asarray(memoryview(buf).cast("B"))
 
 
+class _SharedCode:
+    """A code object's image bytes as every device maps them, and its decoded program (kept while a
+    device holds a module of it)."""
+
+    __slots__ = ("image", "program", "__weakref__")
+
+    def __init__(self, image: np.ndarray, program: Program) -> None:
+        self.image, self.program = image, program
+
+
+def _image_bytes(code: CodeObject) -> np.ndarray:
+    """The code object's load segments laid out from vaddr 0, as a device's memory holds them."""
+    mapped = np.zeros(max(code.image_size, 1), np.uint8)
+    for seg in code.load_segments:
+        mapped[seg.vaddr:seg.vaddr + seg.memsz] = np.frombuffer(code.segment_bytes(seg), np.uint8)
+    return mapped
+
+
+def _shared_code(image: bytes, code: CodeObject) -> tuple[int, _SharedCode]:
+    """(base address, shared image and program) of a code object, made by its first load."""
+    global _code_next
+    digest = hashlib.sha256(image).hexdigest()
+    with _code_lock:
+        base = _code_slots.get(digest)
+        if base is None:
+            base = _code_slots[digest] = _code_next
+            _code_next += -(-max(code.image_size, 1) // 4096) * 4096 + (1 << 20)   # page-aligned, with a gap
+        found = _shared.get(digest)
+        if found is None:
+            mapped = _image_bytes(code)
+            mapped.flags.writeable = False        # kernels never write their code: a write faults
+            found = _shared[digest] = _SharedCode(mapped, Program(code, _listing_for(image), arch_info(code.arch),
+                                                                 image_base=base))
+    return base, found
+
+
 @dataclass
 class EmulatedModule:
     code: CodeObject
     program: Program
     base: int                    # where the image's vaddr 0 lives in emulated memory
+    shared: _SharedCode | None = None     # what keeps the shared image and program alive
 
 
 class EmulatedDevice(Device):
@@ -133,16 +181,21 @@ class EmulatedDevice(Device):
 
     # code objects -------------------------------------------------------------------
     def load_module(self, image: bytes) -> EmulatedModule:
-        code = CodeObject.parse(bytes(image))
+        image = bytes(image)
+        code = CodeObject.parse(image)
         if code.arch != self._props.gcn_arch_name:
             raise EmulatorError(f"code object for {code.arch} cannot run on the emulated {self._props.gcn_arch_name}")
-        with self._launch_lock:     # the image is written as a copy would be: between launches
+        if not self.memory.host_backed:
+            base, shared = _shared_code(image, code)
+            with self._launch_lock:     # mapped as a copy would be written: between launches
+                if self.memory.find(base, len(shared.image)) is None:
+                    self.memory.register(base, shared.image, f"code object {code.arch}")
+            return EmulatedModule(code, shared.program, base, shared)
+        # host-backed memory lives at host addresses: the image goes where the host allocates it
+        with self._launch_lock:
             base = self.memory.alloc(code.image_size, f"code object {code.arch}", align=4096)
-            mapped = self.memory.view(base, code.image_size)
-            for seg in code.load_segments:
-                mapped[seg.vaddr:seg.vaddr + seg.memsz] = np.frombuffer(code.segment_bytes(seg), np.uint8)
-        program = Program(code, _listing_for(bytes(image)), arch_info(code.arch), image_base=base)
-        return EmulatedModule(code, program, base)
+            self.memory.view(base, code.image_size)[:] = _image_bytes(code)[:code.image_size]
+        return EmulatedModule(code, Program(code, _listing_for(image), arch_info(code.arch), image_base=base), base)
 
     def get_function(self, module: EmulatedModule, name: str) -> tuple[EmulatedModule, Kernel]:
         return module, module.code.kernel(name)

@@ -235,16 +235,17 @@ def run_launch(program: Program, kernel: Kernel, mem: Memory, grid: tuple[int, i
     stats.seconds = time.perf_counter() - start
     classes = Counter()
     mnemonics = Counter()
-    by_address = Counter()
+    addrs, ran = [], []
     from .ops import CLASSES
     for i, c in counts.items():
         if c:
             classes[CLASSES[program.class_of(i)]] += c
             mnemonics[program.insts[i].mnemonic] += c
-            by_address[program.insts.addrs[i]] += c
+            addrs.append(program.insts.addrs[i])
+            ran.append(c)
     stats.instructions = classes
     stats.mnemonics = mnemonics
-    stats.by_address = by_address
+    stats.profile = (np.array(addrs, np.int64), np.array(ran, np.int64))
     return stats
 
 

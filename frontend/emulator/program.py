@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import re
 import threading
+import weakref
 
 from ..arch import ArchInfo
 from ..codeobject import CodeObject, Kernel
@@ -59,23 +60,32 @@ _PLANS_BY_TEXT: dict[str, tuple | None] = {}
 # address (branches, s_getpc and the like do): one handler serves every copy of a text, in every
 # program of the arch (every device loads the same code objects; handlers keep no per-call state).
 _SHAREABLE = frozenset({"valu", "trans", "vmem_load", "vmem_store", "lds", "matrix"})
-_SHARED: dict[tuple, Handler] = {}
+# (Both caches below keep an entry while a program uses it: a process that stops emulating an arch,
+# or a test worker done with one, gets the memory back.)
+_SHARED: weakref.WeakValueDictionary[tuple, Handler] = weakref.WeakValueDictionary()
 
-_PARSED: dict[tuple[bytes, bytes], tuple[Listing, dict[str, int], AddressIndex]] = {}
+
+class _Parsed:
+    __slots__ = ("insts", "labels", "index_of", "__weakref__")
+
+    def __init__(self, insts: Listing, labels: dict[str, int]) -> None:
+        self.insts, self.labels, self.index_of = insts, labels, AddressIndex(insts.addrs)
+
+
+_PARSED: weakref.WeakValueDictionary[tuple[bytes, bytes], _Parsed] = weakref.WeakValueDictionary()
 _PARSED_LOCK = threading.Lock()
 
 
-def _parsed(text: str, code: CodeObject) -> tuple[Listing, dict[str, int], AddressIndex]:
+def _parsed(text: str, code: CodeObject) -> _Parsed:
     """`parse_listing` and the index of each instruction address, once per (listing, code object)
-    in the process: every device of an arch loads the same code objects, parsing a large listing
-    takes seconds, and the address index alone is tens of MB. The result is shared read-only
-    (instructions are frozen; callers mutate neither the list, the labels nor the index)."""
+    in the process while a program holds it: devices of an arch load the same code objects, and
+    parsing a large listing takes seconds. The result is shared read-only (instructions are frozen;
+    callers mutate neither the list, the labels nor the index)."""
     key = (hashlib.sha256(text.encode()).digest(), hashlib.sha256(code.data).digest())
     with _PARSED_LOCK:
         found = _PARSED.get(key)
     if found is None:
-        insts, labels = parse_listing(text, code)
-        found = insts, labels, AddressIndex(insts.addrs)
+        found = _Parsed(*parse_listing(text, code))
         with _PARSED_LOCK:
             found = _PARSED.setdefault(key, found)
     return found
@@ -89,7 +99,8 @@ class Program:
         load_all()
         self.code = code
         self.arch = arch
-        self.insts, labels, self.index_of = _parsed(listing_text, code)
+        self._parsed = parsed = _parsed(listing_text, code)     # (kept alive by the program)
+        self.insts, labels, self.index_of = parsed.insts, parsed.labels, parsed.index_of
         self._label_addrs = sorted((addr, name) for name, addr in labels.items())
         gfx = int(arch.name[3:-2]) if arch.name.startswith("gfx1") else 9
         self.ctx = DecodeContext(arch.name, gfx, arch.wave_size, arch.fp8_format, self.index_of)
@@ -242,7 +253,10 @@ class Program:
         try:
             handler = factory(inst, ctx)
             if key is not None:
-                _SHARED[key] = handler
+                try:
+                    _SHARED[key] = handler
+                except TypeError:       # a handler that cannot be referred to weakly is not shared
+                    pass
             return handler, cls
         except (EmulatorError, KeyError, ValueError) as e:
             # Decode problems surface when (and only if) the instruction executes.

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+
 
 @dataclass
 class LaunchStats:
@@ -12,13 +14,23 @@ class LaunchStats:
     arch: str = ""
     instructions: Counter = field(default_factory=Counter)    # class -> wave-instructions
     mnemonics: Counter = field(default_factory=Counter)       # mnemonic -> wave-instructions
-    by_address: Counter = field(default_factory=Counter)      # code address -> wave-instructions (a profile)
     bytes_loaded: Counter = field(default_factory=Counter)    # "global" | "lds" | "scalar" -> bytes
     bytes_stored: Counter = field(default_factory=Counter)
     workgroups: int = 0
     waves: int = 0
     barriers: int = 0
     seconds: float = 0.0
+    # (code addresses, wave-instructions at each): the profile `by_address` reads, kept as two arrays
+    # (a device keeps its last 64 launches; as a Counter the profile was hundreds of KB a launch)
+    profile: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+
+    @property
+    def by_address(self) -> Counter:
+        """Code address -> wave-instructions executed there (a profile of the launch)."""
+        if self.profile is None:
+            return Counter()
+        addrs, counts = self.profile
+        return Counter(dict(zip(addrs.tolist(), counts.tolist(), strict=True)))
 
     @property
     def total_instructions(self) -> int:

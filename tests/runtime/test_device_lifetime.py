@@ -50,13 +50,17 @@ def test_caches_hold_at_most_max_cached_devices():
     assert all(_gone(r) for r in refs)
 
 
-def test_devices_of_an_arch_share_the_parsed_code():
-    """A second device of an arch reuses the first one's parsed listing and its address index (tens
-    of MB for a large code object) instead of a copy per device."""
-    a, b = EmulatedDevice("gfx942"), EmulatedDevice("gfx942")
-    pa, pb = (registry.load(d, "skinny_gemm").handle.program for d in (a, b))
-    assert pa is not pb
-    assert pa.insts is pb.insts and pa.index_of is pb.index_of
+def test_devices_of_an_arch_share_the_decoded_code():
+    """Every device of an arch maps a code object at the same address, so they share one decoded
+    program and one read-only image (a program per device cost tens of MB); a host-backed device
+    (its memory at host addresses) decodes its own, on the same parsed listing."""
+    a, b = EmulatedDevice("gfx942"), EmulatedDevice("gfx942", 3)
+    ma, mb = (registry.load(d, "skinny_gemm").handle for d in (a, b))
+    assert ma.base == mb.base and ma.program is mb.program
+    image = a.memory.find(ma.base).data
+    assert image is b.memory.find(mb.base).data and not image.flags.writeable
+    host = registry.load(EmulatedDevice("gfx942", host_backed=True), "skinny_gemm").handle
+    assert host.program is not ma.program and host.program.insts is ma.program.insts
 
 
 def test_a_parsed_listing_costs_its_text_and_a_few_bytes_per_instruction():

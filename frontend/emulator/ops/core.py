@@ -79,26 +79,41 @@ class DecodeContext:
             raise KeyError(f"branch at 0x{inst.addr:x} targets 0x{addr:x}, which is not an instruction") from None
 
 
-def lane_constant(period: np.ndarray, ctx: DecodeContext) -> Callable[[Any], np.ndarray]:
-    """A reader of a read-only per-lane array repeating ``period`` along its last axis (one value,
-    or one per lane of a wave). For one wave it is made once; a cohort handler serves cohorts of
-    any size, so it reads ``w.n`` lanes of a cached copy, made (and grown) by the cohorts that come."""
-    def make(n: int) -> np.ndarray:
+# Lane constants of cohort handlers, shared by value: the same few immediates (0, 1, 1.0, masks) appear
+# in thousands of decoded instructions, each of which held its own copy of up to 4096 lanes.
+_LANE_CONSTANTS: dict[tuple, np.ndarray] = {}
+_LANE_CONSTANTS_LIMIT = 4096          # entries; emptied past it (handlers keep the arrays they hold)
+
+
+def _lane_array(period: np.ndarray, n: int) -> np.ndarray:
+    """A read-only array repeating ``period`` along its last axis to ``n`` lanes (shared by value)."""
+    key = (period.dtype.str, period.shape, period.tobytes(), n)
+    arr = _LANE_CONSTANTS.get(key)
+    if arr is None:
         if period.shape[-1] == 1:
             arr = np.repeat(period, n, axis=-1)
         else:
             arr = np.tile(period, (1,) * (period.ndim - 1) + (-(-n // period.shape[-1]),))[..., :n]
         arr.flags.writeable = False
-        return arr
+        if len(_LANE_CONSTANTS) >= _LANE_CONSTANTS_LIMIT:
+            _LANE_CONSTANTS.clear()
+        _LANE_CONSTANTS[key] = arr
+    return arr
 
+
+def lane_constant(period: np.ndarray, ctx: DecodeContext) -> Callable[[Any], np.ndarray]:
+    """A reader of a read-only per-lane array repeating ``period`` along its last axis (one value,
+    or one per lane of a wave). For one wave it is made once; a cohort handler serves cohorts of
+    any size, so it reads ``w.n`` lanes of a copy sized to the next power of two, shared with every
+    handler of the same constant."""
     if not ctx.cohort:
-        one = make(ctx.wave_size)
+        one = _lane_array(period, ctx.wave_size)
         return lambda w: one
-    grown = [make(0)]
+    grown = [_lane_array(period, 0)]
 
     def read(w: Any) -> np.ndarray:
         arr = grown[0]
         if arr.shape[-1] < w.n:
-            arr = grown[0] = make(2 * w.n)
+            arr = grown[0] = _lane_array(period, 1 << (w.n - 1).bit_length())
         return arr[..., :w.n]
     return read
