@@ -183,10 +183,10 @@ def make_plan(function: Any, kernel_meta: Any, grid: tuple[int, int, int], block
 
 # Caches keyed by device (plans here, bound calls in `operands`) keep alive every device they hold an
 # entry for, and with it its loaded code objects and memory (an emulated device's are hundreds of MB).
-# A process drives a few devices for its whole life, so the caches hold entries for at most
-# MAX_CACHED_DEVICES of them: an entry for one more empties every such cache, and the devices no one
+# A process drives a few devices for its whole life (a node has up to 8 GPUs), so the caches hold
+# entries for at most MAX_CACHED_DEVICES of them: an entry for one more empties every such cache, and the devices no one
 # else holds can go. (A process that uses more devices than that, in turn, re-plans on each switch.)
-MAX_CACHED_DEVICES = 16
+MAX_CACHED_DEVICES = 8
 _cached_devices: dict[int, Any] = {}               # id -> device, for the devices the caches hold
 _device_caches: list[Any] = []                     # every cache keyed by device: its ``clear()``
 _devices_lock = threading.Lock()

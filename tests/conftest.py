@@ -26,8 +26,7 @@ def pytest_xdist_auto_num_workers(config):
 
 # Every test process stays below this resident size (the worker count is sized for it: 4 GiB a worker).
 PEAK_RSS_LIMIT_MIB = 3 * 1024
-# Reported, not yet enforced: at cbe9887 CI's busier worker peaked at 3165 MiB (from 9 GB; see CHANGELOG)
-ENFORCE_PEAK_RSS = False
+ENFORCE_PEAK_RSS = True
 _peaks: dict[str, int] = {}          # process ("main", "gw0", ...) -> peak resident MiB
 
 
@@ -49,6 +48,13 @@ def pytest_sessionfinish(session, exitstatus):
     over = {name: mib for name, mib in _peaks.items() if mib > PEAK_RSS_LIMIT_MIB}
     if over and ENFORCE_PEAK_RSS and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_runtest_teardown(item, nextitem):
+    # Between test modules, collect: a module's devices and calls form reference cycles that the
+    # collector's rare full passes (millions of long-lived objects here) would leave for a long time.
+    if nextitem is None or nextitem.module is not item.module:
+        gc.collect()
 
 
 def pytest_testnodedown(node, error):
