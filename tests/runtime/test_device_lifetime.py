@@ -36,6 +36,8 @@ def test_caches_hold_at_most_max_cached_devices():
     """Ops run on many short-lived devices: the plan and call caches keep at most
     `launch.MAX_CACHED_DEVICES` of them alive (all of them, before)."""
     x, w = np.ones((1, 64), np.float16), np.ones((32, 64), np.float16)
+    keeper = EmulatedDevice("gfx1100", 1)            # holds the shared program: decoded once, not per device
+    registry.load(keeper, "skinny_gemm")
     refs = []
     for _ in range(2 * launch.MAX_CACHED_DEVICES + 3):
         dev = EmulatedDevice("gfx1100", 1)
