@@ -40,8 +40,6 @@ GROUP = 128
 # (name, E, k, H, I, N values, compact): compact = hold only the routed experts (see above).
 MODELS = (("Qwen3-30B-A3B", 128, 8, 2048, 768, (1, 4), False),
           ("DeepSeek-V3", 256, 8, 7168, 2048, (1,), True))
-# Upstream's measured gfx1151 numbers at N = 1 (quant_specs.md, ROCm/vllm #908), Qwen3-30B-A3B.
-UPSTREAM_GFX1151_US = {"gemm1": (66, 76), "gemm2": (40, 47)}
 
 
 def _stack(rng: np.random.Generator, e: int, m: int, k: int) -> w4a16.Prepared:

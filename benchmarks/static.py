@@ -187,14 +187,6 @@ def family_static(arch: str, family: str) -> list[KernelStatic]:
     return out
 
 
-def loop_signature(ks: KernelStatic) -> str:
-    """``valu 40, vmem_load 4, lds 8, ...`` in a fixed class order, for tables."""
-    order = ("valu", "trans", "matrix", "lds", "vmem_load", "salu", "smem", "branch", "other")
-    parts = [f"{c} {ks.loop[c]}" for c in order if ks.loop.get(c)]
-    parts += [f"{c} {v}" for c, v in sorted(ks.loop.items()) if c not in order and v]
-    return ", ".join(parts)
-
-
 _KERNEL_SORT = re.compile(r"(\d+)")
 
 

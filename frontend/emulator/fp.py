@@ -22,25 +22,8 @@ from functools import cached_property
 
 import numpy as np
 
-F32_SIGN = 0x80000000
-F16_SIGN = 0x8000
-F64_SIGN = 0x8000000000000000
-
-
 # ---------------------------------------------------------------------------
 # bit views
-
-def f32_from_bits(bits: np.ndarray) -> np.ndarray:
-    return np.asarray(bits, np.uint32).view(np.float32)
-
-
-def bits_from_f32(x: np.ndarray) -> np.ndarray:
-    return np.asarray(x, np.float32).view(np.uint32)
-
-
-def f16_from_bits(bits: np.ndarray) -> np.ndarray:
-    return np.asarray(bits).astype(np.uint16).view(np.float16)
-
 
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
     """bf16 bit patterns (low 16 bits of each element) to exact f32 values."""

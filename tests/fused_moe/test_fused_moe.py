@@ -149,6 +149,22 @@ def test_16bit_experts(arch, dt, n):
     assert_moe(y, x, w13.astype(np.float64), w2.astype(np.float64), tw, ids)
 
 
+def test_public_reference_is_within_the_bound_and_skips_invalid_ids():
+    """`fused_moe_reference` (public) agrees with the kernels' bound, and an id outside [0, E) adds nothing."""
+    e, k, h, i, n = 8, 3, 64, 32, 4
+    for dt in (F16, BF16):
+        w13, w2 = _experts16(e, h, i, dt, seed=11)
+        x = np.random.default_rng(12).standard_normal((n, h)).astype(dt)
+        tw, ids = _routing(n, k, e, seed=13)
+        ref = op.fused_moe_reference(x, w13, w2, tw, ids)
+        assert ref.dtype == np.float64 and ref.shape == (n, h)
+        assert_moe(ref.astype(dt), x, w13.astype(np.float64), w2.astype(np.float64), tw, ids)
+        bad = ids.copy()
+        bad[:, -1] = [-1, e, e + 5, -7]
+        kept = op.fused_moe_reference(x, w13, w2, tw[:, :-1], ids[:, :-1])
+        np.testing.assert_array_equal(op.fused_moe_reference(x, w13, w2, tw, bad), kept)
+
+
 # (fmt, symmetric, act-order, group size) per arch: every format and quirk on some arch in both dtypes.
 INT4 = {"gfx942": ("gptq", False, False, 32), "gfx950": ("awq", False, False, 64),
         "gfx1100": ("gptq_v2", True, True, 128), "gfx1151": ("gptq", True, False, 64),
