@@ -90,14 +90,11 @@ def device(arch: str, cus: int) -> ScaledDevice:
 
 
 def ops() -> list[str]:
-    """Public ops: modules of hipskinny.ops whose namesake hipskinny exports, each followed by its
-    report variants ("op:variant", registered in `benchmarks.families`: other modes of one op)."""
-    import pkgutil
-
+    """The ops the report's GEMM model measures (their `Exports.report`), each followed by its report
+    variants ("op:variant", registered in `benchmarks.families`: other modes of one op)."""
     import hipskinny.ops as pkg
 
-    names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__)
-                   if not m.name.startswith("_") and callable(getattr(hipskinny, m.name, None)))
+    names = [op for op in pkg.op_names() if pkg.exports(op).report == pkg.GEMM_REPORT]
     return [v for nm in names for v in (nm, *(f"{nm}:{x}" for x in families.family(nm).variants))]
 
 

@@ -74,7 +74,7 @@ def _workloads(hs: Any, arch: str, size: dict[str, int]) -> dict[str, Callable[[
         "matmul_4bit n=1": lambda: hs.matmul_4bit(xs[1], packed, state),
         "matmul_4bit n=16": lambda: hs.matmul_4bit(xs[16], packed, state),
         "fused_moe n=3": lambda: hs.moe.fused_moe(xm, w13, w2, tw, ids),
-        "sparse_mla t=2": lambda: hs.mla.sparse_decode(q, cache, idx, ptr, scale=512 ** -0.5, return_lse=True),
+        "sparse_mla t=2": lambda: hs.sparse_mla(q, cache, idx, ptr, scale=512 ** -0.5, return_lse=True),
     }
 
 

@@ -10,7 +10,7 @@ benchmarks/model.py (roofs over the emulator's exact counts, under the latency f
 benchmarks/latency.py). Nothing here was timed on a GPU, and a prediction is not a measurement:
 where a prediction is far below a measurement, the gap is an upper bound on what our kernel can
 gain, not a speedup. The rows other than the router are read from the sections that produce them
-(`python -m benchmarks.report`, `benchmarks.moe`, `benchmarks.mla`), so this section shows what
+(`python -m benchmarks.report`, `benchmarks.fused_moe`, `benchmarks.sparse_mla`), so this section shows what
 their last runs predicted.
 """
 
@@ -35,9 +35,9 @@ HERE = Path(__file__).resolve().parent
 # (what, arch, their µs, their kernel and how it was timed, where ours comes from)
 PUBLISHED = (
     ("Qwen3-30B-A3B MoE GEMM1 (int4 AWQ, 8 routed experts, N = 1)", "gfx1151", 66.4,
-     "ROCm/vllm gfx11 MoE (#876/#908)", ("moe", "Qwen3-30B-A3B", 1, "gemm1")),
+     "ROCm/vllm gfx11 MoE (#876/#908)", ("fused_moe", "Qwen3-30B-A3B", 1, "gemm1")),
     ("Qwen3-30B-A3B MoE GEMM2 (int4 AWQ, N = 1)", "gfx1151", 40.4,
-     "ROCm/vllm gfx11 MoE (#876/#908)", ("moe", "Qwen3-30B-A3B", 1, "gemm2")),
+     "ROCm/vllm gfx11 MoE (#876/#908)", ("fused_moe", "Qwen3-30B-A3B", 1, "gemm2")),
     ("Qwen3-30B-A3B qkv_proj 5120 x 2048 (int4 AWQ, N = 1)", "gfx1151", 33.6,
      "upstream gfx1151 int4 GEMM", ("report", "w4a16_linear", "Qwen3-30B-A3B", "qkv_proj", 1)),
     ("Qwen3-30B-A3B o_proj 2048 x 4096 (int4 AWQ, N = 1)", "gfx1151", 33.3,
@@ -47,9 +47,9 @@ PUBLISHED = (
     ("Qwen3-30B-A3B router top-k (128 experts, k = 8, N = 1)", "gfx1151", 8.7,
      "upstream gfx1151 router top-k", ("published", "router")),
     ("DeepSeek V4 sparse MLA, CSA-2048 (B = 4)", "gfx950", 35.8,
-     "upstream gfx950 sparse MLA HIP v3.8", ("mla", "DSv4 CSA-2048")),
+     "upstream gfx950 sparse MLA HIP v3.8", ("sparse_mla", "DSv4 CSA-2048")),
     ("DeepSeek V4 sparse MLA, HCA-32 (B = 4)", "gfx950", 21.4,
-     "upstream gfx950 sparse MLA HIP v3.8", ("mla", "DSv4 HCA-32")),
+     "upstream gfx950 sparse MLA HIP v3.8", ("sparse_mla", "DSv4 HCA-32")),
 )
 # How ours differ from theirs at the same shape (said next to the numbers).
 DIFFERENCES = {
@@ -91,14 +91,14 @@ def ours(rep: dict[str, Any], arch: str, where: tuple) -> tuple[float, str] | No
         for r in rep.get("rows", []):
             if (r["op"], r["model"], r["layer"], r["n"], r["arch"], r["status"]) == (op, model, layer, n, arch, "ok"):
                 return r["predicted_us"], r["bound"]
-    elif kind == "moe":
+    elif kind == "fused_moe":
         _, model, n, part = where
-        for r in rep.get("moe", {}).get("rows", []):
+        for r in rep.get("fused_moe", {}).get("rows", []):
             if (r["model"], r["N"], r["arch"]) == (model, n, arch):
                 p = r["parts"][part]
                 return p["seconds"] * 1e6, p["bound"]
-    elif kind == "mla":
-        for r in rep.get("mla", {}).get("rows", []):
+    elif kind == "sparse_mla":
+        for r in rep.get("sparse_mla", {}).get("rows", []):
             if (r["shape"], r["arch"]) == (where[1], arch):
                 return r["seconds"] * 1e6, r["bound"]
     else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import json
 import os
 import shlex
@@ -28,6 +29,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+import hipskinny.ops as hs_ops
 from hipskinny import registry
 from hipskinny.arch import ARCHS, HW_SOURCES
 
@@ -36,26 +38,19 @@ from .model import arithmetic_floor_seconds, busiest_cu_share, predict, workgrou
 from .shapes import CHECK_SHAPES, SHAPES, Shape, n_values
 from .static import KernelStatic, family_static, inst_class, kernel_sort_key
 
+HERE = Path(__file__).resolve().parent
 DTYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
 # Code-object families outside this report's model, which is that of a GEMM-shaped op: a weight
 # matrix [M, K] streamed against N tokens, sampled by scaling M with the CU count, judged per
 # weight byte. Their spills and scratch are checked by the build, their results by their tests;
-# the report names them with the reason instead of measuring them.
-OUTSIDE_MODEL = {
-    "topk_softmax": "MoE routing (`hipskinny.moe.topk_softmax`): router logits [N, E], E <= 512, to top-k "
-                    "weights and ids; no weight matrix, and its only parallel dimension is N, which the report "
-                    "never scales. A call moves N x E logits and N x k x 8 result bytes (a few KB at decode): "
-                    "launch-bound on every arch.",
-    "fused_moe": "Fused MoE decode (`hipskinny.moe.fused_moe`): its work is the routed experts' weights, which "
-           "depend on the routing, not one [M, K] matrix the report can scale down with the CU count; "
-           "`python -m benchmarks.moe` measures whole calls at real expert shapes (its section above).",
-    "sparse_mla": "Sparse MLA decode (`hipskinny.mla.sparse_decode`): attention over gathered FP8 KV-cache rows, "
-                  "no weight matrix; its work is the index lists' rows. `python -m benchmarks.mla` measures whole "
-                  "calls at DeepSeek shapes (its section above).",
-}
+# the report names them with the reason their op module declares (`hipskinny.ops.Exports.report`).
+OUTSIDE_MODEL = {co: ex.report for ex in map(hs_ops.exports, hs_ops.op_names()) if ex.report != hs_ops.GEMM_REPORT
+                 for co in ex.code_objects}
+# Families outside the model that have their own benchmarks/<family>.py, whose section the report shows.
+SECTIONS = tuple(op for op in hs_ops.op_names()
+                 if hs_ops.exports(op).report != hs_ops.GEMM_REPORT and (HERE / f"{op}.py").is_file())
 LINEARITY_TOL = 0.02        # per-row counts at c and 2c CUs may differ by this much (partial groups)
 LINEARITY_SHAPE = (2048, 1 << 25)   # checked on the first shape with M >= 2048 and M*K <= 32M (mid-sized, cheap)
-HERE = Path(__file__).resolve().parent
 
 ASSUMPTIONS = """\
 * **Times are predictions of a model, not measurements**: no AMD GPU was used. Counts
@@ -486,14 +481,9 @@ def markdown(rep: dict[str, Any]) -> str:
     for op in sorted({r["op"] for r in rep["rows"]}):
         out += _op_tables(rep, op)
     out += _static_tables(rep)
-    if rep.get("moe"):
-        from . import moe
-
-        out += moe.markdown(rep["moe"])
-    if rep.get("mla"):
-        from . import mla
-
-        out += mla.markdown(rep["mla"])
+    for family in SECTIONS:          # the families measured by their own benchmarks/<family>.py
+        if rep.get(family):
+            out += importlib.import_module(f"{__package__}.{family}").markdown(rep[family])
     out += published.markdown(rep)
     if rep.get("outside_model"):
         out += ["## Families outside this report", ""]
@@ -890,9 +880,9 @@ def main(argv: list[str] | None = None) -> int:
         rep = _merge(rep, json.loads(Path(args.json or HERE / "RESULTS.json").read_text()), archs)
     stored = Path(args.json or HERE / "RESULTS.json")
     if not args.check and stored.is_file():
-        # sections other commands measure (benchmarks.emulator_rate, .moe, .mla, .published): kept as they are
+        # sections other commands measure (benchmarks.emulator_rate, SECTIONS' modules, .published): kept as they are
         old = json.loads(stored.read_text())
-        for section in ("emulator_speed", "moe", "mla", "published"):
+        for section in ("emulator_speed", *SECTIONS, "published"):
             if old.get(section) is not None:
                 rep.setdefault(section, old[section])
     md_path = args.md or (None if args.check else str(HERE / "RESULTS.md"))

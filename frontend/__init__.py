@@ -25,31 +25,13 @@ def __getattr__(name: str):  # lazy: keep `import hipskinny` light (build_script
     return value
 
 
+# Public namespaces: a data format with the ops on it (`formats/`).
+_NAMESPACES = ("fp8", "bnb", "w4a16", "moe", "mla")
+
+
 def _lazy(name: str):
-    if name in ("gemv", "gemv_reference"):
-        from .ops import gemv as _gemv
-
-        return getattr(_gemv, name)
-    if name in ("skinny_gemm", "skinny_gemm_reference"):
-        from .ops import skinny_gemm as _skinny_gemm
-
-        return getattr(_skinny_gemm, name)
-    if name in ("fp8_linear", "fp8_linear_reference"):
-        from .ops import fp8_linear as _fp8_linear
-
-        return getattr(_fp8_linear, name)
-    if name in ("matmul_4bit", "matmul_4bit_reference"):
-        from .ops import matmul_4bit as _matmul_4bit
-
-        return getattr(_matmul_4bit, name)
-    if name in ("w4a16_linear", "w4a16_linear_reference"):
-        from .ops import w4a16_linear as _w4a16_linear
-
-        return getattr(_w4a16_linear, name)
-    if name in ("fp8", "bnb", "w4a16", "moe", "mla"):
-        import importlib
-
-        return importlib.import_module(f"{__name__}.{name}")
+    if name in _NAMESPACES:
+        return _importlib.import_module(f"{__name__}.{name}")
     if name == "probe":
         from .capability import probe
 
@@ -62,9 +44,16 @@ def _lazy(name: str):
         from . import devices
 
         return getattr(devices, name)
+    if name in ops.public_names():      # every op module ``ops/<op>.py``: <op> and <op>_reference
+        return getattr(ops.op_module(name.removesuffix("_reference")), name)
     raise AttributeError(f"module 'hipskinny' has no attribute {name!r}")
 
 
+import importlib as _importlib  # noqa: E402
+
+# The op modules, found by name (`ops.public_names`); imported directly, not by `from . import`, which
+# would first ask `__getattr__` for the name.
+ops = _importlib.import_module(f"{__name__}.ops")
 from . import torch_ops as _torch_ops  # noqa: E402
 from .version import __version__  # noqa: E402
 
@@ -72,9 +61,6 @@ _torch_ops.install()   # torch.ops.hipskinny.*: now if torch is imported, else r
 
 __all__ = [
     "CaptureError", "CodeObjectError", "DeviceMismatchError", "HipRuntimeError", "HipSkinnyError", "InputTypeError",
-    "InputValueError", "KernelArgumentError", "UnsupportedArchError", "__version__", "current_device", "fp8",
-    "mla", "moe",
-    "fp8_linear", "fp8_linear_reference", "bnb", "matmul_4bit", "matmul_4bit_reference", "w4a16", "w4a16_linear",
-    "w4a16_linear_reference",
-    "gemv", "gemv_reference", "on_device", "probe", "reserve", "skinny_gemm", "skinny_gemm_reference", "use_device",
+    "InputValueError", "KernelArgumentError", "UnsupportedArchError", "__version__", "current_device", "on_device",
+    "probe", "reserve", "use_device", *_NAMESPACES, *ops.public_names(),
 ]

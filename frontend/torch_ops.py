@@ -1,6 +1,6 @@
 """hipskinny's ops as torch custom ops: ``torch.ops.hipskinny.<op>`` (and ``<op>_out``).
 
-Each op module declares its ops in ``TORCH_OPS`` (`declare`: a schema, the Python function behind
+Each op module declares its ops in its ``EXPORTS.torch_ops`` (`declare`: a schema, the Python function behind
 it, the output's shape for torch's fake tensors, the op's checks, its autograd formula); this module
 registers them with ``torch.library`` once torch is importable, so ``torch.compile(fullgraph=True)``
 traces through them and torch's fake tensors infer shapes without running a kernel. ``out=``
@@ -38,11 +38,6 @@ from . import operands, tensors
 from .errors import HipSkinnyError
 
 log = logging.getLogger(__name__)
-
-# Op modules whose TORCH_OPS are registered (a new family adds its module name here).
-OP_MODULES: tuple[str, ...] = ("gemv", "skinny_gemm", "fp8_linear", "matmul_4bit", "w4a16_linear", "fused_moe",
-                               "topk_softmax", "sparse_mla")
-
 
 @dataclass(frozen=True)
 class TorchOp:
@@ -100,9 +95,9 @@ def torch_dtype(name: str) -> Any:
 
 
 def ops() -> list[TorchOp]:
-    found: list[TorchOp] = []
-    for module in OP_MODULES:
-        found += importlib.import_module(f"{__package__}.ops.{module}").TORCH_OPS
+    from . import ops as op_modules
+
+    found = [op for name in op_modules.op_names() for op in op_modules.exports(name).torch_ops]
     # backward's quantized-weight half (grad_x = grad_y @ W), opaque to torch.compile
     return found + importlib.import_module(f"{__package__}.autograd")._torch_ops()
 

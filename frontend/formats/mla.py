@@ -1,6 +1,6 @@
 """The FP8 KV caches of sparse MLA decode (DeepSeek V4 / V3.2): layouts and host-side cache tools (the
-op, `hipskinny.mla.sparse_decode`, is `hipskinny.ops.sparse_mla`; its float64 reference
-`hipskinny.ops.sparse_mla.sparse_decode_reference`).
+op, `hipskinny.sparse_mla`, is `hipskinny.ops.sparse_mla`; its float64 reference
+`hipskinny.sparse_mla_reference`).
 * `LAYOUTS`, `Layout`, `layout_of`, `block_bytes`, `token_bytes` -- the two cache byte layouts.
 * `pack_cache` -- quantize float rows into a cache, at chosen slots, garbage elsewhere.
 * `dequantize_cache` -- every slot of a cache back to float64 (bf16-rounded as the kernel sees it).
@@ -50,7 +50,7 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import InputTypeError, InputValueError
-from ..fp8 import FMAX, check_flavor, decode, encode
+from .fp8 import FMAX, check_flavor, decode, encode
 
 __all__ = ["LAYOUTS", "Layout", "bf16_round", "block_bytes", "dequantize_cache", "layout_of", "pack_cache",
            "token_bytes"]
@@ -276,10 +276,10 @@ def dequantize_cache(cache: Any, *, layout: Any = "v4", fp8: str = "ocp", block_
 
 
 # ----------------------------------------------------------------------------------------------
-# Paged-cache and index-list rules (sparse_decode's inputs)
+# Paged-cache and index-list rules (sparse_mla's inputs)
 
 
-def block_size_of(v: Any, name: str, layout: str, op: str = "sparse_decode") -> int:
+def block_size_of(v: Any, name: str, layout: str, op: str = "sparse_mla") -> int:
     """A cache's layout rules on its view (anything with dtype, shape and byte strides): uint8
     ``[num_blocks, block_size, token_bytes]`` with contiguous token rows; returns the block size."""
     row = LAYOUTS[layout].token_bytes
@@ -296,7 +296,7 @@ def block_size_of(v: Any, name: str, layout: str, op: str = "sparse_decode") -> 
     return bs
 
 
-def indptr_check(name: str, idx_name: str, n: int, op: str = "sparse_decode") -> Any:
+def indptr_check(name: str, idx_name: str, n: int, op: str = "sparse_mla") -> Any:
     """The check of a host indptr's values: from 0 or more, never decreasing, at most ``n`` (the
     length of its index list; a kernel clips a device one instead)."""
 

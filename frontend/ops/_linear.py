@@ -3,93 +3,10 @@ plan of the lane-split kernels for small N, the plan and launch of the split-K k
 for larger N, and the test for torch's own fallback on a ROCm GPU. Each op module keeps its format
 checks, its kernel choice and its reference.
 
-Configuration rules, small N (the only place they live; arch facts come from `ArchInfo`):
-
-* **K-chunk** ``kc`` (columns of x staged per pass): ``K_pad = ceil(K / 8) * 8``; if
-  ``N * K_pad * 2 <= lds_per_workgroup`` then ``kc = K_pad`` (staged once), else the most
-  columns that fit, rounded down to a multiple of ``8 * wave_size`` (so a chunk's lane does
-  not depend on the pass and results stay bitwise equal to the staged-once order).
-  Dynamic LDS per workgroup = ``N * kc * 2`` bytes.
-* **Workgroups per CU**: as many as the kernel's VGPRs and that LDS allow
-  (`ArchInfo.occupancy`), capped at MAX_GROUPS_PER_CU = 4 (x is re-read by every workgroup,
-  from L2: the cache model charges no DRAM for it, and more waves shorten each wave's chain of
-  round trips; `python -m benchmarks.choices`); at least 1.
-* **YTILE**: the largest of the variants built for N -- read from the code object
-  (`built_ytiles`); the kernel sources build 4, 2, 1 while ``N * YTILE <= 16``, as more
-  accumulators do not fit the 96 VGPRs that give gfx11/12 full occupancy -- whose tile
-  count ``ceil(M / YTILE)`` still gives every wave of the full grid (``CU count * groups
-  per CU * waves per group``) a tile; the smallest when even that does not. Bigger tiles read each
-  x chunk from LDS for more rows; smaller ones spread a small M over more waves. (Weight
-  loads in flight per lane stay at 4 for every YTILE: the kernel unrolls 4 / YTILE.)
-* **Grid**: ``min(CU count * groups per CU, ceil(tiles / waves per group))`` persistent
-  workgroups of 256 threads; waves stride over the tiles.
-
-Results do not depend on the CU count, YTILE, K-chunk or grid: a lane's chunks, their
-order and the reduction tree depend only on the wave size, so ``deterministic=True`` holds
-across calls, schedules and CU counts (it is the only mode for small N).
-
-Which kernel at N = 2..8: the lane-split one, except for the quantized ops (fp8_linear,
-matmul_4bit, w4a16_linear) on gfx942/gfx950 when ``N * M * K`` reaches SMALL_N_SPLITK_WORK
-(`small_n_splitk`): their VALU is slow next to their DRAM, so the lane-split kernels' per-token
-widen-and-dot work bounds them there, and the split-K kernels (padded to one 16-token tile,
-lanes without a token skipping their partials) put it on the matrix units.
-
-Configuration rules, larger N:
-
-* **Token tiles** ``NT``: the smallest of 1, 2, 4, 8 with ``16 * NT >= N`` (padded tokens
-  are zero in LDS and cost matrix work only).
-* **Units**: the row blocks' 128-column groups form one walk (block 0's, then block 1's, ...), a row
-  block ``block_len`` columns of it (its own groups, or padded to whole units), and a work unit is
-  ``unit_len`` columns of it (multiples of 128; `walk`, ``splitk.h``'s Walk). Padded, a unit stays
-  within its row block: the row block is cut into equal shards. Unpadded, a unit may end one row block
-  and begin the next, its part of each a segment, so a row block is cut into shards (its segments)
-  wherever units end. Candidates: a row block cut into S equal shards (padded), at most one per 128
-  columns, at least ``128 * NT`` columns each, and the lengths that deal the unpadded walk evenly to the
-  flagship's CUs, r units each (4-bit Llama-3 gate_up at N = 4 on gfx950, 224 row blocks on 256 CUs: 512
-  units of 14 groups, two per CU, not 448 of 16 with 192 CUs doing two and 64 one) -- units that cross
-  row blocks only where the call's bytes take SPLITK_CROSSING_TRIPS DRAM round trips (a crossing unit
-  chains a second reduction, which only a throughput-bound call hides). At one token tile (N <= 16) the
-  split row blocks' fp32 partial tiles (the token rows the kernel publishes, `partial_rows`) stay within
-  PARTIAL_SHARE of the call's unavoidable bytes (`partial_shards`: weights at the op's bits per element,
-  x, y). There the kernels load a segment's groups three ahead (`splitk.h` pipelined), so the longer
-  units the cap gives small layers keep short chains; with more token tiles they load one ahead
-  (registers), and at eight wait for each group. Within those limits `splitk_split` takes at least the
-  shards that give `splitk_units` work units of 128 features -- the flagship's bandwidth x DRAM latency
-  over SPLITK_UNIT_BYTES -- and other lengths where an estimate says they pay: the larger of the call's
-  bytes (partials included, slowed in proportion when fewer units than that are in flight) and the
-  kernel's compute (SPLITK_COMPUTE, measured; plus a segment's own work, SPLITK_UNIT_OVERHEAD) charged
-  on the busiest of the flagship's CUs, a unit running on one CU. A layer of 32 row blocks on a 96-CU
-  part whose kernel is matrix-bound takes 3 shards (96 units), not 1; where the bytes dominate it stays
-  at 1. Arch facts only, *not* this device: results must not depend on the CU count. A unit length that
-  is a multiple of a row block's groups skips the partials entirely. (Why these sizes: per weight byte,
-  a unit of R features and L columns re-reads x for ``16 * NT / R`` bytes and moves ``64 * NT / L``
-  bytes of partials; for a given number of units (R * L fixed) the sum is smallest at L = 4 R -- 512
-  columns for R = 128.)
-* **Slices**: the kernels' ``_s<v>`` variants (v = 2 or 4 at one and two token tiles, 2 at four;
-  which a code object has: `built_slices`) make a row block 128 / v features, the v waves of each row
-  group taking every v-th group of the segment and summing in LDS at the end: v times the units
-  without fp32 partials, for x staged v times as often per weight. `splitk_split` adds slices to the
-  one-slice plan at no longer units (two slices: at most twice as long) and no more units on the
-  flagship's busiest CU than the one-slice plan (or one; SPLITK_SLICE_COST per extra slice on the
-  compute) and takes the fewest slices, then
-  the fewest partials, then the longest units, within 1% of the best estimate. A layer of few row
-  blocks (the routers, Qwen3's small projections at 4 bits on CDNA) gets its CUs this way where the
-  partials' cap would hold it to few units.
-* **Direct x**: a family may build a two-slice ``_direct`` variant of its four-token-tile kernel
-  (matmul_4bit on gfx942/gfx950: each wave holds all 64 features of its unit and reads x straight into
-  registers, no x in LDS); `splitk_plan` takes it for every two-slice plan, and in place of a one-slice
-  plan (the same units' length) where the call's bytes take DIRECT_TRIPS DRAM round trips (`direct_x`).
-* **Grid**: ``min(units, CU count * groups per CU)`` persistent workgroups of 256 threads,
-  groups per CU from the kernel's VGPRs and its 32 KiB of LDS, at most 4.
-* **Scratch**: the partials (a slot of ``R * 16 * NT`` fp32 per segment, ``units + row blocks``
-  slots, R = 128 / slices, or one per row block for the atomic variant, in a scratch slot of its own:
-  it needs them zero on entry, and the deterministic kernel leaves its partials as written) and one
-  counter per row block come from the scratch pool of (device, stream), sized by the call's shapes; the kernel
-  leaves the counters (and the atomic slices) zero, so nothing is cleared per call.
-* ``deterministic=True`` sums a row block's shard partials in shard order: bitwise equal across
-  calls, schedules and CU counts. ``deterministic=False`` adds them atomically (one slice
-  instead of S to write and read back; last bits follow arrival order); with ``S = 1``
-  both are the same kernel.
+The configuration rules (K-chunk, workgroups per CU, YTILE, grid; token tiles, units, shards, slices,
+direct x, scratch) are written out in docs/linear.md; the comments here name them. Results never
+depend on the CU count, the tile or the grid: ``deterministic=True`` holds across calls, schedules and
+CU counts.
 """
 
 from __future__ import annotations

@@ -45,12 +45,14 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .. import autograd, dtypes, fp8, operands, registry, tensors
+from .. import autograd, dtypes, operands, registry, tensors
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
+from ..formats import fp8
 from ..launch import LaunchPlan, PlanCache
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
 from ..torch_ops import declare, fake_operands, torch_dtype
+from . import Exports
 from . import _linear as lin
 from ._linear import (
     MAX_N,
@@ -322,6 +324,7 @@ TORCH_OPS = declare("fp8_linear", "Tensor x, Tensor w, Tensor w_scale, Tensor? b
                     check=_torch_check,
                     autograd=autograd.linear("fp8_linear", 3, _grad_weights,
                                              lambda named, *_: fp8.dequantize(named["w"], named["w_scale"])))
+EXPORTS = Exports(TORCH_OPS, ("fp8_linear", "fp8_linear_splitk"))
 
 
 def fp8_linear_reference(x: Any, w: Any, w_scale: Any, x_scale: Any = None, bias: Any = None,

@@ -43,6 +43,7 @@ from ..formats import w4a16
 from ..launch import LaunchPlan, PlanCache, make_plan, threads
 from ..operands import DeviceCall, HostCall, Operands
 from ..torch_ops import declare, fake_operands
+from . import Exports
 from ._common import DTYPE_TAG
 from ._quantized import check_prepared
 
@@ -316,6 +317,10 @@ TORCH_OPS = declare("fused_moe", "Tensor x, Tensor w13, Tensor w2, Tensor topk_w
                     options='int w13_group_size=0, int w2_group_size=0, str activation="silu"',
                     check=functools.partial(_torch_fused_moe, check=True),
                     autograd=autograd.moe("fused_moe"))
+EXPORTS = Exports(TORCH_OPS, ("fused_moe",), report=(
+    "Fused MoE decode: its work is the routed experts' weights, which depend on the routing, not one [M, K] "
+    "matrix the report can scale down with the CU count; `python -m benchmarks.fused_moe` measures whole calls "
+    "at real expert shapes."))
 
 
 # ----------------------------------------------------------------------------------------------

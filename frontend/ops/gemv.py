@@ -20,6 +20,7 @@ from ..errors import InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
 from ..torch_ops import declare, fake_operands
+from . import Exports
 from ._common import check_16bit_dtypes
 
 FAMILY = "gemv"
@@ -141,6 +142,7 @@ TORCH_OPS = declare("gemv", "Tensor x, Tensor w, Tensor? bias=None", gemv,
                     lambda x, w, bias=None: (w[0],) if len(x) == 1 else (1, w[0]), check=_torch_check,
                     autograd=autograd.linear("gemv", 2, lambda a: {"w": a[1]}, lambda named, *_: named["w"],
                                              opaque=False))
+EXPORTS = Exports(TORCH_OPS, ("gemv",))
 
 
 def gemv_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:

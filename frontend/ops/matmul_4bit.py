@@ -53,8 +53,9 @@ from ..errors import InputTypeError, InputValueError
 from ..formats import bnb
 from ..operands import DeviceCall, HostCall, Launch, Operands
 from ..torch_ops import declare
+from . import Exports
 from . import _linear as lin
-from . import skinny_gemm as sg
+from . import _skinny as sk
 from ._common import DTYPE_TAG
 from ._quantized import CHUNK as CHUNK
 from ._quantized import FUSED_MAX_N, QuantizedLinear
@@ -182,11 +183,11 @@ def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int) -> dict[str,
 def _route(ops: Operands, n: int, m: int, k: int, log2_bs: int, flags: int) -> Any:
     """Shapes the fused kernels do not take: the dequantize kernel writes W as x's 16-bit dtype
     (``T(code[q] * absmax)``, one rounding, as bitsandbytes' dequantize) into a pooled
-    ``[M, pitch]`` buffer for `hipskinny.skinny_gemm`'s kernel (`skinny_gemm.dequantize_route`)."""
+    ``[M, pitch]`` buffer for `hipskinny.skinny_gemm`'s kernel (`_skinny.dequantize_route`)."""
     xv = ops["x"]
     assert xv is not None
     device, tag, pitch = ops.device, DTYPE_TAG[xv.dtype], -(-k // 8) * 8
-    return sg.dequantize_route(
+    return sk.dequantize_route(
         ops, "matmul_4bit", NAMES, n, m, k, pitch,
         lambda pointers, out: _dequantize_launch(device, tag, m, k, pitch, log2_bs, flags, pointers, out),
         lambda: _OP.staged(ops, n, m, k, pitch), slot=ROUTE_SLOT, out_slot="matmul_4bit.y",
@@ -194,7 +195,7 @@ def _route(ops: Operands, n: int, m: int, k: int, log2_bs: int, flags: int) -> A
 
 
 def _dequantize_launch(device: Device, tag: str, m: int, k: int, pitch: int, log2_bs: int, flags: int,
-                       pointers: tuple[str, ...], out: str = sg.DEQUANTIZED) -> Launch:
+                       pointers: tuple[str, ...], out: str = sk.DEQUANTIZED) -> Launch:
     """The dequantize kernel reading the state's operands and writing ``[M, pitch]`` 16-bit weights
     to the pointer named ``out`` (``pointers``: the call's)."""
     plan = _OP.dequantize_plan(device, f"dequantize_4bit_{tag}", m, m * pitch // 8)
@@ -299,6 +300,7 @@ TORCH_OPS = declare("matmul_4bit", "Tensor x, Tensor packed, Tensor absmax, Tens
                     autograd=autograd.linear(
                         "matmul_4bit", 6, lambda a: dict(zip(("packed", "absmax", "code"), a[1:4], strict=True))
                         | dict(zip(("absmax2", "code2", "offset"), a[7:10], strict=True)), _grad_dense))
+EXPORTS = Exports(TORCH_OPS, ("matmul_4bit", "matmul_4bit_splitk"))
 
 
 def matmul_4bit_reference(x: Any, packed: Any, state: Any, bias: Any = None) -> np.ndarray:

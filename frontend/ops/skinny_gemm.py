@@ -34,7 +34,6 @@ strides that are multiples of 8 elements and 16-byte aligned bases.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -42,24 +41,18 @@ import numpy as np
 from .. import autograd, dtypes, operands, tensors
 from ..devices.base import Device
 from ..errors import InputValueError
-from ..launch import LaunchPlan, PlanCache
-from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
+from ..operands import DeviceCall, HostCall, Operands, Staged
 from ..torch_ops import declare, fake_operands
+from . import Exports
 from . import _linear as lin
+from . import _skinny as sk
 from ._common import DTYPE_TAG, check_16bit_dtypes
-from ._linear import (
-    MAX_N,
-    SPLITK_MAX_N,
-    lane_split_plan,
-    on_rocm_torch,
-    splitk_plan,
-)
+from ._linear import MAX_N, SPLITK_MAX_N
+from ._skinny import FAMILY as FAMILY
+from ._skinny import NAMES
+from ._skinny import SPLITK_FAMILY as SPLITK_FAMILY
 
-FAMILY = "skinny_gemm"
-SPLITK_FAMILY = "skinny_gemm_splitk"
 _MAX_DIM = 2**31 - 1
-NAMES = ("x", "w", "bias", "out")
-_plans = PlanCache()
 _calls = operands.CallCache()
 
 
@@ -103,8 +96,8 @@ def _bind(ops: Operands, deterministic: bool) -> Any:
         k_kernel = pitch if n > MAX_N else k
         staged = [Staged("skinny_gemm.x", n, k, pitch), Staged("skinny_gemm.w", m, k, pitch),
                   None if bv is None else Staged("skinny_gemm.bias", b_rows, m, m, optional=True)]
-        launch, slots = (None, ()) if empty else _launch(device, tag, n, m, k_kernel, atomic, pitch, pitch,
-                                                          m if b_rows > 1 else 0)
+        launch, slots = (None, ()) if empty else sk.launch(device, tag, n, m, k_kernel, atomic, pitch, pitch,
+                                                            m if b_rows > 1 else 0)
         return HostCall(ops, [launch] if launch else [], staged, out_shape=out_shape, out_dtype=xv.dtype,
                         out_slot="skinny_gemm.y", scratch_slots=slots)
     if n > MAX_N and k % 8 != 0:
@@ -117,120 +110,14 @@ def _bind(ops: Operands, deterministic: bool) -> Any:
     _require((m == 1 or w_stride >= k) and w_stride % 8 == 0,
              f"w's row stride must be a multiple of 8 elements (16 bytes) and >= K; got {w_stride}")
     b_stride = operands.bias_row_stride("skinny_gemm", bv, m)
-    launch, slots = _launch(device, tag, n, m, k, atomic, x_stride, w_stride, b_stride)
+    launch, slots = sk.launch(device, tag, n, m, k, atomic, x_stride, w_stride, b_stride)
     return DeviceCall(ops, [launch], out_shape=out_shape, out_dtype=xv.dtype, aligned=("x", "w"),
                       align_message="x and w must start at 16-byte aligned addresses", scratch_slots=slots)
 
 
-def _launch(device: Device, tag: str, n: int, m: int, k: int, atomic: bool, x_stride: int, w_stride: int,
-            b_stride: int, *, pointers: tuple[str, ...] = NAMES, w: str = "w"
-            ) -> tuple[Launch, tuple[tuple[str, int], ...]]:
-    """The launch of a call of this shape, and the scratch slots it needs (partials, counters).
-    ``pointers``: the call's pointers ahead of those slots (this op's: NAMES; an op that dequantizes
-    first adds its weights slot), ``w``: the one that holds the 16-bit weights."""
-    plan = _plan(device, tag, n, m, k, atomic)
-    # The atomic variant needs its slices zero on entry (it leaves them so); the deterministic one
-    # leaves its partials as written: they must not share a slot.
-    partials = "skinny_gemm.atomic_slices" if plan.info["kernel"].endswith("_atomic") else "skinny_gemm.partials"
-    return lin.plan_launch(device, plan, pointers, dict(x="x", w=w, bias="bias", y="out"),
-                           dict(M=m, K=k, x_stride=x_stride, w_stride=w_stride, bias_stride=b_stride), n, partials,
-                           "skinny_gemm.counters")
-
-
-class _TorchFallback:
-    """Outside the kernels' range, torch tensors on a ROCm GPU go to ``torch.nn.functional.linear``."""
-
-    def __init__(self, per_token_bias: bool) -> None:
-        self.per_token_bias = per_token_bias
-
-    def __call__(self, objs: Any, addresses: Any) -> Any:
-        import torch.nn.functional as F  # noqa: N812
-
-        x, w, bias, out = objs
-        y = F.linear(x, w)
-        if bias is not None:   # [M], [1, M] or [N, M]: F.linear takes only [M]
-            y = y + bias.reshape(y.shape if self.per_token_bias else (y.shape[-1],))
-        if out is None:
-            return y
-        out.copy_(y)
-        return out
-
-
-DEQUANTIZED = "dequantized"        # the 16-bit weights a dequantize launch writes, as its pointer is named
-
-
-def route_pointers(names: tuple[str, ...]) -> tuple[str, ...]:
-    """The pointers of `TorchDequantizeRoute`'s launch: x and the weight operands, then `DEQUANTIZED`."""
-    return (*names[:-2], DEQUANTIZED)
-
-
-def dequantize_route(ops: Operands, op: str, names: tuple[str, ...], n: int, m: int, k: int, pitch: int,
-                     dequantize: Callable[[tuple[str, ...], str], Launch], staged: Callable[[], list[Staged | None]],
-                     *, slot: str, out_slot: str, k_rule: str, align_message: str) -> Any:
-    """The route of an op that dequantizes its weights first (matmul_4bit, w4a16_linear): its
-    ``dequantize(pointers, out)`` launch writes W ``[M, pitch]`` in x's 16-bit dtype to the pooled
-    slot ``slot``, then this op's kernel for N multiplies plain x by it: one bound call, two
-    launches, nothing allocated per call. N above this op's range: torch tensors on a ROCm GPU
-    dequantize the same way into a tensor and take ``torch.nn.functional.linear``; anything else
-    raises. ``names``: the op's operands (x, the weight operands, bias, out); ``staged``: its host
-    inputs' staging; ``k_rule``: the K its other kernels take (for the GPU error at K % 8 != 0)."""
-    xv, bv = ops["x"], ops["bias"]
-    assert xv is not None
-    device, tag = ops.device, DTYPE_TAG[xv.dtype]
-    out_shape = (*xv.shape[:-1], m)
-    if n > SPLITK_MAX_N:
-        if on_rocm_torch(ops):
-            return TorchDequantizeRoute(ops, dequantize(route_pointers(names), DEQUANTIZED), m, k, pitch)
-        raise InputValueError(f"{op}: N={n} tokens; supported: N = 1..{SPLITK_MAX_N} (torch tensors on a ROCm GPU: "
-                              "any N, through torch.nn.functional.linear above that)")
-    pointers = (*names, slot)                # inputs, out, then the scratch slots: the weights first
-    dq = dequantize(pointers, slot)
-    if ops.on_host:
-        # x rows padded with zeros to the weights' pitch: the zero columns of both add nothing,
-        # so the split-K kernel runs on K rounded up to the pitch.
-        b_rows = lin.bias_rows(bv)
-        gemm, gemm_slots = _launch(device, tag, n, m, pitch if n > MAX_N else k, False, pitch, pitch,
-                                   m if b_rows > 1 else 0, pointers=pointers, w=slot)
-    else:
-        if n > MAX_N and k % 8:
-            raise InputValueError(f"{op} on a GPU tensor: K={k} is neither {k_rule} nor of 8 (the dequantize + "
-                                  f"skinny_gemm route at N > {MAX_N}); host inputs take any K")
-        gemm, gemm_slots = _launch(device, tag, n, m, k, False, operands.staged_rows(op, xv, k), pitch,
-                                   operands.bias_row_stride(op, bv, m), pointers=pointers, w=slot)
-    slots = ((slot, 2 * m * pitch), *gemm_slots)
-    if ops.on_host:
-        return HostCall(ops, [dq, gemm], staged(), out_shape=out_shape, out_dtype=xv.dtype, out_slot=out_slot,
-                        scratch_slots=slots)
-    return DeviceCall(ops, [dq, gemm], out_shape=out_shape, out_dtype=xv.dtype, aligned=("x", "w"),
-                      align_message=align_message, scratch_slots=slots)
-
-
-class TorchDequantizeRoute:
-    """N above the kernels' range for ops that dequantize to 16-bit weights first (matmul_4bit,
-    w4a16_linear) on torch ROCm tensors: their dequantize kernel into a tensor of x's dtype
-    (allocated per call, as the ``F.linear`` after it does), then this module's ``F.linear``
-    fallback. ``launch`` reads the op's weight operands and writes ``[M, pitch]`` weights to the
-    pointer named `DEQUANTIZED`; its pointers are `route_pointers` of the op's operand names
-    (``x, *weight operands, bias, out``)."""
-
-    def __init__(self, ops: Operands, launch: Launch, m: int, k: int, pitch: int) -> None:
-        bv = ops["bias"]
-        self.launch, self.k = launch, k
-        self.stream = operands.stream_of(ops.first, ops.first.device_id)
-        self.empty = operands.torch_empty(ops.first, (m, pitch), ops.first.dtype)
-        self.linear = _TorchFallback(bv is not None and len(bv.shape) == 2 and bv.shape[0] > 1)
-
-    def __call__(self, objs: Any, addresses: Any) -> Any:
-        x, *weights, bias, out = objs
-        w16 = self.empty()
-        ptrs = [0 if o is None else o.data_ptr() for o in (x, *weights)] + [w16.data_ptr()]
-        self.launch.launcher(self.launch.args(ptrs), self.launch.tail, self.stream())
-        return self.linear((x, w16[:, :self.k], bias, out), None)
-
-
 def _unsupported(ops: Operands, why: str) -> Any:
     per_token = lin.bias_rows(ops["bias"]) > 1
-    return lin.outside(ops, "skinny_gemm", why, lambda: _TorchFallback(per_token),
+    return lin.outside(ops, "skinny_gemm", why, lambda: sk.TorchLinear(per_token),
                        f"N = 1..{SPLITK_MAX_N} tokens, any K for host inputs, K % 8 == 0 for GPU tensors when "
                        f"N > {MAX_N} (torch tensors on a ROCm GPU fall back to torch.nn.functional.linear "
                        "outside that)")
@@ -251,24 +138,10 @@ def _check_shapes(xv: tensors.TensorView, wv: tensors.TensorView,
     return n, m, k, tag
 
 
-def _plan(device: Device, tag: str, n: int, m: int, k: int, atomic: bool) -> LaunchPlan:
-    if n > MAX_N:
-        return _plan_splitk(device, tag, n, m, k, atomic)
-    key = (device, tag, n, m, k, device.properties.cu_count)
-    return _plans.get(key, lambda: lane_split_plan(device, FAMILY, f"{FAMILY}_{tag}_n{n}", n, m, k))
-
-
-def _plan_splitk(device: Device, tag: str, n: int, m: int, k: int, atomic: bool) -> LaunchPlan:
-    key = (device, tag, n, m, k, device.properties.cu_count, atomic)
-    return _plans.get(key, lambda: splitk_plan(
-        device, SPLITK_FAMILY, lambda nt, at: f"{SPLITK_FAMILY}_{tag}_t{nt}{'_atomic' if at else ''}", n, m, k,
-        atomic=atomic, weight_bits=16))
-
-
 def plan_info(device: Device, dtype: Any, n: int, m: int, k: int, *, deterministic: bool = True) -> dict[str, Any]:
     """The configuration a call of this shape gets on ``device`` (for tests and benchmarks)."""
     tag = DTYPE_TAG[dtypes.read(dtype, "dtype", dtypes.HALVES)]
-    return dict(_plan(device, tag, n, m, k, not deterministic and n > MAX_N).info)
+    return dict(sk.plan(device, tag, n, m, k, not deterministic and n > MAX_N).info)
 
 
 def _require(ok: bool, what: str) -> None:
@@ -285,6 +158,7 @@ TORCH_OPS = declare("skinny_gemm", "Tensor x, Tensor w, Tensor? bias=None", skin
                     lambda x, w, bias=None: (*x[:-1], w[0]), options="bool deterministic=True", check=_torch_check,
                     autograd=autograd.linear("skinny_gemm", 2, lambda a: {"w": a[1]}, lambda named, *_: named["w"],
                                              opaque=False))
+EXPORTS = Exports(TORCH_OPS, ("skinny_gemm", "skinny_gemm_splitk"))
 
 
 def skinny_gemm_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""Sparse MLA decode (DeepSeek V4 "MODEL1" and V3.2 FP8 KV caches): `hipskinny.mla.sparse_decode`.
+"""Sparse MLA decode (DeepSeek V4 "MODEL1" and V3.2 FP8 KV caches): `hipskinny.sparse_mla` (also
+`hipskinny.mla.sparse_decode`).
 
 For each query token t and head h: ``o = sum_j exp(s_j - M) V_j / (sum_j exp(s_j - M) + exp(sink_h - M))``
 with ``s_j = scale * <q[t, h], K_j>`` over the valid slots j of t's SWA list and extra list (one
@@ -42,11 +43,12 @@ from .. import operands, registry
 from ..arch import SHIPPED_ARCHS
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
+from ..formats.fp8 import check_flavor
 from ..formats.mla import LAYOUTS, block_size_of, cache_blocks, gather_keys, indptr_check, layout_of
-from ..fp8 import check_flavor
 from ..launch import LaunchPlan, PlanCache, make_plan
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
 from ..torch_ops import declare, fake_operands, torch_dtype
+from . import Exports
 
 FAMILY = "sparse_mla"
 INPUTS = ("q", "swa_cache", "swa_indices", "swa_indptr", "extra_cache", "extra_indices", "extra_indptr", "sink")
@@ -66,7 +68,7 @@ _plans = PlanCache()
 _calls = operands.CallCache()
 
 
-def sparse_decode(q: Any, swa_cache: Any, swa_indices: Any, swa_indptr: Any, *, extra_cache: Any = None,
+def sparse_mla(q: Any, swa_cache: Any, swa_indices: Any, swa_indptr: Any, *, extra_cache: Any = None,
                   extra_indices: Any = None, extra_indptr: Any = None, sink: Any = None, scale: float,
                   layout: str = "v4", fp8: Any = "ocp", out: Any = None, return_lse: bool = False,
                   splits: int | None = None) -> Any:
@@ -84,7 +86,7 @@ def sparse_decode(q: Any, swa_cache: Any, swa_indices: Any, swa_indptr: Any, *, 
     key, addresses = operands.signature(names, objs, options)
     call = _calls.get(key)
     if call is None:
-        ops = operands.gather("sparse_decode", names, objs, outputs=2 if return_lse else 1)
+        ops = operands.gather("sparse_mla", names, objs, outputs=2 if return_lse else 1)
         call = _calls.add(key, _bind(ops, *options))
     return call(objs, addresses)
 
@@ -93,21 +95,21 @@ def _check_options(scale: Any, layout: str, fp8: Any, splits: Any, extra: tuple[
                    ) -> tuple[str, str]:
     """The call's options and which optional operands come together; returns the caches' flavours."""
     if splits is not None and (not isinstance(splits, int) or not 1 <= splits <= MAX_SPLITS):
-        raise InputValueError(f"sparse_decode: splits must be an int in 1..{MAX_SPLITS}; got {splits!r}")
+        raise InputValueError(f"sparse_mla: splits must be an int in 1..{MAX_SPLITS}; got {splits!r}")
     if layout not in LAYOUTS:
-        raise InputValueError(f"sparse_decode: layout {layout!r}; supported: {', '.join(map(repr, LAYOUTS))}")
+        raise InputValueError(f"sparse_mla: layout {layout!r}; supported: {', '.join(map(repr, LAYOUTS))}")
     flavors = (fp8, fp8) if isinstance(fp8, str) else tuple(fp8) if isinstance(fp8, (tuple, list)) else (fp8,)
     if len(flavors) != 2 or any(f not in FLAVORS for f in flavors):
-        raise InputValueError(f"sparse_decode: fp8 must be 'ocp' or 'fnuz', or a pair of them (swa, extra); "
+        raise InputValueError(f"sparse_mla: fp8 must be 'ocp' or 'fnuz', or a pair of them (swa, extra); "
                               f"got {fp8!r}")
     if not isinstance(scale, (int, float, np.floating, np.integer)) or not math.isfinite(float(scale)):
-        raise InputValueError(f"sparse_decode: scale must be a finite float; got {scale!r}")
+        raise InputValueError(f"sparse_mla: scale must be a finite float; got {scale!r}")
     if any(e is None for e in extra) and any(e is not None for e in extra):
-        raise InputValueError("sparse_decode: extra_cache, extra_indices and extra_indptr come together; got "
+        raise InputValueError("sparse_mla: extra_cache, extra_indices and extra_indptr come together; got "
                               + ", ".join(f"{n}={'given' if e is not None else 'None'}"
                                           for n, e in zip(INPUTS[4:7], extra, strict=True)))
     if layout == "v32" and (extra[0] is not None or sink is not None):
-        raise InputValueError("sparse_decode: layout 'v32' has one list and no sink (extra_* and sink must be None)")
+        raise InputValueError("sparse_mla: layout 'v32' has one list and no sink (extra_* and sink must be None)")
     return flavors  # type: ignore[return-value]
 
 
@@ -147,12 +149,12 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
     assert qv is not None
     d_qk, row = LAYOUTS[layout].d_qk, LAYOUTS[layout].token_bytes
     if qv.dtype != _BF16:
-        raise InputTypeError(f"sparse_decode: q has dtype {qv.dtype}; it must be bfloat16")
+        raise InputTypeError(f"sparse_mla: q has dtype {qv.dtype}; it must be bfloat16")
     if len(qv.shape) != 3 or qv.shape[2] != d_qk:
-        raise InputValueError(f"sparse_decode: q must be [T, H, {d_qk}] for layout {layout!r}; got shape {qv.shape}")
+        raise InputValueError(f"sparse_mla: q must be [T, H, {d_qk}] for layout {layout!r}; got shape {qv.shape}")
     t, h = int(qv.shape[0]), int(qv.shape[1])
     if h < 1:
-        raise InputValueError(f"sparse_decode: q has H={h} heads; at least one is needed")
+        raise InputValueError(f"sparse_mla: q has H={h} heads; at least one is needed")
     caps = []
     checks = {}         # host indptr: its values, on every call
     for cache, idx, ptr in (INPUTS[1:4], INPUTS[4:7]):
@@ -163,16 +165,16 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
         # a wrong dtype is a type error, a wrong rank or length a value error (errors.py)
         if iv.dtype != _I32 or len(iv.shape) != 1:
             raise (InputTypeError if iv.dtype != _I32 else InputValueError)(
-                f"sparse_decode: {idx} must be a flat int32 array; got {iv.dtype} {iv.shape}")
+                f"sparse_mla: {idx} must be a flat int32 array; got {iv.dtype} {iv.shape}")
         if pv.dtype != _I32 or pv.shape != (t + 1,):
             raise (InputTypeError if pv.dtype != _I32 else InputValueError)(
-                f"sparse_decode: {ptr} must be int32 [T + 1] = [{t + 1}]; got {pv.dtype} {pv.shape}")
+                f"sparse_mla: {ptr} must be int32 [T + 1] = [{t + 1}]; got {pv.dtype} {pv.shape}")
         caps.append(int(iv.shape[0]))
         checks[ptr] = indptr_check(ptr, idx, caps[-1])
     n_idx = (*caps, 0)[:2]
     sv = ops["sink"]
     if sv is not None and (sv.dtype != _F32 or len(sv.shape) != 1 or sv.shape[0] < h):
-        raise InputValueError(f"sparse_decode: sink must be float32 [>= H] = [>= {h}] (one logit per head); got "
+        raise InputValueError(f"sparse_mla: sink must be float32 [>= H] = [>= {h}] (one logit per head); got "
                               f"{sv.dtype} {sv.shape}")
     out_shape, more, device = (t, h, D_V), [((t, h), _F32)] if return_lse else [], ops.device
     operands.check_out(ops, out_shape, _BF16, 0, "out")
@@ -220,7 +222,7 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
                         out_shape=out_shape, out_dtype=_BF16,
                         out_slot="mla.out", scratch_slots=scratch,
                         more_outs=[((t, h), _F32, "mla.lse")] if return_lse else [])
-    operands.require("sparse_decode", qv.strides[2] == 1 and qv.strides[0] % 8 == 0 and qv.strides[1] % 8 == 0,
+    operands.require("sparse_mla", qv.strides[2] == 1 and qv.strides[0] % 8 == 0 and qv.strides[1] % 8 == 0,
                      f"q must be contiguous along its last dim with rows 16-byte aligned (strides multiples of 8 "
                      f"elements); got strides {qv.strides}")
     strides = []
@@ -230,7 +232,7 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
             strides.append(0)
             continue
         b = int(v.strides[0]) if v.shape[0] > 1 else -(-int(v.shape[1]) * row // 16) * 16
-        operands.require("sparse_decode", b % 16 == 0, f"{name}'s block stride must be a multiple of 16 bytes; "
+        operands.require("sparse_mla", b % 16 == 0, f"{name}'s block stride must be a multiple of 16 bytes; "
                          f"got {b}")
         strides.append(b)
     operands.require_contiguous(ops, ("swa_indices", "swa_indptr", "extra_indices", "extra_indptr", "sink"))
@@ -249,22 +251,26 @@ def _torch_sparse_mla(q: Any, swa_cache: Any, swa_indices: Any, swa_indptr: Any,
     flavors = fp8 if extra_fp8 is None else (fp8, extra_fp8)
     lists = (swa_cache, swa_indices, swa_indptr, extra_cache, extra_indices, extra_indptr, sink)
     if not check:
-        return sparse_decode(q, *lists[:3], **dict(zip(INPUTS[4:], lists[3:], strict=True)), scale=scale,
+        return sparse_mla(q, *lists[:3], **dict(zip(INPUTS[4:], lists[3:], strict=True)), scale=scale,
                              layout=layout, fp8=flavors, out=out, splits=splits)
     flavors = _check_options(scale, layout, flavors, splits, lists[3:6], sink)
-    ops = fake_operands("sparse_decode", NAMES, (q, *lists, out))
+    ops = fake_operands("sparse_mla", NAMES, (q, *lists, out))
     bs = [0 if ops[c] is None else block_size_of(ops[c], c, layout) for c in ("swa_cache", "extra_cache")]
     _bind(ops, layout, flavors, float(scale), bs[0], bs[1], False, splits)
     return None
 
 
-# torch.ops.hipskinny.sparse_mla_decode / sparse_mla_decode_out (registered by hipskinny.torch_ops).
-TORCH_OPS = declare("sparse_mla_decode", "Tensor q, Tensor swa_cache, Tensor swa_indices, Tensor swa_indptr, "
-                    "Tensor? extra_cache=None, Tensor? extra_indices=None, Tensor? extra_indptr=None, "
-                    "Tensor? sink=None", _torch_sparse_mla, lambda q, *_: (q[0], q[1], D_V),
-                    options='float scale, str layout="v4", str fp8="ocp", str? extra_fp8=None, int? splits=None',
-                    out_dtype=lambda *_, **__: torch_dtype("bfloat16"),
-                    check=functools.partial(_torch_sparse_mla, check=True))
+# torch.ops.hipskinny.sparse_mla / sparse_mla_out (registered by hipskinny.torch_ops), and the same ops
+# under their first name, sparse_mla_decode.
+TORCH_OPS = tuple(op for name in ("sparse_mla", "sparse_mla_decode") for op in declare(
+    name, "Tensor q, Tensor swa_cache, Tensor swa_indices, Tensor swa_indptr, Tensor? extra_cache=None, "
+    "Tensor? extra_indices=None, Tensor? extra_indptr=None, Tensor? sink=None", _torch_sparse_mla,
+    lambda q, *_: (q[0], q[1], D_V), options='float scale, str layout="v4", str fp8="ocp", str? extra_fp8=None, '
+    "int? splits=None", out_dtype=lambda *_, **__: torch_dtype("bfloat16"),
+    check=functools.partial(_torch_sparse_mla, check=True)))
+EXPORTS = Exports(TORCH_OPS, ("sparse_mla",), report=(
+    "Sparse MLA decode: attention over gathered FP8 KV-cache rows, no weight matrix; its work is the index "
+    "lists' rows. `python -m benchmarks.sparse_mla` measures whole calls at DeepSeek shapes."))
 
 
 def _plan(device: Device, layout: str, heads: int, t: int, hb: int, s: int) -> LaunchPlan:
@@ -289,7 +295,7 @@ def plan_info(device: Device, t: int, h: int, capacity: int, layout: str = "v4")
 _Q_DTYPES = (np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
-def sparse_decode_reference(q: Any, swa_cache: Any, swa_indices: Any, swa_indptr: Any, *, extra_cache: Any = None,
+def sparse_mla_reference(q: Any, swa_cache: Any, swa_indices: Any, swa_indptr: Any, *, extra_cache: Any = None,
                             extra_indices: Any = None, extra_indptr: Any = None, sink: Any = None, scale: float,
                             layout: Any = "v4", fp8: str = "ocp", extra_fp8: str | None = None,
                             return_lse: bool = False) -> Any:
@@ -364,3 +370,7 @@ def sparse_decode_reference(q: Any, swa_cache: Any, swa_indices: Any, swa_indptr
             ms = np.where(m == -np.inf, 0.0, m)                         # own shift: the sink excluded
             lse[t] = ms + np.log(np.exp(s - ms[:, None]).sum(axis=1))
     return (o, lse) if return_lse else o
+
+
+sparse_decode = sparse_mla                       # its first name, kept: `hipskinny.mla.sparse_decode`
+sparse_decode_reference = sparse_mla_reference

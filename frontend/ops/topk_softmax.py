@@ -32,6 +32,7 @@ from ..errors import InputTypeError, InputValueError
 from ..launch import LaunchPlan, PlanCache, make_plan, threads
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
 from ..torch_ops import declare, fake_operands
+from . import Exports
 from ._common import DTYPE_TAG
 
 FAMILY = "topk_softmax"
@@ -165,6 +166,10 @@ def _torch_result_dtypes(*_: Any, **__: Any) -> tuple[Any, Any]:
 TORCH_OPS = declare("topk_softmax", "Tensor router_logits, int k, bool renormalize=False", topk_softmax,
                     lambda logits, k, renormalize=False: ((logits[0], k), (logits[0], k)),
                     out_dtype=_torch_result_dtypes, check=_torch_check, outs=("topk_weights", "topk_ids"))
+EXPORTS = Exports(TORCH_OPS, ("topk_softmax",), report=(
+    "MoE routing: router logits [N, E], E <= 512, to top-k weights and ids; no weight matrix, and its only "
+    "parallel dimension is N, which the report never scales. A call moves N x E logits and N x k x 8 result "
+    "bytes (a few KB at decode): launch-bound on every arch."))
 
 
 def topk_softmax_reference(router_logits: Any, k: int, renormalize: bool = False) -> tuple[np.ndarray, np.ndarray]:

@@ -71,8 +71,9 @@ from ..errors import InputTypeError, InputValueError
 from ..formats import w4a16
 from ..operands import Launch, Operands
 from ..torch_ops import declare, fake_operands
+from . import Exports
 from . import _linear as lin
-from . import skinny_gemm as sg
+from . import _skinny as sk
 from ._common import DTYPE_TAG
 from ._quantized import CHUNK, FUSED_MAX_N, MAX_N, QuantizedLinear, check_prepared
 
@@ -147,11 +148,11 @@ def _staged(ops: Operands, n: int, m: int, k: int) -> list:
 def _route(ops: Operands, n: int, m: int, k: int, g: int) -> Any:
     """The dequantize kernel writes W as x's 16-bit dtype in the checkpoint's column order
     (act-order undone by scattering each prepared column to ``perm[j]``) into the pooled slot
-    `ROUTE_SLOT` for `hipskinny.skinny_gemm`'s kernel (`skinny_gemm.dequantize_route`)."""
+    `ROUTE_SLOT` for `hipskinny.skinny_gemm`'s kernel (`_skinny.dequantize_route`)."""
     xv = ops["x"]
     assert xv is not None
     device, tag = ops.device, DTYPE_TAG[xv.dtype]
-    return sg.dequantize_route(
+    return sk.dequantize_route(
         ops, "w4a16_linear", NAMES, n, m, k, k,
         lambda pointers, out: _dequantize_launch(device, tag, m, k, g, pointers, out),
         lambda: _staged(ops, n, m, k), slot=ROUTE_SLOT, out_slot="w4a16_linear.y",
@@ -159,7 +160,7 @@ def _route(ops: Operands, n: int, m: int, k: int, g: int) -> Any:
 
 
 def _dequantize_launch(device: Device, tag: str, m: int, k: int, g: int, pointers: tuple[str, ...],
-                       out: str = sg.DEQUANTIZED) -> Launch:
+                       out: str = sk.DEQUANTIZED) -> Launch:
     """The dequantize kernel reading the prepared arrays and writing ``[M, K]`` 16-bit weights to the
     pointer named ``out`` (``pointers``: the call's)."""
     plan = _OP.dequantize_plan(device, f"{FAMILY}_dequantize_{tag}", m, m * k // 8)
@@ -223,6 +224,7 @@ TORCH_OPS = declare("w4a16_linear", "Tensor x, Tensor qweight, Tensor scales, in
                         "w4a16_linear", 4, lambda a: {"qweight": a[1], "scales": a[2], "zeros": a[5], "perm": a[6]},
                         lambda n, ints, dt: autograd.unprepared(n["qweight"], n["scales"], n["zeros"], n["perm"],
                                                                 ints[0], None)))
+EXPORTS = Exports(TORCH_OPS, ("w4a16_linear", "w4a16_linear_splitk"))
 
 
 def w4a16_linear_reference(x: Any, qweight: Any, scales: Any, qzeros: Any = None, g_idx: Any = None, *, fmt: str,

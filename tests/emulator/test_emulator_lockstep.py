@@ -53,7 +53,7 @@ def _moe(arch):
 
 def _mla(arch):
     q, c0, i0, p0, kw = mla_tests._case(np.random.default_rng(1), "v4", 2, 20, [1, 40], [3, 0], bs0=61, sink=True)
-    return lambda: mla_tests.op.sparse_decode(q, c0, i0, p0, **kw, scale=512**-0.5, return_lse=True)
+    return lambda: mla_tests.op.sparse_mla(q, c0, i0, p0, **kw, scale=512**-0.5, return_lse=True)
 
 
 CASES = {

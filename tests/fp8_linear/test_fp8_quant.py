@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from hipskinny import InputTypeError, InputValueError, fp8
+from hipskinny.formats import fp8 as fp8_format
 
 NP = {"ocp": np.dtype(ml_dtypes.float8_e4m3fn), "fnuz": np.dtype(ml_dtypes.float8_e4m3fnuz)}
 TORCH = {"ocp": torch.float8_e4m3fn, "fnuz": torch.float8_e4m3fnuz}
@@ -268,7 +269,7 @@ def test_row_slices_change_nothing(monkeypatch):
     for g in fp8.GRANULARITIES:
         a8, s = fp8.quantize(a, granularity=g, flavor="fnuz")
         whole[g] = (a8, s, fp8.dequantize(a8, s), *fp8.convert(a8, s, "ocp"))
-    monkeypatch.setattr(fp8, "_CHUNK", 1)               # one 128-row slice at a time
+    monkeypatch.setattr(fp8_format, "_CHUNK", 1)            # one 128-row slice at a time
     for g in fp8.GRANULARITIES:
         a8, s = fp8.quantize(a, granularity=g, flavor="fnuz")
         got = (a8, s, fp8.dequantize(a8, s), *fp8.convert(a8, s, "ocp"))

@@ -21,7 +21,8 @@ from hipskinny.devices import parse_device
 ROOT = paths.REPO
 OPS = ("gemv", "gemv_out", "skinny_gemm", "skinny_gemm_out", "fp8_linear", "fp8_linear_out", "matmul_4bit",
        "matmul_4bit_out", "w4a16_linear", "w4a16_linear_out", "fused_moe", "fused_moe_out", "topk_softmax",
-       "topk_softmax_out", "sparse_mla_decode", "sparse_mla_decode_out", "linear_grad_x", "moe_grad")
+       "topk_softmax_out", "sparse_mla", "sparse_mla_out", "sparse_mla_decode", "sparse_mla_decode_out",
+       "linear_grad_x", "moe_grad")
 
 
 def _python(code: str) -> str:
@@ -349,7 +350,7 @@ def test_matmul_4bit_compiles_fullgraph_same_bits_and_passes_opcheck(dev):
 
 
 # ----------------------------------------------------------------------------------------------
-# w4a16_linear, fused_moe, topk_softmax, sparse_mla_decode; fake tensors validated by the ops' rules
+# w4a16_linear, fused_moe, topk_softmax, sparse_mla; fake tensors validated by the ops' rules
 
 
 def _prepared(m, k, g, seed, *, experts=None, symmetric=False):
@@ -399,8 +400,9 @@ def test_new_ops_eager_match_the_python_functions_and_pass_opcheck(dev):
         assert torch.equal(_bits(moe), _bits(hipskinny.moe.fused_moe(x, w13, w2, tw, ids)))
         y = hs.w4a16_linear(xw, p.qweight, p.scales, 32, None, p.zeros)
         assert torch.equal(_bits(y), _bits(hipskinny.w4a16_linear(xw, p)))
-        o = hs.sparse_mla_decode(q, cache, indices, indptr, scale=0.04)
-        assert torch.equal(_bits(o), _bits(hipskinny.mla.sparse_decode(q, cache, indices, indptr, scale=0.04)))
+        o = hs.sparse_mla(q, cache, indices, indptr, scale=0.04)
+        assert torch.equal(_bits(o), _bits(hipskinny.sparse_mla(q, cache, indices, indptr, scale=0.04)))
+        assert torch.equal(_bits(o), _bits(hs.sparse_mla_decode(q, cache, indices, indptr, scale=0.04)))  # first name
         cases = [
             (hs.topk_softmax.default, (logits, 2, True), {}),
             (hs.topk_softmax_out.default,
@@ -409,8 +411,8 @@ def test_new_ops_eager_match_the_python_functions_and_pass_opcheck(dev):
             (hs.fused_moe_out.default, (x, w13, w2, tw, ids, *[None] * 6, torch.empty_like(x)), {}),
             (hs.w4a16_linear.default, (xw, p.qweight, p.scales, 32, None, p.zeros), {}),
             (hs.w4a16_linear_out.default, (xw, p.qweight, p.scales, 32, None, p.zeros, None, torch.empty_like(y)), {}),
-            (hs.sparse_mla_decode.default, (q, cache, indices, indptr), {"scale": 0.04}),
-            (hs.sparse_mla_decode_out.default, (q, cache, indices, indptr, None, None, None, None, torch.empty_like(o)),
+            (hs.sparse_mla.default, (q, cache, indices, indptr), {"scale": 0.04}),
+            (hs.sparse_mla_out.default, (q, cache, indices, indptr, None, None, None, None, torch.empty_like(o)),
              {"scale": 0.04}),
         ]
         for op, args, kwargs in cases:
@@ -424,7 +426,7 @@ def _moe_block(x, w13, w2, logits, qweight, scales, zeros, q, cache, indices, in
     h = torch.ops.hipskinny.fused_moe(x, w13, w2, tw, ids)
     y = torch.ops.hipskinny.w4a16_linear(torch.cat([h, h], 1), qweight, scales, 32, None, zeros)
     torch.ops.hipskinny.topk_softmax_out(logits * 2, 2, False, tw_out, ids_out)
-    o = torch.ops.hipskinny.sparse_mla_decode(q, cache, indices, indptr, scale=0.04)
+    o = torch.ops.hipskinny.sparse_mla(q, cache, indices, indptr, scale=0.04)
     return y.float().relu() + tw.sum(), o.float().sum()
 
 
@@ -442,7 +444,7 @@ def test_compile_fullgraph_over_the_moe_and_mla_ops(dev):
     assert counter.frame_count == 1
     called = {str(node.target).removesuffix(".default") for node in counter.graphs[0].graph.nodes}
     assert {"hipskinny.topk_softmax", "hipskinny.fused_moe", "hipskinny.w4a16_linear", "hipskinny.topk_softmax_out",
-            "hipskinny.sparse_mla_decode"} <= called
+            "hipskinny.sparse_mla"} <= called
     for e, g in zip((*eager, *eager_outs), (*got, *outs), strict=True):
         assert torch.equal(e, g)
 

@@ -1,11 +1,13 @@
-"""The fused MoE and sparse MLA sections' measurements (benchmarks.moe, benchmarks.mla) at small
+"""The fused MoE and sparse MLA sections' measurements (benchmarks.fused_moe, benchmarks.sparse_mla) at small
 shapes: every launch of the call through the cache model and the latency floor."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks import latency, mla, moe
+from benchmarks import fused_moe as moe
+from benchmarks import latency
+from benchmarks import sparse_mla as mla
 
 
 @pytest.mark.parametrize("arch", ["gfx942", "gfx1151"])

@@ -121,15 +121,24 @@ def test_no_private_name_is_imported_across_modules():
 
 def test_formats_are_leaves_and_the_namespaces_carry_their_ops():
     edges, _ = _graph()
-    for fmt in ("bnb", "w4a16", "mla"):
+    for fmt in ("fp8", "bnb", "w4a16", "mla"):
         assert not any(m.startswith("hipskinny.ops") for m in edges[f"hipskinny.formats.{fmt}"]), fmt
     assert not any(m.startswith("hipskinny.ops") for m in edges["hipskinny.fp8"])
     assert hipskinny.bnb.matmul_4bit is hipskinny.matmul_4bit
     assert hipskinny.w4a16.linear is hipskinny.w4a16_linear
-    from hipskinny.ops.sparse_mla import sparse_decode
-    assert hipskinny.mla.sparse_decode is sparse_decode
-    from hipskinny.formats import bnb
+    assert hipskinny.mla.sparse_decode is hipskinny.mla.sparse_mla is hipskinny.sparse_mla
+    assert hipskinny.moe.fused_moe is hipskinny.fused_moe and hipskinny.moe.topk_softmax is hipskinny.topk_softmax
+    from hipskinny.formats import bnb, fp8
     assert hipskinny.bnb.quantize_4bit is bnb.quantize_4bit and "matmul_4bit" in hipskinny.bnb.__all__
+    assert hipskinny.fp8.quantize is fp8.quantize and hipskinny.fp8.__all__ == fp8.__all__
+
+
+def test_no_op_module_imports_another():
+    """Shared code lives in the shared modules (``ops/_*.py``): an op module imports none of the others."""
+    edges, _ = _graph()
+    ops = {m for m in edges if m.startswith("hipskinny.ops.") and not m.rsplit(".", 1)[1].startswith("_")}
+    assert len(ops) >= 8
+    assert {m: sorted(edges[m] & ops) for m in ops if edges[m] & ops} == {}
 
 
 # Imports `first`, then the rest of hipskinny and build_scripts, then the test helpers, and reports

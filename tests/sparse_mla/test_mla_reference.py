@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hipskinny import InputTypeError, InputValueError, mla
-from hipskinny.ops.sparse_mla import sparse_decode_reference as ref
+from hipskinny.ops.sparse_mla import sparse_mla_reference as ref
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 NP8 = {"ocp": np.dtype(ml_dtypes.float8_e4m3fn), "fnuz": np.dtype(ml_dtypes.float8_e4m3fnuz)}

@@ -1,4 +1,4 @@
-"""hipskinny.mla.sparse_decode on the emulator, every shipped arch, against the float64 reference.
+"""hipskinny.sparse_mla on the emulator, every shipped arch, against the float64 reference.
 
 Tolerance (derived). The kernel's K rows are exact (FP8 times a power of two fits bf16), q is
 bf16, so every score s_j is an fp32 sum of exact products: relative error ~ d * 2^-24 of
@@ -27,7 +27,7 @@ from hipskinny.arch import ARCHS as INFO
 from hipskinny.arch import SHIPPED_ARCHS
 from hipskinny.emulator import EmulatedDevice
 from hipskinny.ops import sparse_mla as op
-from hipskinny.ops.sparse_mla import sparse_decode_reference
+from hipskinny.ops.sparse_mla import sparse_mla_reference
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 ARCHS = list(SHIPPED_ARCHS)
@@ -118,7 +118,7 @@ def _weights_abs_v(q, c0, i0, p0, kw, layout, fp8, scale):
 
 def assert_close(o, lse, q, c0, i0, p0, kw, layout="v4", fp8=("ocp", "ocp"), scale=None, flashmla=False):
     scale = scale if scale is not None else mla.LAYOUTS[layout].d_qk ** -0.5
-    ref, ref_lse = sparse_decode_reference(q, c0, i0, p0, scale=scale, layout=layout, fp8=fp8[0], extra_fp8=fp8[1],
+    ref, ref_lse = sparse_mla_reference(q, c0, i0, p0, scale=scale, layout=layout, fp8=fp8[0], extra_fp8=fp8[1],
                                            return_lse=True, **kw)
     o = np.asarray(o).astype(np.float64)
     wv, big = _weights_abs_v(q, c0, i0, p0, kw, layout, fp8, scale)
@@ -141,7 +141,7 @@ def assert_close(o, lse, q, c0, i0, p0, kw, layout="v4", fp8=("ocp", "ocp"), sca
 
 def _run(arch, q, c0, i0, p0, kw, *, device=None, **options):
     with hipskinny.on_device(device or _device(arch)):
-        return op.sparse_decode(q, c0, i0, p0, **kw, **options)
+        return op.sparse_mla(q, c0, i0, p0, **kw, **options)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -303,7 +303,7 @@ def test_nan_in_a_valid_row_reaches_its_token_only(arch):
     assert slot not in set(i0[p0[1]:p0[2]].tolist())
     o = np.asarray(_run(arch, q, c0, i0, p0, kw, scale=0.05)).astype(np.float64)
     assert np.all(np.isnan(o[0])) and not np.any(np.isnan(o[1]))
-    ref = sparse_decode_reference(q, c0, i0, p0, scale=0.05)
+    ref = sparse_mla_reference(q, c0, i0, p0, scale=0.05)
     assert np.all(np.isnan(ref[0]))
 
 
@@ -315,7 +315,7 @@ def test_bad_inputs():
     def call(**over):
         args = {"q": q, "swa_cache": c0, "swa_indices": i0, "swa_indptr": p0, "scale": 0.1, **over}
         with hipskinny.on_device(dev):
-            return op.sparse_decode(**args)
+            return op.sparse_mla(**args)
 
     cases = [
         ({"q": q.astype(np.float16)}, InputTypeError, "q has dtype float16; it must be bfloat16"),
@@ -379,15 +379,15 @@ def test_wrong_length_indptr_is_a_value_error_not_a_type_error(container, which,
     bad_ptr = {"short": good[:-1], "long": np.append(good, good[-1]).astype(np.int32), "empty": good[:0],
                "2-d": good.reshape(-1, 1)}[bad]
     with pytest.raises(InputValueError, match=ptr):
-        sparse_decode_reference(q, **dict(lists, **{ptr: bad_ptr}), scale=0.1)
+        sparse_mla_reference(q, **dict(lists, **{ptr: bad_ptr}), scale=0.1)
     with pytest.raises(InputTypeError, match=ptr):
-        sparse_decode_reference(q, **dict(lists, **{ptr: good.astype(np.float32)}), scale=0.1)
+        sparse_mla_reference(q, **dict(lists, **{ptr: good.astype(np.float32)}), scale=0.1)
 
     def call(**over):
         args = {k: over.get(k, v) for k, v in lists.items()}
         if container != "torch-gpu":
             with hipskinny.on_device(_device("gfx942")):
-                return op.sparse_decode(_in(container, q), **{k: _in(container, v) for k, v in args.items()},
+                return op.sparse_mla(_in(container, q), **{k: _in(container, v) for k, v in args.items()},
                                         scale=0.1)
         import torch
         from torch._subclasses.fake_tensor import FakeTensorMode
@@ -401,8 +401,8 @@ def test_wrong_length_indptr_is_a_value_error_not_a_type_error(container, which,
     with pytest.raises(InputValueError) as info:
         call(**{ptr: bad_ptr})
     assert not isinstance(info.value, TypeError)
-    assert str(info.value) == f"sparse_decode: {ptr} must be int32 [T + 1] = [3]; got int32 {bad_ptr.shape}"
-    with pytest.raises(InputTypeError, match=re.escape(f"sparse_decode: {ptr} must be int32 [T + 1] = [3]; got int64")):
+    assert str(info.value) == f"sparse_mla: {ptr} must be int32 [T + 1] = [3]; got int32 {bad_ptr.shape}"
+    with pytest.raises(InputTypeError, match=re.escape(f"sparse_mla: {ptr} must be int32 [T + 1] = [3]; got int64")):
         call(**{ptr: good.astype(np.int64)})
 
 
@@ -425,16 +425,16 @@ def test_host_lists_that_leave_their_buffers_are_refused_before_any_launch(which
     lists[f"{which}_indptr"] = np.int32(indptr)
     dev = _device("gfx942")
     with hipskinny.on_device(dev):
-        op.sparse_decode(q, c0, idx, good, extra_cache=kw["extra_cache"], extra_indices=idx, extra_indptr=good,
+        op.sparse_mla(q, c0, idx, good, extra_cache=kw["extra_cache"], extra_indices=idx, extra_indptr=good,
                          scale=0.1)          # a good call first: the same signature is then bound
         launches = list(dev.launches)
         assert launches, "the good call ran"
         with pytest.raises(InputValueError, match=re.escape(rule)):
-            op.sparse_decode(q, c0, lists["swa_indices"], lists["swa_indptr"], extra_cache=kw["extra_cache"],
+            op.sparse_mla(q, c0, lists["swa_indices"], lists["swa_indptr"], extra_cache=kw["extra_cache"],
                              extra_indices=lists["extra_indices"], extra_indptr=lists["extra_indptr"], scale=0.1)
         assert list(dev.launches) == launches
     with pytest.raises(ValueError):
-        sparse_decode_reference(q, c0, lists["swa_indices"], lists["swa_indptr"], extra_cache=kw["extra_cache"],
+        sparse_mla_reference(q, c0, lists["swa_indices"], lists["swa_indptr"], extra_cache=kw["extra_cache"],
                                 extra_indices=lists["extra_indices"], extra_indptr=lists["extra_indptr"], scale=0.1)
 
 

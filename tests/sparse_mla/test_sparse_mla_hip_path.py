@@ -1,4 +1,5 @@
-"""sparse_decode on GPU-resident operands through HipDevice on the fake HIP runtime (launches run on
+"""sparse_mla (as `hipskinny.mla.sparse_decode`, its first name) on GPU-resident operands through HipDevice
+on the fake HIP runtime (launches run on
 the emulator): q with padded head and token strides, caches with padded block strides, out and
 lse written in place, as DLPack device arrays; and a HIP-graph capture with torch tensors (the
 test seam) replayed after the lists changed on the device (other lengths, other slots), which must
@@ -133,9 +134,9 @@ def test_device_resident_indptr_of_wrong_length_is_a_value_error(fakehip_run):
     assert res["launches"] == 0 and res["errors"] == []
     for case, ptr, shape in (("short", "swa", "(2,)"), ("long", "swa", "(4,)"), ("2-d", "swa", "(3, 1)"),
                              ("extra_short", "extra", "(2,)")):
-        assert res[case] == (f"InputValueError: sparse_decode: {ptr}_indptr must be int32 [T + 1] = [3]; "
+        assert res[case] == (f"InputValueError: sparse_mla: {ptr}_indptr must be int32 [T + 1] = [3]; "
                              f"got int32 {shape}"), (case, res[case])
-    assert res["float32"].startswith("InputTypeError: sparse_decode: swa_indptr must be int32 [T + 1] = [3]; "
+    assert res["float32"].startswith("InputTypeError: sparse_mla: swa_indptr must be int32 [T + 1] = [3]; "
                                      "got float32"), res["float32"]
 
 

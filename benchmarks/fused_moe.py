@@ -1,6 +1,6 @@
 """The fused MoE rows of the performance report: `hipskinny.moe.fused_moe` at real expert shapes.
 
-    python -m benchmarks.moe                      # all archs; adds the "moe" section to RESULTS.json/md
+    python -m benchmarks.fused_moe                # all archs; adds the "fused_moe" section to RESULTS.json/md
 
 A MoE call's work is the routed experts' weights, which depend on the routing, not one [M, K]
 matrix that benchmarks.report can scale down with the CU count; so each row here emulates the
@@ -203,7 +203,7 @@ def _excess_table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.moe", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.fused_moe", description=__doc__.split("\n")[0])
     p.add_argument("--arch", nargs="+", default=None)
     p.add_argument("--model", nargs="+", default=None, help="model names (default: all)")
     p.add_argument("--n", nargs="+", type=int, default=None,
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(r)
     from benchmarks.report import merge_section  # imported here: the report imports this module
     models = [m[0] for m in MODELS]
-    merge_section("moe", "benchmarks.moe", rows, key=lambda r: (r["model"], r["arch"], r["N"]),
+    merge_section("fused_moe", "benchmarks.fused_moe", rows, key=lambda r: (r["model"], r["arch"], r["N"]),
                   order=lambda r: (models.index(r["model"]), list(ARCHS).index(r["arch"]), r["N"]), argv=argv,
                   seconds=time.perf_counter() - t0, json_path=args.json, md_path=args.md)
     return 0

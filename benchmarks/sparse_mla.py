@@ -1,6 +1,6 @@
-"""The sparse MLA rows of the performance report: `hipskinny.mla.sparse_decode` at DeepSeek shapes.
+"""The sparse MLA rows of the performance report: `hipskinny.sparse_mla` at DeepSeek shapes.
 
-    python -m benchmarks.mla                      # all archs; adds the "mla" section to RESULTS.json/md
+    python -m benchmarks.sparse_mla               # all archs; adds the "sparse_mla" section to RESULTS.json/md
 
 A call's work is the rows its index lists gather, so each row here emulates the whole call on the
 flagship's CU count (no scaled-down GPU) at the shapes of sparse_mla_spec.md section 11: DeepSeek
@@ -87,7 +87,7 @@ def measure(arch: str, name: str, layout: str, t: int, h: int, n0: int, n1: int,
     dev.launches.clear()
     t0 = time.perf_counter()
     with hipskinny.on_device(dev), traffic.Recorder(dev) as rec:
-        op.sparse_decode(*args, **kw)
+        op.sparse_mla(*args, **kw)
     seconds = time.perf_counter() - t0
     (stats,) = list(dev.launches)
     least = min_bytes(layout, t, h, distinct, n0, n1)
@@ -129,7 +129,7 @@ def measure(arch: str, name: str, layout: str, t: int, h: int, n0: int, n1: int,
 def markdown(section: dict[str, Any]) -> list[str]:
     """The section of RESULTS.md (called by benchmarks.report.markdown when the JSON has one)."""
     commands = sorted({r.get("command", section["command"]) for r in section["rows"]})
-    out = ["## sparse_mla (`hipskinny.mla.sparse_decode`)", "",
+    out = ["## sparse_mla (`hipskinny.sparse_mla`)", "",
            f"Produced by {', '.join(f'`{c}`' for c in commands)} (last run on {section['date']} at commit "
            f"`{section['commit']}`, {section['seconds'] / 60:.1f} min on a 2-core CPU in all). "
            + __doc__.split("\n\n", 2)[2].replace("\n", " ").strip(), "",
@@ -168,7 +168,7 @@ def _above(r: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.mla", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.sparse_mla", description=__doc__.split("\n")[0])
     p.add_argument("--arch", nargs="+", default=None)
     p.add_argument("--shape", nargs="+", default=None, help="shape names (default: all)")
     p.add_argument("--json", default=str(HERE / "RESULTS.json"))
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(r)
     from benchmarks.report import merge_section  # imported here: the report imports this module
     shapes = [s[0] for s in SHAPES]
-    merge_section("mla", "benchmarks.mla", rows, key=lambda r: (r["shape"], r["arch"]),
+    merge_section("sparse_mla", "benchmarks.sparse_mla", rows, key=lambda r: (r["shape"], r["arch"]),
                   order=lambda r: (shapes.index(r["shape"]), list(ARCHS).index(r["arch"])), argv=argv,
                   seconds=time.perf_counter() - t0, json_path=args.json, md_path=args.md)
     return 0
