@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import hipskinny.ops as hs_ops
 from hipskinny import dtypes
 from hipskinny.arch import ARCHS
 from hipskinny.errors import HipSkinnyError
@@ -50,11 +51,8 @@ M_GRID = (1, 64, 128, 300, 640, 1024, 2048, 4096, 8192, 14336, 28672, 65536, 151
 K_GRID = (128, 384, 1024, 2048, 4096, 7168, 14336, 28672)
 CU_GRID = (1, 2, 4, 8, 16, 32, 64, 128)
 # The code objects each op's plans choose from (a sweep stops planning an op once they are covered).
-OP_FAMILIES = {"skinny_gemm": ("skinny_gemm", "skinny_gemm_splitk"), "fp8_linear": ("fp8_linear", "fp8_linear_splitk"),
-               "matmul_4bit": ("matmul_4bit", "matmul_4bit_splitk"), "matmul_4bit:dequantize": ("matmul_4bit",),
-               "w4a16_linear": ("w4a16_linear", "w4a16_linear_splitk"), "w4a16_linear:dequantize": ("w4a16_linear",),
-               "gemv": ("gemv",), "topk_softmax": ("topk_softmax",), "fused_moe": ("fused_moe",),
-               "sparse_mla": ("sparse_mla",)}
+OP_FAMILIES = {**{op: hs_ops.exports(op).code_objects for op in hs_ops.op_names()},
+               "matmul_4bit:dequantize": ("matmul_4bit",), "w4a16_linear:dequantize": ("w4a16_linear",)}
 FP8_X = ("float16", "bfloat16", "e4m3fn", "e4m3fnuz")
 X_DTYPES = {"float16": dtypes.F16, "bfloat16": dtypes.BF16, "float32": dtypes.F32, "e4m3fn": dtypes.E4M3FN,
             "e4m3fnuz": dtypes.E4M3FNUZ}
