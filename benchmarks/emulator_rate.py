@@ -50,7 +50,7 @@ def _workloads(hs: Any, arch: str, size: dict[str, int]) -> dict[str, Callable[[
     w16 = (rng.standard_normal((m, k)) * 0.05).astype(np.float16)
     wbf = w16.astype(bf16)
     xs = {n: rng.standard_normal((n, k)).astype(np.float16) for n in (1, 4, 16, 32)}
-    flavor = "fnuz" if arch == "gfx942" else "ocp"
+    flavor = hs.arch.ARCHS[arch].fp8_format or "ocp"   # the W8A8 flavour (either without FP8 instructions)
     q8 = hs.fp8.quantize(w16.astype(np.float32), granularity="channel", flavor=flavor)
     # plain absmax: the nested (compress_statistics) quantizer changed after the baseline commit
     packed, state = hs.bnb.quantize_4bit(w16, quant_type="nf4", blocksize=64, compress_statistics=False)

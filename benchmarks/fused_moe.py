@@ -32,7 +32,7 @@ from hipskinny import registry, scratch, w4a16
 from hipskinny.arch import ARCHS
 from hipskinny.ops import fused_moe as op
 
-from . import dynamic, latency, traffic
+from . import dynamic, hardware, latency, traffic
 from .model import predict
 
 HERE = Path(__file__).resolve().parent
@@ -105,7 +105,7 @@ def measure(arch: str, name: str, e: int, k: int, h: int, i: int, n: int, compac
     return {"arch": arch, "model": name, "E": e, "k": k, "H": h, "I": i, "N": n, "distinct": len(distinct),
             "compact": compact, "min_bytes": least, "weight_bytes": wbytes, "ratio": call["bytes"] / least,
             "dram_ratio": call["dram_bytes"] / least,
-            "valu_per_weight_byte": call["valu"] / wbytes, "balance": info.balance_point(),
+            "valu_per_weight_byte": call["valu"] / wbytes, "balance": hardware.balance_point(info),
             "floor_s": least / (info.peak_bandwidth_gbs * 1e9), "parts": parts,
             "plan": op.plan_info(dev, np.float16, n, h, i, stack_e, k), "emulated_s": seconds}
 

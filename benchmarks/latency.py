@@ -17,7 +17,7 @@ longer than its bytes / bandwidth. This floor counts what the emulator saw such 
   argument fetch is part of the launch overhead, and the few uniform scales read with s_load
   are left out (the floor only gets lower).
 - **Latency per round trip**: the arch's load latency at each level (`ArchInfo.load_latency_ns`,
-  sourced in `hipskinny.arch.HW_SOURCES`; the low end of a published range),
+  sourced in `benchmarks.hardware.HARDWARE`; the low end of a published range),
   weighted by where the launch's loaded lines were served in the cache model
   (benchmarks/cache.py: L2 hit, MALL hit, DRAM).
 - **Overlap.** A SIMD switches between its resident waves, so at most ``SIMDs x occupancy``
@@ -46,7 +46,7 @@ from .cache import LINE
 
 # Per-dispatch time of a trivial kernel (one atomic), replayed from a HIP graph, µs.
 LAUNCH_US: dict[str, float] = {"gfx942": 2.0, "gfx950": 2.0, "gfx1100": 2.82, "gfx1151": 1.75, "gfx1201": 2.15}
-# Where the launch times come from (the latencies: `HW_SOURCES`).
+# Where the launch times come from (the latencies: `hardware.HARDWARE`'s sources).
 SOURCES = {
     "gfx942": "assumed 2.0 µs like the RDNA parts' graph-replay figures (none published for CDNA)",
     "gfx950": "assumed equal to gfx942",

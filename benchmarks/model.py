@@ -18,7 +18,8 @@ The predicted time is the largest of these (perfect overlap of the others). Assu
 stated again in the report: every byte that misses the modelled caches comes from DRAM at
 its peak rate (no shortfall from imperfect streaming; the L1/L0 caches are not modelled);
 the dispatcher deals workgroups round robin over the CUs; scalar, branch and wait instructions are free. Rates are
-from `ArchInfo`, the package's single per-arch table; latencies from benchmarks/latency.py.
+from benchmarks/hardware.py (clock, VALU, matrix and LDS rates) and `ArchInfo` (CU count, DRAM
+bandwidth); latencies from benchmarks/latency.py.
 Nothing here is timed on a GPU.
 
 The VALU, matrix units and LDS are per CU, so a launch whose busiest CU holds more than the
@@ -38,6 +39,8 @@ from typing import Any
 
 from hipskinny.arch import ArchInfo
 
+from . import hardware
+
 _MATRIX_SHAPE = re.compile(r"_(\d+)x(\d+)x(\d+)(?:_?(\d+)b)?")
 
 
@@ -53,7 +56,7 @@ def matrix_flops(mnemonic: str) -> int:
 
 def matrix_seconds(arch: ArchInfo, mnemonics: Mapping[str, float], cu_count: int) -> float:
     """Time the matrix units need for these matrix instructions (8-bit inputs at twice the rate)."""
-    rate = arch.matrix_flops_rate(cu_count)
+    rate = hardware.matrix_flops_rate(arch, cu_count)
     if rate <= 0:
         return 0.0
     total = 0.0
@@ -72,8 +75,8 @@ def arithmetic_floor_seconds(arch: ArchInfo, flops: float, cu_count: int, eight_
     (gfx11's dual-issued dot2 equals its WMMA rate). The bandwidth floor's counterpart: a decode
     kernel whose matrix work alone exceeds its bytes' time (4-bit weights at N = 64 on RDNA) is
     bound by this one."""
-    matrix = arch.matrix_flops_rate(cu_count) * (2 if eight_bit else 1)
-    valu = arch.valu_issue_rate(cu_count) * arch.wave_size * 4
+    matrix = hardware.matrix_flops_rate(arch, cu_count) * (2 if eight_bit else 1)
+    valu = hardware.valu_issue_rate(arch, cu_count) * arch.wave_size * 4
     rate = matrix + valu if arch.matrix_unit == "mfma" else max(matrix, 2 * valu)   # RDNA: dual issue
     return flops / rate
 
@@ -113,9 +116,9 @@ def predict(arch: ArchInfo, cu_count: int, *, bytes_moved: float, bytes_min: flo
     """The roofs of a launch; ``cu_share``: the busiest CU's work over the average CU's
     (`busiest_cu_share`), which the VALU, matrix and LDS roofs are charged at."""
     bw = arch.peak_bandwidth_gbs * 1e9
-    return Prediction(bytes_moved / bw, bytes_min / bw, cu_share * valu / arch.valu_issue_rate(cu_count),
+    return Prediction(bytes_moved / bw, bytes_min / bw, cu_share * valu / hardware.valu_issue_rate(arch, cu_count),
                       cu_share * matrix_seconds(arch, mnemonics, cu_count),
-                      cu_share * lds_bytes / arch.lds_bandwidth(cu_count), latency_seconds)
+                      cu_share * lds_bytes / hardware.lds_bandwidth(arch, cu_count), latency_seconds)
 
 
 def workgroup_work(plan: Mapping[str, Any], m: int, waves: int) -> list[int] | None:

@@ -31,9 +31,9 @@ import numpy as np
 
 import hipskinny.ops as hs_ops
 from hipskinny import registry
-from hipskinny.arch import ARCHS, HW_SOURCES
+from hipskinny.arch import ARCHS
 
-from . import ROOT, dynamic, emulator_rate, families, latency, overhead, published
+from . import ROOT, dynamic, emulator_rate, families, hardware, latency, overhead, published
 from .model import arithmetic_floor_seconds, busiest_cu_share, predict, workgroup_work
 from .shapes import CHECK_SHAPES, SHAPES, Shape, n_values
 from .static import KernelStatic, family_static, inst_class, kernel_sort_key
@@ -77,7 +77,7 @@ ASSUMPTIONS = """\
   each wave's chain of dependent global round trips (counted by the emulator from its
   loads, stores and vmcnt/vscnt waits), times a round trip's latency (L2, MALL and DRAM
   load latencies weighted by where the cache model served the launch's lines; sources
-  and assumptions per arch in `hipskinny.arch.HW_SOURCES` and `latency.SOURCES`), at least
+  and assumptions per arch in `benchmarks.hardware.HARDWARE` and `latency.SOURCES`), at least
   the longest chain and at least all chains over SIMDs x occupancy. Predicted time = the largest roof or this floor
   (bound `latency`). The VALU, matrix and LDS roofs are charged on the busiest CU: times
   `busiest_cu_share`, its share of the plan's work (units, row tiles or row groups dealt to
@@ -170,7 +170,7 @@ def evaluate(meas: dynamic.Measurement, static: dict[str, KernelStatic], family:
         "dram_bytes": dram_ratio * real_min, "dram_ratio": dram_ratio,
         "instructions": dict(sc["instructions"]), "valu": valu, "matrix": sc["instructions"].get("matrix", 0),
         "lds_instructions": sc["instructions"].get("lds", 0), "lds_bytes": sc["lds_bytes"],
-        "valu_per_weight_byte": valu / weight_bytes, "balance_point": info.balance_point(cus),
+        "valu_per_weight_byte": valu / weight_bytes, "balance_point": hardware.balance_point(info, cus),
         "occupancy": min(occ_terms.values()) if occ_terms else None, "occupancy_terms": occ_terms,
         "round_trips": {w.kernel: {"longest": w.trips.longest, "per_wave": w.trips.total / max(1.0, w.trips.waves),
                                    "round_trip_ns": w.round_trip_ns} for w in s.waits},
@@ -349,12 +349,13 @@ def run(archs: list[str], op_names: list[str] | None, shapes: tuple[Shape, ...],
 
 
 def _arch_row(arch: str) -> dict[str, Any]:
-    a = ARCHS[arch]
-    return {"product": a.product, "cu_count": a.default_cu_count, "simds_per_cu": a.simds_per_cu,
-            "wave_size": a.wave_size, "clock_ghz": a.clock_ghz, "bandwidth_gbs": a.peak_bandwidth_gbs,
-            "valu_wave_instr_per_s": a.valu_issue_rate(), "matrix_tflops_fp16": a.matrix_flops_rate() / 1e12,
-            "lds_tbs": a.lds_bandwidth() / 1e12, "lds_per_workgroup": a.lds_per_workgroup,
-            "balance_point": a.balance_point(), "sources": HW_SOURCES.get(arch, {})}
+    a, hw = ARCHS[arch], hardware.HARDWARE[arch]
+    return {"product": hw.product, "cu_count": a.default_cu_count, "simds_per_cu": a.simds_per_cu,
+            "wave_size": a.wave_size, "clock_ghz": hw.clock_ghz, "bandwidth_gbs": a.peak_bandwidth_gbs,
+            "valu_wave_instr_per_s": hardware.valu_issue_rate(a),
+            "matrix_tflops_fp16": hardware.matrix_flops_rate(a) / 1e12,
+            "lds_tbs": hardware.lds_bandwidth(a) / 1e12, "lds_per_workgroup": a.lds_per_workgroup,
+            "balance_point": hardware.balance_point(a), "sources": hw.sources}
 
 
 def invariants(rows: list[dict[str, Any]], statics: dict[tuple[str, str], dict[str, KernelStatic]],
@@ -463,7 +464,7 @@ def markdown(rep: dict[str, Any]) -> str:
     out = [f"# Performance report ({rep['dtype']})", "", *_produced_by(rep),
            "**Every time in this file is predicted by a roofline model from exact emulator counts; "
            "none was measured on a GPU** (no AMD GPU exists where this project is built).", "",
-           "## Hardware numbers (`hipskinny.arch.ARCHS`, one flagship product per arch)", "",
+           "## Hardware numbers (`hipskinny.arch.ARCHS` and `benchmarks.hardware`, one flagship product per arch)", "",
            "| arch | product | CUs | SIMDs/CU | wave | clock GHz | DRAM GB/s | VALU wave-instr/s | "
            "fp16 matrix TFLOPS | LDS TB/s | balance (VALU/B) |", "|" + "---|" * 11]
     for a, h in rep["archs"].items():

@@ -17,6 +17,8 @@ from hipskinny.codeobject import CodeObject
 from hipskinny.emulator.listing import Inst, Listing, parse_listing, read_listing
 from hipskinny.emulator.ops import load_all, lookup
 
+from . import hardware
+
 
 def inst_class(mnemonic: str) -> str:
     """The emulator's class for a mnemonic ("unknown" if it has none)."""
@@ -100,7 +102,7 @@ class KernelStatic:
 
     def occupancy_with(self, dynamic_lds: int) -> dict[str, int]:
         info = ARCHS[self.arch]
-        return info.occupancy_terms(self.vgpr, self.sgpr, self.lds_static + dynamic_lds, self.waves)
+        return hardware.occupancy_terms(info, self.vgpr, self.sgpr, self.lds_static + dynamic_lds, self.waves)
 
     @property
     def loop_valu_per_byte(self) -> float:
@@ -173,8 +175,9 @@ def family_static(arch: str, family: str) -> list[KernelStatic]:
             lds_static=kern.group_segment_fixed_size, vgpr_spills=kern.vgpr_spill_count,
             sgpr_spills=kern.sgpr_spill_count, private_segment=kern.private_segment_fixed_size,
             wave_size=kern.wavefront_size, waves=kern.max_flat_workgroup_size // kern.wavefront_size,
-            occupancy_terms=info.occupancy_terms(kern.vgpr_count, kern.sgpr_count, kern.group_segment_fixed_size,
-                                                 kern.max_flat_workgroup_size // kern.wavefront_size),
+            occupancy_terms=hardware.occupancy_terms(info, kern.vgpr_count, kern.sgpr_count,
+                                                     kern.group_segment_fixed_size,
+                                                     kern.max_flat_workgroup_size // kern.wavefront_size),
             manifest_occupancy=mk.get("occupancy"), instructions=len(body.mnemonics),
             mnemonics=frozenset(body.mnemonics))
         span = _main_loop(body)

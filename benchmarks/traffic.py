@@ -66,7 +66,7 @@ class Recorder:
         # entry per wave instruction
         self.streams: dict[int, dict[tuple[int, int, int], list]] = defaultdict(lambda: defaultdict(list))
         self.order = 0
-        self.trips = latency.RoundTrips(str(device.properties.gcn_arch_name).startswith("gfx9"))
+        self.trips = latency.RoundTrips(device.arch.generation == 9)
 
     def _trace(self, w: Any, addrs: np.ndarray, size: int, active: np.ndarray, store: bool,
                returns: bool = False) -> None:

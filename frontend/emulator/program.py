@@ -102,8 +102,7 @@ class Program:
         self._parsed = parsed = _parsed(listing_text, code)     # (kept alive by the program)
         self.insts, labels, self.index_of = parsed.insts, parsed.labels, parsed.index_of
         self._label_addrs = sorted((addr, name) for name, addr in labels.items())
-        gfx = int(arch.name[3:-2]) if arch.name.startswith("gfx1") else 9
-        self.ctx = DecodeContext(arch.name, gfx, arch.wave_size, arch.fp8_format, self.index_of)
+        self.ctx = DecodeContext(arch.name, arch.generation, arch.wave_size, arch.fp8_format, self.index_of)
         if image_base is not None:
             self.ctx.extra["image_base"] = image_base
         self.handlers = self._decode_all(self.ctx)

@@ -55,14 +55,15 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..ops._common import MAX_EXPERTS, MAX_TOPK
+from ..ops._linear import SPLITK_MAX_N
+from ..ops.fused_moe import MAX_SLOTS
+
 __all__ = ["KEY", "MAX_TOKENS", "accelerate", "accelerated", "register", "registered", "restore", "served",
            "unregister"]
 
 KEY = "hipskinny"
-MAX_TOKENS = 128          # the skinny kernels' N (skinny_gemm, fp8_linear, w4a16_linear, fused_moe)
-MAX_SLOTS = 1024          # fused_moe: T * k
-MAX_TOPK = 16
-MAX_EXPERTS = 512
+MAX_TOKENS = SPLITK_MAX_N          # the skinny kernels' N (skinny_gemm, fp8_linear, w4a16_linear); MoE layers too
 log = logging.getLogger(__name__)
 _said: set[str] = set()
 

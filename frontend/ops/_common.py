@@ -1,4 +1,5 @@
-"""Validation shared by the 16-bit dense ops (gemv, skinny_gemm)."""
+"""What several op modules share without importing each other: the 16-bit dtype check of the dense
+ops (gemv, skinny_gemm), the kernels' dtype tags and the MoE ops' limits."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ from .. import tensors
 from ..errors import InputTypeError
 
 DTYPE_TAG = {np.dtype(np.float16): "f16", np.dtype(ml_dtypes.bfloat16): "bf16"}
+# The MoE ops' limits, one pair for the router and the experts, so that what topk_softmax returns
+# fused_moe takes: E experts (topk_softmax.hip: V * wave values per lane, 8 x 64 or 16 x 32;
+# fused_moe.hip: kMaxExperts, the route's LDS) and k choices per token.
+MAX_EXPERTS = 512
+MAX_TOPK = 16
 
 
 def check_16bit_dtypes(op: str, xv: tensors.TensorView, wv: tensors.TensorView,

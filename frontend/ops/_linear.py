@@ -213,16 +213,13 @@ def small_n_splitk(op: str, arch: str, n: int, m: int, k: int) -> bool:
 
 def partial_rows(info: ArchInfo, n: int, nt: int) -> int:
     """Token rows of a work unit's fp32 tile that the kernel publishes (``splitk.h``'s finish_shards):
-    with one token tile a lane whose first result row is past N publishes nothing -- on gfx9 rows
-    come in fours per lane (4 * ceil(N / 4)), on gfx12 in eights (8 at N <= 8), gfx11's lanes
-    interleave rows 2r + lane / 16 (all 16)."""
+    with one token tile a lane whose first result row is past N publishes nothing, and a lane's rows
+    span `ArchInfo.acc_row_span` -- on gfx9 rows come in fours per lane (4 * ceil(N / 4)), on gfx12
+    in eights (8 at N <= 8), gfx11's lanes interleave rows 2r + lane / 16 (all 16)."""
     if nt > 1:
         return 16 * nt
-    if info.name.startswith("gfx9"):
-        return 4 * -(-n // 4)
-    if info.name.startswith("gfx12"):
-        return 8 if n <= 8 else 16
-    return 16
+    span = info.acc_row_span
+    return span * -(-n // span)
 
 
 def unavoidable_bytes(n: int, m: int, k: int, weight_bits: int, x_bytes: int) -> float:

@@ -46,6 +46,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import autograd, dtypes, operands, registry, tensors
+from ..arch import ARCHS
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..formats import fp8
@@ -67,11 +68,11 @@ SPLITK_FAMILY = "fp8_linear_splitk"
 SCALES_LDS = 512                    # split-K block mode: a pass's activation scales
 CHUNK = 16                          # K columns per lane chunk
 NAMES = ("x", "w", "w_scale", "x_scale", "bias", "out")
-NATIVE_W8A8 = {"gfx942": ("fnuz",), "gfx950": ("ocp",), "gfx1201": ("ocp",), "gfx1100": ("ocp", "fnuz"),
-               "gfx1151": ("ocp", "fnuz")}
+# W8A8's flavours by arch: its FP8 instructions' (`ArchInfo.fp8_format`); both where it has none.
+NATIVE_W8A8 = {name: (info.fp8_format,) if info.fp8_format else fp8.FLAVORS for name, info in ARCHS.items()}
 # Archs with FP8 instructions: W8A8 runs on them (kernels tagged "fp8"): gfx942/gfx950 MFMA
 # 16x16x32 fp8 (small N: as a 64-lane dot product), gfx1201 v_dot4_f32_fp8_fp8 / WMMA fp8.
-FP8_HARDWARE = ("gfx942", "gfx950", "gfx1201")
+FP8_HARDWARE = tuple(name for name, info in ARCHS.items() if info.fp8_format)
 _F16, _BF16, _F32 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)
 _plans = PlanCache()
 _calls = operands.CallCache()
@@ -116,7 +117,7 @@ def _bind(ops: Operands, out_dtype: np.dtype | None, native: bool | None = None)
                               f"{' or '.join(NATIVE_W8A8[device.arch.name])} FP8 (its hardware's flavour); got "
                               f"{w_flavor}: convert x and w with hipskinny.fp8.convert(a8, scale, to="
                               f"{NATIVE_W8A8[device.arch.name][0]!r}), or use W8A16 (16-bit x), which takes both")
-    if native and not (x8 and device.arch.name in FP8_HARDWARE):
+    if native and not (x8 and device.arch.fp8_format):
         raise InputValueError(f"fp8_linear: native=True needs FP8 x (W8A8) on an arch with FP8 instructions "
                               f"({', '.join(FP8_HARDWARE)}); got {xv.dtype} x on {device.arch.name}")
     empty = m == 0 or n == 0
@@ -216,7 +217,7 @@ def _check(ops: Operands, out_dtype: np.dtype | None) -> tuple[int, int, int, tu
 def _tag(device: Device, x_dtype: np.dtype, native: bool | None) -> str:
     """The kernels' x tag: "fp8" for W8A8 on the FP8 instructions (the bytes as they are), else the
     16-bit type x is staged in (FP8 activations widened to fp16)."""
-    if fp8.flavor_of(x_dtype) is not None and native is not False and device.arch.name in FP8_HARDWARE:
+    if fp8.flavor_of(x_dtype) is not None and native is not False and device.arch.fp8_format:
         return "fp8"
     return "bf16" if x_dtype == _BF16 else "f16"
 

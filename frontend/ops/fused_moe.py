@@ -44,15 +44,13 @@ from ..launch import LaunchPlan, PlanCache, make_plan, threads
 from ..operands import DeviceCall, HostCall, Operands
 from ..torch_ops import declare, fake_operands
 from . import Exports
-from ._common import DTYPE_TAG
+from ._common import DTYPE_TAG, MAX_EXPERTS, MAX_TOPK
 from ._quantized import check_prepared
 
 FAMILY = "fused_moe"
 NAMES = ("x", "w13", "w13_scales", "w13_zeros", "w13_perm", "w2", "w2_scales", "w2_zeros", "w2_perm",
          "topk_weights", "topk_ids", "out")
 MAX_SLOTS = 1024          # N * k (the route kernel's LDS)
-MAX_EXPERTS = 512
-MAX_TOPK = 16
 COUNTERS = 1024           # GEMM2 row blocks at most (the counter words before the route)
 META_WORDS = 4
 GROUPS = (1, 2, 4)        # token rows per unit (NP; kernels/fused_moe.hip builds no NP = 8)

@@ -33,11 +33,9 @@ from ..launch import LaunchPlan, PlanCache, make_plan, threads
 from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
 from ..torch_ops import declare, fake_operands
 from . import Exports
-from ._common import DTYPE_TAG
+from ._common import DTYPE_TAG, MAX_EXPERTS, MAX_TOPK
 
 FAMILY = "topk_softmax"
-MAX_E = 512
-MAX_K = 16
 NAMES = ("router_logits", "topk_weights", "topk_ids")     # the last two: out=
 _F32, _I32 = np.dtype(np.float32), np.dtype(np.int32)
 _TAG = {**DTYPE_TAG, _F32: "f32"}   # the router also takes fp32 logits
@@ -104,10 +102,10 @@ def _check(dtype: np.dtype, shape: tuple[int, ...], k: int) -> tuple[int, int]:
     if len(shape) != 2:
         raise InputValueError(f"topk_softmax: router_logits must be 2-D [N, E]; got shape {shape}")
     n, e = shape
-    if not 1 <= e <= MAX_E:
-        raise InputValueError(f"topk_softmax: E={e} experts; supported: E = 1..{MAX_E}")
-    if not 1 <= k <= min(MAX_K, e):
-        raise InputValueError(f"topk_softmax: k={k}; supported: k = 1..min({MAX_K}, E) = 1..{min(MAX_K, e)}")
+    if not 1 <= e <= MAX_EXPERTS:
+        raise InputValueError(f"topk_softmax: E={e} experts; supported: E = 1..{MAX_EXPERTS}")
+    if not 1 <= k <= min(MAX_TOPK, e):
+        raise InputValueError(f"topk_softmax: k={k}; supported: k = 1..min({MAX_TOPK}, E) = 1..{min(MAX_TOPK, e)}")
     if n * k >= 2**31:
         raise InputValueError(f"topk_softmax: N*k must be below 2**31; got N={n}, k={k}")
     return n, e

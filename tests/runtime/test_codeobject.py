@@ -77,7 +77,7 @@ def check_invariants(co: CodeObject, arch: str) -> None:
     assert co.target == f"amdgcn-amd-amdhsa--{arch}"
     assert co.code_object_version == 6 and co.abi_version == 4
     assert co.metadata_version == (1, 2)
-    if arch.startswith("gfx9"):
+    if info.generation == 9:
         assert (co.xnack, co.sramecc) == ("any", "any")
     else:
         assert (co.xnack, co.sramecc) == ("unsupported", "unsupported")
@@ -108,7 +108,7 @@ def check_invariants(co: CodeObject, arch: str) -> None:
             assert kd.user_sgpr_count >= used   # padded so system SGPRs end at s15
         else:
             assert kd.user_sgpr_count == used
-        if arch.startswith("gfx9"):
+        if info.generation == 9:
             assert kd.accum_offset is not None and 4 <= kd.accum_offset <= 256
             assert k.vgpr_count >= kd.accum_offset - 3
             assert kd.enable_dx10_clamp and kd.enable_ieee_mode

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from hipskinny import CodeObjectError, UnsupportedArchError, registry
-from hipskinny.arch import SHIPPED_ARCHS
+from hipskinny.arch import ARCHS, SHIPPED_ARCHS
 from hipskinny.devices.base import Device, DeviceProperties
 
 
@@ -57,7 +57,7 @@ def test_load_once_per_device_and_function_cache(arch):
     assert dev.loaded[0] == data and hashlib.sha256(data).hexdigest() == entry["sha256"]
     fn, meta = mod.kernel("gemv_f16_r4")
     assert mod.kernel("gemv_f16_r4")[0] is fn and dev.lookups == ["gemv_f16_r4"]
-    assert meta.name == "gemv_f16_r4" and meta.wavefront_size == (64 if arch.startswith("gfx9") else 32)
+    assert meta.name == "gemv_f16_r4" and meta.wavefront_size == ARCHS[arch].wave_size
     other = RecordingDevice(arch)
     assert registry.load(other, "gemv") is not mod and len(other.loaded) == 1
 
