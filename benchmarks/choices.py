@@ -2,7 +2,7 @@
 
     python -m benchmarks.choices                  # all archs; prints the table
     python -m benchmarks.choices --arch gfx942 --json choices.json
-    python -m benchmarks.choices --compute-table  # `_linear.SPLITK_COMPUTE` from benchmarks/RESULTS.json
+    python -m benchmarks.choices --compute-table  # `_splitk.SPLITK_COMPUTE` from benchmarks/RESULTS.json
 
 These choices are made from host shapes and the device's CU count, by constants this sweeps:
   * the lane-split kernels (skinny_gemm N <= 8, and the quantized families that share
@@ -10,11 +10,11 @@ These choices are made from host shapes and the device's CU count, by constants 
     (capped by the kernel's registers and LDS);
   * gemv: the workgroups per CU its rows-per-workgroup rule keeps, `gemv.GROUPS_PER_CU`;
   * the split-K kernels (N > 8): the weight bytes in flight each work unit is counted for when K
-    is split to cover DRAM's latency, `_linear.SPLITK_UNIT_BYTES` (fewer: more shards, more fp32
+    is split to cover DRAM's latency, `_splitk.SPLITK_UNIT_BYTES` (fewer: more shards, more fp32
     partial traffic; 2**40: no split for latency's sake);
-  * the split-K shards' fp32 partials, at most `_linear.PARTIAL_SHARE` of a call's unavoidable
+  * the split-K shards' fp32 partials, at most `_splitk.PARTIAL_SHARE` of a call's unavoidable
     bytes (1e9: no cap);
-  * the split-K kernels' compute over their bandwidth floor, `_linear.SPLITK_COMPUTE`, which the
+  * the split-K kernels' compute over their bandwidth floor, `_splitk.SPLITK_COMPUTE`, which the
     shard count weighs against the partials (`--compute-table` derives it from a report: a
     measurement, not swept);
   * the quantized ops at N = 2..8: the lane-split kernel or the split-K one,
@@ -41,7 +41,7 @@ import numpy as np
 
 from hipskinny import ops
 from hipskinny.arch import ARCHS, SHIPPED_ARCHS
-from hipskinny.ops import _linear, gemv
+from hipskinny.ops import _linear, _splitk, gemv
 
 from . import dynamic
 from .report import evaluate, families_by_arch
@@ -55,11 +55,11 @@ _SMALL_N = {"never": {}, "always": dict.fromkeys(SHIPPED_ARCHS, 0)}
 CHOICES = ((_linear, "MAX_GROUPS_PER_CU", (1, 2, 4), ("skinny_gemm", "fp8_linear", "matmul_4bit", "w4a16_linear"),
             (1, 4, 8)),
            (gemv, "GROUPS_PER_CU", (1, 2, 4, 8), ("gemv",), (1,)),
-           (_linear, "SPLITK_UNIT_BYTES", (4096, 8192, 16384, 2**40),
+           (_splitk, "SPLITK_UNIT_BYTES", (4096, 8192, 16384, 2**40),
             ("skinny_gemm", "fp8_linear", "matmul_4bit", "w4a16_linear"), (16, 64)),
            (_linear, "SMALL_N_SPLITK_WORK", tuple(_SMALL_N), (*_linear.SMALL_N_SPLITK_OPS, "fp8_linear:w8a8"),
             (2, 4, 8)),
-           (_linear, "PARTIAL_SHARE", (0.05, 0.1, 1e9), ("skinny_gemm", "fp8_linear", "matmul_4bit", "w4a16_linear"),
+           (_splitk, "PARTIAL_SHARE", (0.05, 0.1, 1e9), ("skinny_gemm", "fp8_linear", "matmul_4bit", "w4a16_linear"),
             (16,)))
 LAYERS = ("qkv_proj", "o_proj", "down_proj", "router")
 
@@ -124,10 +124,10 @@ def sweep(archs: list[str], only_ops: list[str] | None = None, only_n: list[int]
 
 
 def compute_table(results: dict[str, Any]) -> dict[str, dict[str, tuple[float, float]]]:
-    """`_linear.SPLITK_COMPUTE` from a report's rows: per split-K kernel (`_linear.compute_ratio`'s
+    """`_splitk.SPLITK_COMPUTE` from a report's rows: per split-K kernel (`_splitk.compute_ratio`'s
     stem) and arch, the median over the layers (routers left out: their fixed costs are not a
     kernel's rate) of the VALU, matrix and LDS roofs, evenly spread (divided by the row's
-    `busiest_cu_share`, and a sliced kernel's by its `_linear.SPLITK_SLICE_COST`: the table is of the
+    `busiest_cu_share`, and a sliced kernel's by its `_splitk.SPLITK_SLICE_COST`: the table is of the
     one-slice kernels), over the bandwidth floor, at one and at four token tiles; only where both
     were measured."""
     got: dict[tuple[str, str, int], list[float]] = defaultdict(list)
@@ -135,9 +135,9 @@ def compute_table(results: dict[str, Any]) -> dict[str, dict[str, tuple[float, f
         plan = r.get("plan") or {}
         if r.get("status") != "ok" or "shards" not in plan or r["layer"] == "router" or ":dequantize" in r["op"]:
             continue
-        stem = _linear.kernel_stem(plan["kernel"])
+        stem = _splitk.kernel_stem(plan["kernel"])
         compute = max(r["roofs_us"][b] for b in ("valu", "matrix", "lds")) / (r.get("busiest_cu_share") or 1.0)
-        compute /= 1 + _linear.SPLITK_SLICE_COST * (plan.get("slices", 1) - 1)
+        compute /= 1 + _splitk.SPLITK_SLICE_COST * (plan.get("slices", 1) - 1)
         got[stem, r["arch"], plan["token_tiles"]].append(compute / r["floor_us"])
     table: dict[str, dict[str, tuple[float, float]]] = defaultdict(dict)
     for stem, arch, nt in sorted(got):
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", nargs="+", type=int, help="only these N")
     p.add_argument("--json", help="write the rows here")
     p.add_argument("--compute-table", nargs="?", const=str(Path(__file__).parent / "RESULTS.json"), metavar="JSON",
-                   help="print _linear.SPLITK_COMPUTE as measured by a report (default benchmarks/RESULTS.json)")
+                   help="print _splitk.SPLITK_COMPUTE as measured by a report (default benchmarks/RESULTS.json)")
     a = p.parse_args(argv)
     if a.compute_table:
         for stem, by_arch in compute_table(json.loads(Path(a.compute_table).read_text())).items():

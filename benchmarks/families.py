@@ -154,7 +154,7 @@ weights), about 35 more per group in the loop (loads' addresses, scales, x addre
 (16 shards of 7 groups: 512 units, two on every CU) adds each unit's prologue, about 170 VALU, 12%
 of the total. The model now charges the busiest CU (`busiest_cu_share`): the 13 shards of 416 units
 it had gave 160 CUs two units and 96 one (5.83 us, share 1.23); the planner's estimate
-(`_linear.splitk_split`) takes 16 (4.72 us, share 1.0), and fewer, longer shards (224 units:
+(`_splitk.splitk_split`) takes 16 (4.72 us, share 1.0), and fewer, longer shards (224 units:
 7 shards) would leave 32 CUs idle.
 
 **A pair table for the codebook was tried and left out.** One entry per packed byte ({code[hi],
@@ -171,7 +171,7 @@ cba7052 / f04af6c).** 18 rows are bound by VALU, LDS or matrix above 1.15x their
 compute roofs charged on the busiest CU (28 at ca2b10a, 58 at 605b878). Slices (`_t<NT>_s<S>`,
 `hipskinny/splitk.h`: a unit of 128 / S features, its S waves per row group taking every S-th group
 and summing in LDS) are now built with two slices at one and two token tiles as well, and the
-planner (`_linear.splitk_split`) may take two slices in place of half the one-slice plan's shards
+planner (`_splitk.splitk_split`) may take two slices in place of half the one-slice plan's shards
 (the same units, half the partials, each wave's chain of groups unchanged). Gone since ca2b10a:
 the Llama-3-sized 4-bit qkv at N = 16 on CDNA (96 units -> 192 at two slices; gfx942 6.78 -> 3.95
 us, latency-bound) and gfx1100's Qwen3 qkv / o_proj at N = 16 (40-48 units -> 80-96; 9.85 -> 5.92
@@ -192,8 +192,8 @@ gfx1100 and Llama o_proj on gfx1151 for both 4-bit formats (matrix 1.19-1.2x: 80
 **Units as runs of one walk (RESULTS at 8cd6e4b).** The split-K kernels now take a unit as a run
 of the row blocks' 128-column groups (`hipskinny/splitk.h` `Walk`): padded row blocks give the
 equal shards as before; unpadded, a unit may end one row block and begin the next, so the planner
-(`_linear.splitk_split`) can deal the walk evenly to the flagship's CUs -- where the call's bytes take
-at least `_linear.SPLITK_CROSSING_TRIPS` DRAM round trips, since a crossing unit chains a second
+(`_splitk.splitk_split`) can deal the walk evenly to the flagship's CUs -- where the call's bytes take
+at least `_splitk.SPLITK_CROSSING_TRIPS` DRAM round trips, since a crossing unit chains a second
 reduction. Rows bound by VALU, LDS or matrix above 1.15x their floor 18 -> 12; 27 rows >5% faster
 (both 4-bit formats' Llama down_proj at N = 16 on gfx950 7.20 -> 4.57 us: 256 units of 28 groups
 with two slices; gate_up at N = 64 on gfx942 18.06 -> 15.23 us; gate_up at N = 4 on gfx950 9.92 ->
@@ -275,7 +275,7 @@ group's 16 KiB a group ahead, each step's refilled once its matrix instructions 
 weight), its LDS traffic the lookups and the slices' sum. It replaces the staged two-slice kernel
 on gfx942/gfx950 (faster on every row that took it: the latency-bound qkv / o_proj / routers at N =
 64 13-22%, each wave walking a quarter of a shard's groups), and the planner takes it in place of a
-one-slice plan where the call's bytes take `_linear.DIRECT_TRIPS` (16) DRAM round trips (the same
+one-slice plan where the call's bytes take `_splitk.DIRECT_TRIPS` (16) DRAM round trips (the same
 units' length, twice the units): Llama lm_head on gfx950 50.35 -> 37.05 us (VALU 1.03x), gate_up
 11.43 -> 10.99 us and Qwen3 lm_head 31.28 -> 26.11 us (memory-bound: their shards' partials); on
 gfx942 gate_up 15.23 -> 13.16 us and down_proj 7.57 -> 7.22 us (memory-bound). Below 16 round
@@ -291,7 +291,7 @@ slower than staging on the latency-bound one-slice rows.
 one-slice plan to 448 units of 16 groups (224 row blocks x 2 shards) on 256 CUs: 192 CUs ran two
 units, 64 one, VALU 1.22x the floor on the busiest CU (9.36 us). The planner's sliced plans stopped
 at the CU count; they may now have more units as long as the busiest CU runs no more than the
-one-slice plan's (`_linear.splitk_split`): here two slices, 512 units of 28 groups of 64-feature
+one-slice plan's (`_splitk.splitk_split`): here two slices, 512 units of 28 groups of 64-feature
 row blocks, two on every CU, at half the partials per unit (8.67 us, LDS 1.12x, DRAM ratio 1.06).
 Of the 22 report rows of the five ops the rule changed, 20 are faster and 2 slower: the
 latency-bound 4-bit Llama qkv at N = 4 on gfx950 (384 -> 480 units: matmul_4bit 3.34 -> 3.45 us,
@@ -346,7 +346,7 @@ slower, memory-bound nearly everywhere: it writes and reads back 16-bit weights.
 on every arch, the route only above (and where no fused kernel applies). The fused split-K
 kernel's traffic ratio: 1.12-1.87 at N = 16, 1.05-2.93 at N = 64 (x re-staged per shard and the
 shard partials, counted as requested; at N = 16 the partials stay within 5% of the call's bytes,
-`_linear.PARTIAL_SHARE`, and a shard's last loads ahead re-read its last group, cache hits).
+`_splitk.PARTIAL_SHARE`, and a shard's last loads ahead re-read its last group, cache hits).
 
 **Targets (large layers) and where they stand.** Predicted time against fp16 `skinny_gemm`
 ("Against the baseline op"): median 0.26 at N = 1 and 0.28 at N = 4 on gfx11/gfx12, 0.29 and

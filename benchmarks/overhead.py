@@ -184,7 +184,7 @@ bound = [c for c in (getattr(c, "bound", c) for c in hipskinny.ops.skinny_gemm._
          if getattr(c, "launches", None)][0]
 launch = bound.launches[0]
 zeros = [0] * len(launch.select)
-cases["bare_launch"] = lambda: launch.launcher(zeros, launch.tail, 0)
+cases["bare_launch"] = lambda: launch.dispatch(zeros, launch.tail, 0)
 
 # The host path without its copies: the same calls with hipMemcpyAsync made a no-op on our side
 # (another device object's copies, so the rows above keep theirs).

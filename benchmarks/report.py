@@ -589,11 +589,11 @@ def _above_dram(ok: list[dict[str, Any]]) -> str:
                    "design)"].append(r)
         elif "splitk" in r.get("kernel", "") and r["plan"].get("shards", 1) > 1:
             causes["split-K's fp32 partial tiles (shards x M x 16 x token tiles x 4 bytes written and read "
-                   "back; at N <= 16 the planner keeps them within _linear.PARTIAL_SHARE of the call's "
+                   "back; at N <= 16 the planner keeps them within _splitk.PARTIAL_SHARE of the call's "
                    "unavoidable bytes, the rest is x re-read and the counters; above, the shard count keeps "
                    "enough weight loads in flight to cover DRAM latency and, where the kernel's compute "
                    "rivals its bytes, enough units to spread that compute over the CUs "
-                   "(`_linear.splitk_split`), at the cost of this traffic)"].append(r)
+                   "(`_splitk.splitk_split`), at the cost of this traffic)"].append(r)
         elif "splitk" in r.get("kernel", ""):
             causes["x re-read by every 128-row block once the weight stream has evicted it (one shard, "
                    "N >= 16, the RDNA parts' smaller L2 and MALL)"].append(r)

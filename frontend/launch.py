@@ -1,9 +1,16 @@
-"""Kernel arguments and launch plans, derived from a kernel's own metadata.
+"""Kernel launches: arguments packed and bound, from a kernel's own metadata.
 
 `ArgPacker` turns the metadata of one kernel (explicit and hidden arguments with
 their offsets and sizes) into a packer that refuses calls not matching the
 signature. A `LaunchPlan` fixes grid, block and the hidden-argument block for one
 shape, so a repeated call only writes the explicit values into a copy of it.
+`make_launch` binds a plan's arguments by their names in the kernel source: a
+`Launch` is one kernel of a bound call, ready to dispatch (`Device.dispatcher`).
+
+Vocabulary: a *plan* is what one shape needs (kernel, grid, block, kernarg layout);
+a *launch* is a plan with its arguments bound to a call's pointers and values; to
+*dispatch* is what a device does with one on a stream; to *bind* a call is to
+check its operands once and store the launches it runs (`operands`).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .devices.base import Device
+from .devices.base import Device, Dispatcher
 from .errors import KernelArgumentError
 
 # Offsets of the v5/v6 implicit arguments inside the 256-byte hidden block are given
@@ -179,6 +186,64 @@ def make_plan(function: Any, kernel_meta: Any, grid: tuple[int, int, int], block
                                   f"launch bound of {limit}")
     return LaunchPlan(function, packer, grid, block, shared_mem,
                       bytes(packer.hidden_block(grid, block, shared_mem)), info or {}, explicit_struct(packer))
+
+
+# ----------------------------------------------------------------------------------------------
+# binding a plan's arguments by name
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch of a bound call, made by `make_launch` from the kernel's argument names. The
+    kernel takes pointer arguments, then values; ``select`` are the positions of its pointers among
+    the call's (inputs, results, then scratch slots; -1: a null pointer), ``tail`` the rest, in the
+    kernel's order. ``prefix`` >= 0 says ``select`` is the first ``prefix`` positions (the usual case,
+    a slice on the per-call path)."""
+
+    dispatch: Dispatcher
+    select: tuple[int, ...]
+    tail: tuple
+    prefix: int = -1
+
+    def args(self, ptrs: list[int]) -> list[int]:
+        if self.prefix >= 0:
+            return ptrs if self.prefix == len(ptrs) else ptrs[:self.prefix]
+        return [ptrs[i] if i >= 0 else 0 for i in self.select]
+
+
+def make_launch(device: Device, plan: LaunchPlan, pointers: Sequence[str], **args: Any) -> Launch:
+    """The launch of ``plan`` with every kernel argument given by its name in the kernel source: a str
+    names one of the call's pointers (``pointers``: their names in the call's order), None is a null
+    pointer, anything else a value. Checked here, once per bound call, against the kernel's metadata:
+    every argument given, no other, pointers where the kernel takes pointers."""
+    kernel, params = plan.packer.kernel_name, plan.packer.explicit
+    names = [a.name for a in params]
+    missing, unknown = [n for n in names if n not in args], [n for n in args if n not in names]
+    if missing or unknown:
+        raise KernelArgumentError(f"kernel {kernel} takes ({', '.join(names)})"
+                                  + (f"; missing {', '.join(missing)}" if missing else "")
+                                  + (f"; it has no {', '.join(unknown)}" if unknown else ""))
+    sourced = [i for i, a in enumerate(params) if isinstance(args[a.name], str)]
+    split = sourced[-1] + 1 if sourced else 0       # pointers taken from the call, then the tail
+    select: list[int] = []
+    for a in params[:split]:
+        v = args[a.name]
+        if a.kind != "global_buffer" or not (v is None or isinstance(v, str)):
+            raise KernelArgumentError(f"kernel {kernel}: {a.name} comes after the pointers the call passes, "
+                                      f"so it must be a pointer ({a.kind} given {v!r})")
+        if v is not None and v not in pointers:
+            raise KernelArgumentError(f"kernel {kernel}: {a.name} = {v!r}, which is none of the call's pointers "
+                                      f"({', '.join(pointers)})")
+        select.append(-1 if v is None else pointers.index(v))
+    tail = []
+    for a in params[split:]:
+        v = args[a.name]
+        if a.kind == "global_buffer" and v is not None:
+            raise KernelArgumentError(f"kernel {kernel}: pointer {a.name} takes one of the call's pointers by "
+                                      f"name, or None; got {v!r}")
+        tail.append(0 if v is None else v)
+    prefix = len(select) if select == list(range(len(select))) else -1
+    return Launch(device.dispatcher(plan), tuple(select), tuple(tail), prefix)
 
 
 # Caches keyed by device (plans here, bound calls in `operands`) keep alive every device they hold an

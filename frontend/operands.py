@@ -37,65 +37,10 @@ from . import devices as _devices
 from . import launch as _launch
 from . import scratch, tensors
 from .devices import current_device, hip_device, thread_choice
-from .devices.base import Device, Launcher
-from .errors import CaptureError, HipRuntimeError, InputValueError, KernelArgumentError
-from .launch import LaunchPlan
+from .devices.base import Device
+from .errors import CaptureError, HipRuntimeError, InputValueError
+from .launch import Launch
 from .tensors import TensorView
-
-
-@dataclass(frozen=True)
-class Launch:
-    """One kernel launch of a bound call, made by `launch` from the kernel's argument names. The
-    kernel takes pointer arguments, then values; ``select`` are the positions of its pointers among
-    the call's (inputs, results, then scratch slots; -1: a null pointer), ``tail`` the rest, in the
-    kernel's order. ``prefix`` >= 0 says ``select`` is the first ``prefix`` positions (the usual case,
-    a slice on the per-call path)."""
-
-    launcher: Launcher
-    select: tuple[int, ...]
-    tail: tuple
-    prefix: int = -1
-
-    def args(self, ptrs: list[int]) -> list[int]:
-        if self.prefix >= 0:
-            return ptrs if self.prefix == len(ptrs) else ptrs[:self.prefix]
-        return [ptrs[i] if i >= 0 else 0 for i in self.select]
-
-
-def launch(device: Device, plan: LaunchPlan, pointers: Sequence[str], **args: Any) -> Launch:
-    """The launch of ``plan`` with every kernel argument given by its name in the kernel source: a str
-    names one of the call's pointers (``pointers``: their names in the call's order), None is a null
-    pointer, anything else a value. Checked here, once per bound call, against the kernel's metadata:
-    every argument given, no other, pointers where the kernel takes pointers."""
-    kernel, params = plan.packer.kernel_name, plan.packer.explicit
-    names = [a.name for a in params]
-    missing, unknown = [n for n in names if n not in args], [n for n in args if n not in names]
-    if missing or unknown:
-        raise KernelArgumentError(f"kernel {kernel} takes ({', '.join(names)})"
-                                  + (f"; missing {', '.join(missing)}" if missing else "")
-                                  + (f"; it has no {', '.join(unknown)}" if unknown else ""))
-    sourced = [i for i, a in enumerate(params) if isinstance(args[a.name], str)]
-    split = sourced[-1] + 1 if sourced else 0       # pointers taken from the call, then the tail
-    select: list[int] = []
-    for a in params[:split]:
-        v = args[a.name]
-        if a.kind != "global_buffer" or not (v is None or isinstance(v, str)):
-            raise KernelArgumentError(f"kernel {kernel}: {a.name} comes after the pointers the call passes, "
-                                      f"so it must be a pointer ({a.kind} given {v!r})")
-        if v is not None and v not in pointers:
-            raise KernelArgumentError(f"kernel {kernel}: {a.name} = {v!r}, which is none of the call's pointers "
-                                      f"({', '.join(pointers)})")
-        select.append(-1 if v is None else pointers.index(v))
-    tail = []
-    for a in params[split:]:
-        v = args[a.name]
-        if a.kind == "global_buffer" and v is not None:
-            raise KernelArgumentError(f"kernel {kernel}: pointer {a.name} takes one of the call's pointers by "
-                                      f"name, or None; got {v!r}")
-        tail.append(0 if v is None else v)
-    prefix = len(select) if select == list(range(len(select))) else -1
-    return Launch(device.launcher(plan), tuple(select), tuple(tail), prefix)
-
 
 # ----------------------------------------------------------------------------------------------
 # signatures
@@ -376,7 +321,7 @@ class DeviceCall:
         names = [*ops.views, "out"]         # the pointers' positions: inputs, then the (first) result
         self.device = ops.device
         self.launches = tuple(launches)
-        self.runs = tuple((launch.launcher, launch.prefix, launch.tail, launch.select) for launch in launches)
+        self.runs = tuple((launch.dispatch, launch.prefix, launch.tail, launch.select) for launch in launches)
         self.stream = stream_of(ops.first, ops.first.device_id)
         self.scratch_slots = tuple(scratch_slots)
         self._scratch: dict[int, tuple[int, ...]] = {}
@@ -446,19 +391,19 @@ class DeviceCall:
                     acquire, release = locks[s]      # bound methods: a third cheaper than ``with``
                     acquire()
                     try:
-                        for launcher, count, tail, select in runs:
+                        for dispatch, count, tail, select in runs:
                             if count < 0:
-                                launcher([ptrs[i] if i >= 0 else 0 for i in select], tail, s)
+                                dispatch([ptrs[i] if i >= 0 else 0 for i in select], tail, s)
                             else:
-                                launcher(ptrs if count == len(ptrs) else ptrs[:count], tail, s)
+                                dispatch(ptrs if count == len(ptrs) else ptrs[:count], tail, s)
                     finally:
                         release()
                     return result
-            for launcher, count, tail, select in runs:
+            for dispatch, count, tail, select in runs:
                 if count < 0:
-                    launcher([ptrs[i] if i >= 0 else 0 for i in select], tail, s)
+                    dispatch([ptrs[i] if i >= 0 else 0 for i in select], tail, s)
                 else:
-                    launcher(ptrs if count == len(ptrs) else ptrs[:count], tail, s)
+                    dispatch(ptrs if count == len(ptrs) else ptrs[:count], tail, s)
             return result
 
         call.bound = self  # type: ignore[attr-defined]
@@ -548,7 +493,7 @@ class HostCall:
             ptrs.extend(y_ds)
             ptrs.extend(pool.buffer(name, size) for name, size in self.scratch_slots)
             for launch in self.launches:
-                launch.launcher(launch.args(ptrs), launch.tail, 0)
+                launch.dispatch(launch.args(ptrs), launch.tail, 0)
             ys = [ov.host_array() if ov is not None else np.empty(shape, dt)
                   for ov, (shape, dt, _, _) in zip(ovs, self.results, strict=True)]
             for y, y_d, (_, _, nbytes, _) in zip(ys, y_ds, self.results, strict=True):

@@ -79,7 +79,7 @@ def read_verified(arch: str, family: str) -> tuple[bytes, dict[str, Any]]:
 
 def check_args(code: CodeObject, e: dict[str, Any]) -> None:
     """The kernels' arguments (name, offset, size, kind) as the manifest lists them, which the ops
-    bind by name (`operands.launch`), against the code object's own metadata."""
+    bind by name (`launch.make_launch`), against the code object's own metadata."""
     kernels = {k.name: k for k in code.kernels}
     for k in e["kernels"]:
         have = [[a.param, a.offset, a.size, a.value_kind] for a in kernels[k["name"]].explicit_args]

@@ -113,13 +113,13 @@ if _LAUNCH_LOG:
 
 @pytest.fixture
 def keep_shards(monkeypatch):
-    """Lifts the planner's cap on split-K partials (``_linear.PARTIAL_SHARE``) so that the small shapes
+    """Lifts the planner's cap on split-K partials (``_splitk.PARTIAL_SHARE``) so that the small shapes
     an emulated test can afford still split K and exercise the shard reduction; the cap itself is
     tested at real shapes (tests/skinny_gemm/test_skinny_gemm_splitk.py)."""
     from hipskinny import ops
-    from hipskinny.ops import _linear
+    from hipskinny.ops import _splitk
     ops.forget_plans()          # plans cached under a device another test made hold the cap's shards
-    monkeypatch.setattr(_linear, "PARTIAL_SHARE", 1e9)
+    monkeypatch.setattr(_splitk, "PARTIAL_SHARE", 1e9)
     yield
     ops.forget_plans()
 
@@ -127,11 +127,11 @@ def keep_shards(monkeypatch):
 @pytest.fixture
 def force_slices(monkeypatch):
     """``force(S)``: from then on split-K plans take S slices per unit wherever the code object builds
-    them (`_linear.built_slices`), one elsewhere, with the planner's unit length for S (or one) slices --
+    them (`_splitk.built_slices`), one elsewhere, with the planner's unit length for S (or one) slices --
     every slice variant runs on the emulator, not only those the planner picks for a test's small shapes."""
     from hipskinny import ops
-    from hipskinny.ops import _linear
-    split = _linear.splitk_split
+    from hipskinny.ops import _splitk
+    split = _splitk.splitk_split
 
     def force(s: int, unit_groups: int | None = None, block_groups: int | None = None) -> None:
         """(``unit_groups``: also the units' length in 128-column groups, instead of the planner's;
@@ -140,9 +140,9 @@ def force_slices(monkeypatch):
             own = tuple(x for x in slices if x in (1, s))
             _, length, stride = split(*args, slices=own, **kwargs)
             if unit_groups is not None:
-                length, stride = unit_groups, block_groups or -(-args[3] // _linear.SPLITK_GROUP)
+                length, stride = unit_groups, block_groups or -(-args[3] // _splitk.SPLITK_GROUP)
             return (s if s in slices else 1), length, stride
-        monkeypatch.setattr(_linear, "splitk_split", forced)
+        monkeypatch.setattr(_splitk, "splitk_split", forced)
         ops.forget_plans()
     yield force
     ops.forget_plans()

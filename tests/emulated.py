@@ -94,7 +94,7 @@ def launch(device: Device, module: Any, kernel_name: str, grid: Dim, block: Dim,
     function = device.get_function(module, kernel_name)
     g, b = _dim3(grid), _dim3(block)
     plan = make_plan(function, kernel, g, b, shared_mem)
-    device.launch(function, g, b, plan.kernarg(args), shared_mem)
+    device.dispatch(function, g, b, plan.kernarg(args), shared_mem)
     device.synchronize()
     return getattr(device, "last_launch_stats", None)
 

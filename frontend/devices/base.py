@@ -14,9 +14,9 @@ from typing import Any
 
 from ..arch import ArchInfo, arch_info
 
-# A prepared launch: ``launch(pointers, tail, stream)`` packs the explicit arguments -- the first
-# ``len(pointers)`` of them from ``pointers``, the rest from ``tail`` -- and launches.
-Launcher = Callable[[Sequence[int], tuple, int], None]
+# A plan made ready to dispatch: ``dispatch(pointers, tail, stream)`` packs the explicit arguments -- the
+# first ``len(pointers)`` of them from ``pointers``, the rest from ``tail`` -- and dispatches the kernel.
+Dispatcher = Callable[[Sequence[int], tuple, int], None]
 
 
 @dataclass(frozen=True)
@@ -79,26 +79,26 @@ class Device(ABC):
         """Look up a kernel in a loaded module; returns an opaque function handle."""
 
     @abstractmethod
-    def launch(self, function: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
-               kernarg: bytes, shared_mem: int = 0, stream: int = 0) -> None:
-        """Launch with a packed kernarg buffer laid out by the kernel's metadata."""
+    def dispatch(self, function: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
+                 kernarg: bytes, shared_mem: int = 0, stream: int = 0) -> None:
+        """Send a kernel to ``stream`` with a packed kernarg buffer laid out by its metadata."""
 
     @abstractmethod
     def synchronize(self, stream: int = 0) -> None: ...
 
-    def launcher(self, plan: Any) -> Launcher:     # plan: a `launch.LaunchPlan` (launch imports this module)
-        """A prepared launch of ``plan``: everything that does not change between calls (function,
+    def dispatcher(self, plan: Any) -> Dispatcher:   # plan: a `launch.LaunchPlan` (launch imports this module)
+        """``plan`` made ready to dispatch: everything that does not change between calls (function,
         grid, block, hidden arguments) is checked and fixed once; a call packs the explicit values."""
         function, grid, block, shared_mem = plan.function, plan.grid, plan.block, plan.shared_mem
         template, pack = plan.template, plan.args.pack_into
         plan.packer.pack_into(bytearray(template), [0] * len(plan.packer.explicit))  # arity checked once
 
-        def launch(pointers: Sequence[int], tail: tuple, stream: int = 0) -> None:
+        def dispatch(pointers: Sequence[int], tail: tuple, stream: int = 0) -> None:
             buf = bytearray(template)
             pack(buf, 0, *pointers, *tail)
-            self.launch(function, grid, block, bytes(buf), shared_mem, stream)
+            self.dispatch(function, grid, block, bytes(buf), shared_mem, stream)
 
-        return launch
+        return dispatch
 
     def is_capturing(self, stream: int = 0) -> bool:
         """Is ``stream`` being captured into a graph? (Devices without graphs: never.)"""

@@ -766,8 +766,8 @@ class HipDevice(Device):
             self._leave(hip_module, previous)
         return HipFunction(handle=int(raw), name=name, module=module, raw=raw)
 
-    def launch(self, function: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
-               kernarg: bytes, shared_mem: int = 0, stream: int = 0) -> None:
+    def dispatch(self, function: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
+                 kernarg: bytes, shared_mem: int = 0, stream: int = 0) -> None:
         if not isinstance(function, HipFunction):
             raise InputTypeError(f"expected a function from HipDevice.get_function, got {type(function).__name__}")
         if function.module.ordinal != self.ordinal:
@@ -790,8 +790,8 @@ class HipDevice(Device):
         finally:
             self._leave(hip_module, previous)
 
-    def launcher(self, plan: Any) -> Any:
-        """A prepared launch of ``plan`` (see `Device.launcher`): function, grid, block and shared
+    def dispatcher(self, plan: Any) -> Any:
+        """``plan`` made ready to dispatch (see `Device.dispatcher`): function, grid, block and shared
         memory are checked once; each thread gets its own kernarg buffer with the hidden
         arguments already in place, and hip-python's argument objects (the ``extra`` array, the
         function, the stream) are built once, so a launch costs one ``pack_into`` and one call."""
@@ -817,7 +817,7 @@ class HipDevice(Device):
 
         only_device = self._only_device
 
-        def launch(pointers: Any, tail: tuple, stream: int = 0) -> None:
+        def dispatch(pointers: Any, tail: tuple, stream: int = 0) -> None:
             try:
                 cfg = local.cfg
             except AttributeError:           # this thread's first launch of this kernel
@@ -837,7 +837,7 @@ class HipDevice(Device):
             if err:
                 raise _failed(hip_module, label, err)
 
-        return launch
+        return dispatch
 
     def is_capturing(self, stream: int = 0) -> bool:
         """``hipStreamIsCapturing``: is ``stream`` being captured into a HIP graph? A stream that the

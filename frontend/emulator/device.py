@@ -200,8 +200,8 @@ class EmulatedDevice(Device):
     def get_function(self, module: EmulatedModule, name: str) -> tuple[EmulatedModule, Kernel]:
         return module, module.code.kernel(name)
 
-    def launch(self, function: tuple[EmulatedModule, Kernel], grid: tuple[int, int, int],
-               block: tuple[int, int, int], kernarg: bytes, shared_mem: int = 0, stream: int = 0) -> None:
+    def dispatch(self, function: tuple[EmulatedModule, Kernel], grid: tuple[int, int, int],
+                 block: tuple[int, int, int], kernarg: bytes, shared_mem: int = 0, stream: int = 0) -> None:
         with self._launch_lock:
             self._launch(function, grid, block, kernarg, shared_mem)
 

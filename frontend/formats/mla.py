@@ -296,6 +296,20 @@ def block_size_of(v: Any, name: str, layout: str, op: str = "sparse_mla") -> int
     return bs
 
 
+def list_check(iv: Any, pv: Any, idx: str, ptr: str, t: int, op: str = "sparse_mla") -> Any:
+    """A token list's rules on its views (anything with dtype and shape): flat int32 indices and an int32
+    ``[T + 1]`` indptr -- a wrong dtype is a type error, a wrong rank or length a value error; returns
+    the check of a host indptr's values (`indptr_check`)."""
+    i32 = np.dtype(np.int32)
+    if iv.dtype != i32 or len(iv.shape) != 1:
+        raise (InputTypeError if iv.dtype != i32 else InputValueError)(
+            f"{op}: {idx} must be a flat int32 array; got {iv.dtype} {iv.shape}")
+    if pv.dtype != i32 or pv.shape != (t + 1,):
+        raise (InputTypeError if pv.dtype != i32 else InputValueError)(
+            f"{op}: {ptr} must be int32 [T + 1] = [{t + 1}]; got {pv.dtype} {pv.shape}")
+    return indptr_check(ptr, idx, int(iv.shape[0]), op)
+
+
 def indptr_check(name: str, idx_name: str, n: int, op: str = "sparse_mla") -> Any:
     """The check of a host indptr's values: from 0 or more, never decreasing, at most ``n`` (the
     length of its index list; a kernel clips a device one instead)."""

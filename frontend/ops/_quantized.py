@@ -19,9 +19,10 @@ import numpy as np
 from .. import dtypes, operands, registry
 from ..devices.base import Device
 from ..errors import InputValueError
-from ..launch import LaunchPlan, PlanCache, make_plan, threads
-from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
+from ..launch import Launch, LaunchPlan, PlanCache, make_launch, make_plan, threads
+from ..operands import DeviceCall, HostCall, Operands, Staged
 from . import _linear as lin
+from . import _splitk as splitk
 from ._common import DTYPE_TAG
 
 MAX_N = lin.MAX_N                   # fused lane-split kernel
@@ -112,12 +113,12 @@ class QuantizedLinear:
         plan = self.plan(device, tag, n, m, k)
         ptrs = {name: name for name in self.names[:-1]} | {"y": "out"}
         if "unit_len" not in plan.info:
-            return operands.launch(device, plan, self.names, **ptrs, M=m, K=k, x_stride=x_stride,
+            return make_launch(device, plan, self.names, **ptrs, M=m, K=k, x_stride=x_stride,
                                    bias_stride=b_stride, kc=plan.info["k_chunk"], **lane), ()
         values = dict(N=n, M=m, K=k, x_stride=x_stride, bias_stride=b_stride, unit_len=plan.info["unit_len"],
                       block_len=plan.info["block_len"],
                       **splitk)
-        return lin.splitk_launch(device, plan, self.names, ptrs, values, f"{self.op}.partials",
+        return splitk.splitk_launch(device, plan, self.names, ptrs, values, f"{self.op}.partials",
                                  f"{self.op}.counters")
 
     def plan(self, device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
@@ -125,9 +126,9 @@ class QuantizedLinear:
         split-K configuration."""
         key = (device, tag, n, m, k, device.properties.cu_count)
         if n > MAX_N or lin.small_n_splitk(self.op, device.arch.name, n, m, k):
-            splitk = f"{self.op}_splitk"
-            return self.plans.get(("splitk", *key), lambda: lin.splitk_plan(
-                device, splitk, lambda nt, _: f"{splitk}_{tag}_t{nt}", n, m, k, weight_bits=4))
+            family = f"{self.op}_splitk"
+            return self.plans.get(("splitk", *key), lambda: splitk.splitk_plan(
+                device, family, lambda nt, _: f"{family}_{tag}_t{nt}", n, m, k, weight_bits=4))
         return self.plans.get(key, lambda: lin.lane_split_plan(
             device, self.op, f"{self.op}_{tag}_n{n}", n, m, k, chunk=CHUNK, op=self.op,
             sums=self.sums and tag == "bf16"))

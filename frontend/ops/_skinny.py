@@ -13,11 +13,13 @@ from typing import Any
 from .. import operands
 from ..devices.base import Device
 from ..errors import InputValueError
-from ..launch import LaunchPlan, PlanCache
-from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
+from ..launch import Launch, LaunchPlan, PlanCache
+from ..operands import DeviceCall, HostCall, Operands, Staged
 from . import _linear as lin
+from . import _splitk as splitk
 from ._common import DTYPE_TAG
-from ._linear import MAX_N, SPLITK_MAX_N, lane_split_plan, on_rocm_torch, splitk_plan
+from ._linear import MAX_N, SPLITK_MAX_N, lane_split_plan, on_rocm_torch
+from ._splitk import splitk_plan
 
 FAMILY = "skinny_gemm"
 SPLITK_FAMILY = "skinny_gemm_splitk"
@@ -49,7 +51,7 @@ def launch(device: Device, tag: str, n: int, m: int, k: int, atomic: bool, x_str
     # The atomic variant needs its slices zero on entry (it leaves them so); the deterministic one
     # leaves its partials as written: they must not share a slot.
     partials = "skinny_gemm.atomic_slices" if chosen.info["kernel"].endswith("_atomic") else "skinny_gemm.partials"
-    return lin.plan_launch(device, chosen, pointers, dict(x="x", w=w, bias="bias", y="out"),
+    return splitk.linear_launch(device, chosen, pointers, dict(x="x", w=w, bias="bias", y="out"),
                            dict(M=m, K=k, x_stride=x_stride, w_stride=w_stride, bias_stride=b_stride), n, partials,
                            "skinny_gemm.counters")
 
@@ -141,5 +143,5 @@ class TorchDequantizeRoute:
         x, *weights, bias, out = objs
         w16 = self.empty()
         ptrs = [0 if o is None else o.data_ptr() for o in (x, *weights)] + [w16.data_ptr()]
-        self.launch.launcher(self.launch.args(ptrs), self.launch.tail, self.stream())
+        self.launch.dispatch(self.launch.args(ptrs), self.launch.tail, self.stream())
         return self.linear((x, w16[:, :self.k], bias, out), None)

@@ -25,9 +25,7 @@ used as a 64-lane dot product; gfx1201: ``v_dot4_f32_fp8_fp8`` at N <= 8, WMMA f
   (x staged as 2 bytes per column, 1 for ``fp8``, after it the block-mode activation scales).
 * N = 9..128 (and those larger calls), ``fp8_linear_splitk_<x16|fp8>_<flavour>[_block]_t<NT>``
   (kernels/fp8_linear_splitk.hip): the split-K kernels on the matrix units, planned by the rules
-  of `ops._linear`, deterministic. Block mode sums each 128-column group on its own and adds it
-  scaled.
-
+  of `ops._splitk`. Block mode sums each 128-column group on its own and adds it scaled.
 Bitwise reproducible across calls, schedules and CU counts.
 
 W8A8 flavour: the flavour the arch's FP8 hardware uses (FNUZ on gfx942, OCP on gfx950/gfx1201;
@@ -50,18 +48,14 @@ from ..arch import ARCHS
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..formats import fp8
-from ..launch import LaunchPlan, PlanCache
-from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
+from ..launch import Launch, LaunchPlan, PlanCache
+from ..operands import DeviceCall, HostCall, Operands, Staged
 from ..torch_ops import declare, fake_operands, torch_dtype
 from . import Exports
 from . import _linear as lin
-from ._linear import (
-    MAX_N,
-    SPLITK_LDS,
-    SPLITK_MAX_N,
-    lane_split_plan,
-    splitk_plan,
-)
+from . import _splitk as splitk
+from ._linear import MAX_N, SPLITK_MAX_N, lane_split_plan
+from ._splitk import SPLITK_LDS, splitk_plan
 
 FAMILY = "fp8_linear"
 SPLITK_FAMILY = "fp8_linear_splitk"
@@ -227,8 +221,8 @@ def _launch(device: Device, tag: str, flavor: str, block: bool, n: int, m: int, 
             x_scaled: bool) -> tuple[Launch, tuple[tuple[str, int], ...]]:
     """The launch of a call of this shape, and the scratch slots it needs (split-K partials, counters)."""
     plan = _plan(device, tag, flavor, block, n, m, k, x_scaled)
-    return lin.plan_launch(device, plan, NAMES, dict(x="x", w="w", w_scale="w_scale", x_scale="x_scale", bias="bias",
-                                                     y="out"),
+    return splitk.linear_launch(device, plan, NAMES, dict(x="x", w="w", w_scale="w_scale", x_scale="x_scale",
+                                                          bias="bias", y="out"),
                            dict(M=m, K=k, x_stride=x_stride, w_stride=w_stride, bias_stride=b_stride,
                                 ws_stride=ws_stride, xs_stride=xs_stride, flags=flags), n,
                            "fp8_linear.partials", "fp8_linear.counters")

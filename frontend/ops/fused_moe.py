@@ -1,4 +1,4 @@
-"""Fused mixture-of-experts decode (SwiGLU experts): `hipskinny.moe.fused_moe`.
+"""Fused mixture-of-experts decode (SwiGLU experts): `hipskinny.fused_moe` (also `hipskinny.moe.fused_moe`).
 
 ``out[t] = sum_j topk_weights[t, j] * (w2[e] @ act(t, e))``, ``e = topk_ids[t, j]``, with
 ``act(t, e) = silu(w13[e][:I] @ x[t]) * (w13[e][I:] @ x[t])`` in vLLM's rounding order: the gate
@@ -16,16 +16,14 @@ bf16; ``topk_ids`` int32 ``[N, k]``, ``topk_weights`` float32 ``[N, k]`` (as
 multiples of 32. An id outside ``[0, E)`` is skipped (its slot contributes nothing) and counted:
 `invalid_slots` reads the count of the last call on a device and stream (that read synchronizes);
 this holds for ids on the GPU too (vLLM's expert-parallel masking passes -1). An int4 stack's
-act-order ``perm`` rows must be permutations of 0..K-1: host perms are checked on every call before
-anything is launched (InputValueError); a perm on the GPU is not (no sync): the kernels read x's
-(act's) column K - 1 for an entry outside ``[0, K)`` (one unsigned min per index), so it gives
-wrong results, never an access outside a buffer.
+act-order ``perm`` rows must be permutations of 0..K-1: host perms are checked on every call
+(InputValueError); a perm on the GPU is not (no sync), but an entry outside ``[0, K)`` reads column
+K - 1: wrong results, never an access outside a buffer.
 
 Three launches (kernels/fused_moe.hip: the route sorts the slots by expert on the device, GEMM1
-computes act for every routed slot, GEMM2 the weighted down projection and the per-token sums), no
-host sync, nothing allocated per call (scratch from the pool, counters self-cleaning). An expert no
-slot routes to is never read. NP, the token rows a unit carries, comes from host-known shapes only
-(`token_group`): the same shapes always choose the same launches (graph capture).
+computes act for every routed slot, GEMM2 the weighted down projection and the per-token sums), no host
+sync, nothing allocated per call (pooled scratch, self-cleaning counters). Unrouted experts are not read.
+NP, the token rows a unit carries, comes from host shapes only (`token_group`): graph replays match.
 """
 
 from __future__ import annotations
@@ -40,7 +38,7 @@ from .. import autograd, dtypes, operands, registry
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..formats import w4a16
-from ..launch import LaunchPlan, PlanCache, make_plan, threads
+from ..launch import LaunchPlan, PlanCache, make_launch, make_plan, threads
 from ..operands import DeviceCall, HostCall, Operands
 from ..torch_ops import declare, fake_operands
 from . import Exports
@@ -56,13 +54,9 @@ META_WORDS = 4
 GROUPS = (1, 2, 4)        # token rows per unit (NP; kernels/fused_moe.hip builds no NP = 8)
 GEMM1_PAIRS = {1: 2, 2: 2, 4: 2}   # gate/up row pairs per wave tile, by NP (kernels/fused_moe.hip)
 GEMM2_ROWS = {1: 4, 2: 4, 4: 2}    # rows per row group of a wave tile, by NP
-# One workgroup per CU, as upstream's kernels: each stages its unit's x once per item, and fewer,
-# larger items stage less.
-GROUPS_PER_CU = 1
+GROUPS_PER_CU = 1         # as upstream's kernels: each stages its unit's x once per item; fewer stage less
 ACTIVATIONS = ("silu",)
-# One scratch slot (the kernels take one pointer): the counters and the route (int32), act (T [P, I])
-# and the weighted fp32 slot results [P, H], laid out by `scratch_bytes` (kernels/fused_moe.hip).
-META_SLOT = "fused_moe.scratch"
+META_SLOT = "fused_moe.scratch"   # counters, route (int32), act (T [P, I]), results (fp32 [P, H]): scratch_bytes
 _plans = PlanCache()
 _calls = operands.CallCache()
 
@@ -108,12 +102,12 @@ def _bind(ops: Operands, p13: tuple | None, p2: tuple | None) -> Any:
     x_stride = h if ops.on_host else operands.staged_rows("fused_moe", xv, h)
     pointers = (*NAMES, META_SLOT)          # inputs, out, then the routing metadata's scratch slot
     launches = [
-        operands.launch(device, route, pointers, ids="topk_ids", meta=META_SLOT, P=slots, E=e,
+        make_launch(device, route, pointers, ids="topk_ids", meta=META_SLOT, P=slots, E=e,
                         group=route.info["group"]),
-        operands.launch(device, gemm1, pointers, x="x", w="w13", scales="w13_scales", zeros="w13_zeros",
+        make_launch(device, gemm1, pointers, x="x", w="w13", scales="w13_scales", zeros="w13_zeros",
                         perm="w13_perm", meta=META_SLOT, I=i, H=h, x_stride=x_stride, log2_g=g13, topk=k,
                         blocks=gemm1.info["blocks"], block_pairs=gemm1.info["block_rows"], P=slots),
-        operands.launch(device, gemm2, pointers, w="w2", scales="w2_scales", zeros="w2_zeros", perm="w2_perm",
+        make_launch(device, gemm2, pointers, w="w2", scales="w2_scales", zeros="w2_zeros", perm="w2_perm",
                         meta=META_SLOT, weights="topk_weights", out="out", H=h, I=i, topk=k, N=n,
                         blocks=gemm2.info["blocks"], block_rows=gemm2.info["block_rows"], log2_g=g2, P=slots),
     ]
@@ -308,7 +302,6 @@ def _torch_fused_moe(x: Any, w13: Any, w2: Any, topk_weights: Any, topk_ids: Any
     return None
 
 
-# torch.ops.hipskinny.fused_moe / fused_moe_out (registered by hipskinny.torch_ops).
 TORCH_OPS = declare("fused_moe", "Tensor x, Tensor w13, Tensor w2, Tensor topk_weights, Tensor topk_ids, "
                     "Tensor? w13_scales=None, Tensor? w13_zeros=None, Tensor? w13_perm=None, Tensor? w2_scales=None, "
                     "Tensor? w2_zeros=None, Tensor? w2_perm=None", _torch_fused_moe, lambda x, *_: tuple(x),
@@ -321,7 +314,6 @@ EXPORTS = Exports(TORCH_OPS, ("fused_moe",), report=(
     "at real expert shapes."))
 
 
-# ----------------------------------------------------------------------------------------------
 # reference
 
 def silu_and_mul_reference(gate: np.ndarray, up: np.ndarray, dtype: Any) -> np.ndarray:

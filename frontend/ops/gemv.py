@@ -17,8 +17,8 @@ import numpy as np
 from .. import autograd, operands, registry, tensors
 from ..devices.base import Device
 from ..errors import InputValueError
-from ..launch import LaunchPlan, PlanCache, make_plan
-from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
+from ..launch import Launch, LaunchPlan, PlanCache, make_launch, make_plan
+from ..operands import DeviceCall, HostCall, Operands, Staged
 from ..torch_ops import declare, fake_operands
 from . import Exports
 from ._common import check_16bit_dtypes
@@ -93,7 +93,7 @@ def _bind(ops: Operands) -> Any:
 
 
 def _launch(device: Device, tag: str, m: int, k: int, w_stride: int) -> Launch:
-    return operands.launch(device, _plan(device, tag, m, k, w_stride), NAMES,
+    return make_launch(device, _plan(device, tag, m, k, w_stride), NAMES,
                            x="x", w="w", bias="bias", y="out", M=m, K=k, w_stride=w_stride)
 
 

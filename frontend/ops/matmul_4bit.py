@@ -51,7 +51,8 @@ from .. import autograd, dtypes, operands, registry
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..formats import bnb
-from ..operands import DeviceCall, HostCall, Launch, Operands
+from ..launch import Launch, make_launch
+from ..operands import DeviceCall, HostCall, Operands
 from ..torch_ops import declare
 from . import Exports
 from . import _linear as lin
@@ -199,7 +200,7 @@ def _dequantize_launch(device: Device, tag: str, m: int, k: int, pitch: int, log
     """The dequantize kernel reading the state's operands and writing ``[M, pitch]`` 16-bit weights
     to the pointer named ``out`` (``pointers``: the call's)."""
     plan = _OP.dequantize_plan(device, f"dequantize_4bit_{tag}", m, m * pitch // 8)
-    return operands.launch(device, plan, pointers, **{name: name for name in NAMES[1:7]}, out=out, M=m, K=k,
+    return make_launch(device, plan, pointers, **{name: name for name in NAMES[1:7]}, out=out, M=m, K=k,
                            pitch=pitch, log2_bs=log2_bs, flags=flags)
 
 

@@ -1,26 +1,11 @@
 """Sparse MLA decode (DeepSeek V4 "MODEL1" and V3.2 FP8 KV caches): `hipskinny.sparse_mla` (also
-`hipskinny.mla.sparse_decode`).
+`hipskinny.mla.sparse_decode`). Semantics, layouts and list rules: README.md, "Sparse MLA decode", and
+`sparse_mla_reference` (float64); the caches' formats: `hipskinny.formats.mla`.
 
-For each query token t and head h: ``o = sum_j exp(s_j - M) V_j / (sum_j exp(s_j - M) + exp(sink_h - M))``
-with ``s_j = scale * <q[t, h], K_j>`` over the valid slots j of t's SWA list and extra list (one
-softmax over both; a repeated slot counts each time; a slot outside ``[0, num_blocks * block_size)``,
--1 included, contributes nothing), ``K_j`` the dequantized cache row (FP8 times its power-of-two
-scale, exact in bf16; rope lanes as stored) and ``V_j = K_j[:512]``. No valid slot, or a sink of
-+inf: exactly 0. NaN in a valid row reaches that token's outputs. ``return_lse``: also
-``log(sum_j exp(s_j))`` fp32 ``[T, H]`` (natural log, sink excluded, +inf without a valid slot).
-
-Layouts (`hipskinny.mla`): ``"v4"`` -- q ``[T, H, 512]``, caches uint8 ``[num_blocks, block_size, 584]``
-(448 FP8 + 64 bf16 rope lanes per token, UE8M0 scales per 64 lanes after the block's token data;
-block stride ``stride(0)`` may be padded); ``"v32"`` -- q ``[T, H, 576]``, caches ``[num_blocks,
-block_size, 656]`` (512 FP8, 4 fp32 scales, 64 bf16 rope; QK over 576 lanes, PV over 512), one
-list and no sink. ``fp8``: the caches' flavour, ``"ocp"`` (e4m3fn) or ``"fnuz"`` (e4m3fnuz), or a
-pair ``(swa, extra)`` when they differ; decoded in software where the hardware has no converter.
-Lists: int32 ``indices`` (flat) and ``indptr`` ``[T + 1]``: token t owns ``indices[indptr[t] :
-indptr[t + 1]]``. Host lists are checked before anything is launched: indptr starts at 0 or more,
-never decreases and ends at most at ``len(indices)`` (`InputValueError` naming the rule). Lists on
-the GPU cannot be checked without a host sync, so the kernel clips each token's range to ``[0,
-len(indices)]`` (a pair that is decreasing after clipping is an empty list): whatever they hold, no
-read leaves the index arrays, and slots outside the cache contribute nothing.
+For each query token and head, one softmax over the valid slots of its SWA list and extra list, with the
+head's sink; slots outside the cache (-1 included) contribute nothing, and no valid slot gives exactly 0.
+Host lists are checked before anything is launched; lists on the GPU cannot be checked without a host
+sync, so the kernel clips each token's range to ``[0, len(indices)]``: no read leaves the index arrays.
 
 One launch (kernels/sparse_mla.hip) of workgroups (token, head group, split): groups of 16 heads, or
 with more than 16 heads the wide kernel's 64 (gfx9) / 32 (gfx11, gfx12), since each workgroup reads
@@ -44,9 +29,9 @@ from ..arch import SHIPPED_ARCHS
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..formats.fp8 import check_flavor
-from ..formats.mla import LAYOUTS, block_size_of, cache_blocks, gather_keys, indptr_check, layout_of
-from ..launch import LaunchPlan, PlanCache, make_plan
-from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
+from ..formats.mla import LAYOUTS, block_size_of, cache_blocks, gather_keys, layout_of, list_check
+from ..launch import Launch, LaunchPlan, PlanCache, make_launch, make_plan
+from ..operands import DeviceCall, HostCall, Operands, Staged
 from ..torch_ops import declare, fake_operands, torch_dtype
 from . import Exports
 
@@ -155,22 +140,13 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
     t, h = int(qv.shape[0]), int(qv.shape[1])
     if h < 1:
         raise InputValueError(f"sparse_mla: q has H={h} heads; at least one is needed")
-    caps = []
-    checks = {}         # host indptr: its values, on every call
+    caps, checks = [], {}           # checks: a host indptr's values, on every call
     for cache, idx, ptr in (INPUTS[1:4], INPUTS[4:7]):
         iv, pv = ops[idx], ops[ptr]
         if ops[cache] is None:
             continue
-        assert iv is not None and pv is not None
-        # a wrong dtype is a type error, a wrong rank or length a value error (errors.py)
-        if iv.dtype != _I32 or len(iv.shape) != 1:
-            raise (InputTypeError if iv.dtype != _I32 else InputValueError)(
-                f"sparse_mla: {idx} must be a flat int32 array; got {iv.dtype} {iv.shape}")
-        if pv.dtype != _I32 or pv.shape != (t + 1,):
-            raise (InputTypeError if pv.dtype != _I32 else InputValueError)(
-                f"sparse_mla: {ptr} must be int32 [T + 1] = [{t + 1}]; got {pv.dtype} {pv.shape}")
+        checks[ptr] = list_check(iv, pv, idx, ptr, t)
         caps.append(int(iv.shape[0]))
-        checks[ptr] = indptr_check(ptr, idx, caps[-1])
     n_idx = (*caps, 0)[:2]
     sv = ops["sink"]
     if sv is not None and (sv.dtype != _F32 or len(sv.shape) != 1 or sv.shape[0] < h):
@@ -187,8 +163,7 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
     flags = ((bits["fnuz0"] if flavors[0] == "fnuz" else 0) | (bits["fnuz1"] if flavors[1] == "fnuz" else 0)
              | (bits["lse"] if return_lse else 0) | (bits["sink"] if sv is not None else 0))
     pointers = (*(NAMES_LSE if return_lse else NAMES), PART_SLOT, COUNTER_SLOT)
-    # fp32 partial slots (acc [heads, 512], m, l) only when the splits merge (S > 1); counters: one word
-    # per (token, head group)
+    # fp32 partial slots (acc [heads, 512], m, l) only when splits merge; one counter per (token, head group)
     slot = heads * (D_V + 2)
     scratch = ((PART_SLOT, max(16, 4 * slot * t * hb * s * (s > 1))), (COUNTER_SLOT, max(16, 4 * t * hb)))
 
@@ -201,12 +176,12 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
         rows1 = 0 if c1 is None else int(c1.shape[0]) * bs1
         # by-value arguments are packed as integers of their size: the fp32 scale as its bits
         bits = int(np.array(scale, np.float32).view(np.uint32))
-        return [operands.launch(device, _plan(device, layout, heads, t, hb, s), pointers, q="q", c0="swa_cache",
-                                idx0="swa_indices", ptr0="swa_indptr", c1="extra_cache", idx1="extra_indices",
-                                ptr1="extra_indptr", sink="sink", out="out", lse="lse" if return_lse else None,
-                                part=PART_SLOT, counters=COUNTER_SLOT, q_st=q_strides[0], q_sh=q_strides[1],
-                                bstride0=b0, bs0=bs0, rows0=rows0, n0=n_idx[0], bstride1=b1, bs1=bs1, rows1=rows1,
-                                n1=n_idx[1], scale=bits, o_st=h * D_V, o_sh=D_V, T=t, H=h, S=s, flags=flags)]
+        return [make_launch(device, _plan(device, layout, heads, t, hb, s), pointers, q="q", c0="swa_cache",
+                            idx0="swa_indices", ptr0="swa_indptr", c1="extra_cache", idx1="extra_indices",
+                            ptr1="extra_indptr", sink="sink", out="out", lse="lse" if return_lse else None,
+                            part=PART_SLOT, counters=COUNTER_SLOT, q_st=q_strides[0], q_sh=q_strides[1],
+                            bstride0=b0, bs0=bs0, rows0=rows0, n0=n_idx[0], bstride1=b1, bs1=bs1, rows1=rows1,
+                            n1=n_idx[1], scale=bits, o_st=h * D_V, o_sh=D_V, T=t, H=h, S=s, flags=flags)]
 
     if ops.on_host:
         # q packed [T * H, d_qk]; a cache as its blocks' used bytes ([blocks, bytes] views) at a
@@ -219,8 +194,7 @@ def _bind(ops: Operands, layout: str, flavors: tuple[str, str], scale: float, bs
             staged.append(Staged(f"mla.{name}", int(v.shape[0]), int(v.shape[1]), pitch[name]) if cached
                           else operands.flat(ops, name, f"mla.{name}", checks.get(name)))
         return HostCall(ops, launch((h * d_qk, d_qk), pitch["swa_cache"], pitch["extra_cache"]), staged,
-                        out_shape=out_shape, out_dtype=_BF16,
-                        out_slot="mla.out", scratch_slots=scratch,
+                        out_shape=out_shape, out_dtype=_BF16, out_slot="mla.out", scratch_slots=scratch,
                         more_outs=[((t, h), _F32, "mla.lse")] if return_lse else [])
     operands.require("sparse_mla", qv.strides[2] == 1 and qv.strides[0] % 8 == 0 and qv.strides[1] % 8 == 0,
                      f"q must be contiguous along its last dim with rows 16-byte aligned (strides multiples of 8 "

@@ -29,8 +29,8 @@ import numpy as np
 from .. import dtypes, operands, registry
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
-from ..launch import LaunchPlan, PlanCache, make_plan, threads
-from ..operands import DeviceCall, HostCall, Launch, Operands, Staged
+from ..launch import Launch, LaunchPlan, PlanCache, make_launch, make_plan, threads
+from ..operands import DeviceCall, HostCall, Operands, Staged
 from ..torch_ops import declare, fake_operands
 from . import Exports
 from ._common import DTYPE_TAG, MAX_EXPERTS, MAX_TOPK
@@ -121,7 +121,7 @@ def values_per_lane(e: int, wave: int) -> int:
 
 
 def _launch(device: Device, tag: str, n: int, e: int, k: int, stride: int, renormalize: bool) -> Launch:
-    return operands.launch(device, _plan(device, tag, n, e), NAMES, x="router_logits", weights="topk_weights",
+    return make_launch(device, _plan(device, tag, n, e), NAMES, x="router_logits", weights="topk_weights",
                            ids="topk_ids", N=n, E=e, k=k, stride=stride, renorm=int(renormalize))
 
 

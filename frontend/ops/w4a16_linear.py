@@ -69,7 +69,8 @@ from .. import autograd, operands
 from ..devices.base import Device
 from ..errors import InputTypeError, InputValueError
 from ..formats import w4a16
-from ..operands import Launch, Operands
+from ..launch import Launch, make_launch
+from ..operands import Operands
 from ..torch_ops import declare, fake_operands
 from . import Exports
 from . import _linear as lin
@@ -164,7 +165,7 @@ def _dequantize_launch(device: Device, tag: str, m: int, k: int, g: int, pointer
     """The dequantize kernel reading the prepared arrays and writing ``[M, K]`` 16-bit weights to the
     pointer named ``out`` (``pointers``: the call's)."""
     plan = _OP.dequantize_plan(device, f"{FAMILY}_dequantize_{tag}", m, m * k // 8)
-    return operands.launch(device, plan, pointers, w="w", scales="scales", zeros="zeros", perm="perm", out=out,
+    return make_launch(device, plan, pointers, w="w", scales="scales", zeros="zeros", perm="perm", out=out,
                            M=m, K=k, G=g)
 
 

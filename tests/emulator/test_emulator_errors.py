@@ -30,7 +30,7 @@ def _launch_gemv(dev: EmulatedDevice, module, m=4, k=64, x_d=None, w_d=None, y_d
     x_d = x_d if x_d is not None else dev.alloc(2 * k)
     w_d = w_d if w_d is not None else dev.alloc(2 * m * k)
     y_d = y_d if y_d is not None else dev.alloc(2 * m)
-    dev.launch(plan.function, plan.grid, plan.block, plan.kernarg((x_d, w_d, 0, y_d, m, k, k)))
+    dev.dispatch(plan.function, plan.grid, plan.block, plan.kernarg((x_d, w_d, 0, y_d, m, k, k)))
 
 
 @pytest.mark.parametrize("arch", ["gfx942", "gfx1201"])

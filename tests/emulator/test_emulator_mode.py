@@ -77,7 +77,7 @@ def test_unsupported_descriptor_mode_is_refused_at_launch(arch, field, attr, lo,
     out = to_device(dev, np.full(256, 0xDEADBEEF, np.uint32))
     plan = make_plan(function, kernel, (1, 1, 1), (64, 1, 1), 0)
     with pytest.raises(EmulatorError) as e:
-        dev.launch(function, (1, 1, 1), (64, 1, 1), plan.kernarg([out]))
+        dev.dispatch(function, (1, 1, 1), (64, 1, 1), plan.kernarg([out]))
     msg = str(e.value)
     assert f"kernel control ({arch})" in msg and f"{field} = {value}" in msg and "implements only" in msg, msg
     assert (from_device(dev, out, 256, np.uint32) == 0xDEADBEEF).all(), "nothing may run"
@@ -92,7 +92,7 @@ def test_the_other_kernels_of_the_code_object_still_run():
     function = dev.get_function(module, "control")
     out = to_device(dev, np.zeros((32, 4), np.uint32))
     plan = make_plan(function, kernel, (1, 1, 1), (32, 1, 1), 0)
-    dev.launch(function, (1, 1, 1), (32, 1, 1), plan.kernarg([out]))
+    dev.dispatch(function, (1, 1, 1), (32, 1, 1), plan.kernarg([out]))
     assert from_device(dev, out, (32, 4), np.uint32)[:, 0].tolist() == [(i + 11) * 6 for i in range(32)]
 
 

@@ -39,7 +39,7 @@ class EmulatedRuntime:
                 self.modules[key] = self.device.load_module(data)
             self.device.memory.sync_external(live_allocations(self.lib))
             fn = self.device.get_function(self.modules[key], kernel.decode())
-            self.device.launch(fn, (gx, gy, gz), (bx, by, bz), ctypes.string_at(kernarg, kernarg_size), shared)
+            self.device.dispatch(fn, (gx, gy, gz), (bx, by, bz), ctypes.string_at(kernarg, kernarg_size), shared)
             return 0
         except Exception:  # report through HIP's error path, keep the details for the test
             self.errors.append(traceback.format_exc())

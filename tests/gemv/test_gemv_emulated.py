@@ -114,7 +114,7 @@ def test_every_row_variant_and_padded_stride(emulated):
         fn, meta = registry.load(dev, "gemv").kernel(f"gemv_f16_r{r}")
         plan = make_plan(fn, meta, (-(-m // r), 1, 1))
         dev.memset(y_d, 0xFF, m * 2)
-        dev.launch(plan.function, plan.grid, plan.block, plan.kernarg((x_d, w_d, 0, y_d, m, k, stride)))
+        dev.dispatch(plan.function, plan.grid, plan.block, plan.kernarg((x_d, w_d, 0, y_d, m, k, stride)))
         y = np.empty(m, np.float16)
         dev.copy_to_host(y, y_d, m * 2)
         assert_within_accumulation_bound(y, x, w)

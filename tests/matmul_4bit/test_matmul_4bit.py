@@ -24,8 +24,9 @@ from hipskinny import InputTypeError, InputValueError, bnb, scratch
 from hipskinny.arch import SHIPPED_ARCHS
 from hipskinny.emulator import EmulatedDevice
 from hipskinny.ops import _linear
+from hipskinny.ops import _splitk as splitk
 from hipskinny.ops import matmul_4bit as op
-from hipskinny.ops._linear import token_tiles
+from hipskinny.ops._splitk import token_tiles
 
 TAG = {np.dtype(np.float16): "f16", np.dtype(ml_dtypes.bfloat16): "bf16"}   # the kernels' dtype tags
 
@@ -277,11 +278,11 @@ DIRECT_ARCHS = ("gfx942", "gfx950")   # where matmul_4bit_splitk builds its _dir
 def test_direct_x_kernel(arch, nested):
     """The _t4_s2_direct kernels (gfx942/gfx950, four token tiles, two slices: x read into registers
     by waves holding all 64 features of their unit, each taking every fourth group), forced on every
-    four-tile call here (`_linear.DIRECT_TRIPS`): tokens past N, rows past M, a last group past K
+    four-tile call here (`splitk.DIRECT_TRIPS`): tokens past N, rows past M, a last group past K
     (K = 544), waves without a group (K = 256: two groups for four waves), several shards, both
     dtypes; the route's bound. Elsewhere no such kernel is built and the plan never names one."""
     cases = [(64, 130, 544, 32, 3), (40, 300, 4096, 64, 2), (49, 20, 256, 128, 1), (64, 200, 1664, 64, 3)]
-    with override(_linear, "DIRECT_TRIPS", 0):
+    with override(splitk, "DIRECT_TRIPS", 0):
         _splitk_cases(arch, nested, cases)
         for n, m, k, _, cus in cases:
             info = op.plan_info(_dev(arch, cus), F16, n, m, k)
@@ -299,7 +300,7 @@ def test_direct_x_kernel_reads_no_x_past_k(arch):
     packed, st = _weights(m, k, 6, 32, "nf4", False)
     x = np.random.default_rng(8).standard_normal((n, k)).astype(F16)
     x[5, 3] = np.inf
-    with override(_linear, "DIRECT_TRIPS", 0), hipskinny.on_device(_dev(arch, 2)):
+    with override(splitk, "DIRECT_TRIPS", 0), hipskinny.on_device(_dev(arch, 2)):
         y = bnb.matmul_4bit(x, packed, st).astype(np.float32)
         assert op.plan_info(_dev(arch, 2), F16, n, m, k)["direct"] == (arch in DIRECT_ARCHS)
     assert not np.isfinite(y[5]).all() and np.isfinite(np.delete(y, 5, axis=0)).all()
@@ -312,7 +313,7 @@ def test_direct_x_kernel_is_reproducible(arch, keep_shards):
     packed, st = _weights(m, k, 3, 64, "nf4", True)
     x = np.random.default_rng(5).standard_normal((n, k)).astype(F16)
     outs = []
-    with override(_linear, "DIRECT_TRIPS", 0):
+    with override(splitk, "DIRECT_TRIPS", 0):
         for cus, calls in ((1, 2), (3, 1)):
             dev = EmulatedDevice(arch, cus, seed=cus)
             with hipskinny.on_device(dev):
@@ -329,7 +330,7 @@ def test_direct_x_kernel_refuses_an_x_past_32_bit_offsets():
     info = {"direct": True, "kernel": "matmul_4bit_splitk_f16_t4_s2_direct", "shards": 1, "token_tiles": 4}
     plan = type("Plan", (), {"info": info})()
     with pytest.raises(InputValueError, match=r"row stride 16777216 elements is too large for its 64 token rows"):
-        _linear.splitk_launch(None, plan, (), {}, {"N": 40, "x_stride": 1 << 24}, "p", "c")
+        splitk.splitk_launch(None, plan, (), {}, {"N": 40, "x_stride": 1 << 24}, "p", "c")
 
 
 def _splitk_cases(arch, nested, cases):
@@ -346,7 +347,7 @@ def _splitk_cases(arch, nested, cases):
             info = op.plan_info(dev, dt, n, m, k)
         assert y.shape == (n, m) and y.dtype == dt
         nt = token_tiles(n)
-        name = _linear.sliced(f"matmul_4bit_splitk_{TAG[np.dtype(dt)]}_t{nt}", nt, info["slices"])
+        name = splitk.sliced(f"matmul_4bit_splitk_{TAG[np.dtype(dt)]}_t{nt}", nt, info["slices"])
         if info["direct"]:
             name += "_direct"
         assert dev.launches[-1].kernel == info["kernel"] == name

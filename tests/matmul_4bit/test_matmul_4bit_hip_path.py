@@ -16,7 +16,7 @@ SCENARIO = """
 import ctypes, json, sys
 sys.path.insert(0, {tests!r})
 import numpy as np, hipskinny
-from hipskinny.ops import _linear; _linear.PARTIAL_SHARE = 1e9   # small shapes keep their shards
+from hipskinny.ops import _linear; _splitk.PARTIAL_SHARE = 1e9   # small shapes keep their shards
 from device_arrays import dev_array, outcome, read
 from hipskinny import scratch
 from hipskinny.devices import hip_device
@@ -43,7 +43,7 @@ def on_device(st):
 # (read by those lanes, it would make every output NaN).
 for name, n, m, k, bs in (("fused", 4, 40, 512, 64), ("fused_splitk", 24, 40, 512, 64), ("route_k", 3, 30, 200, 64),
                           ("route_n", 70, 40, 256, 64), ("direct", 40, 130, 544, 32)):
-    _linear.DIRECT_TRIPS = 0 if name == "direct" else 16
+    _splitk.DIRECT_TRIPS = 0 if name == "direct" else 16
     w = rng.standard_normal((m, k)).astype(np.float32)
     packed, st = bnb.quantize_4bit(w, blocksize=bs, quant_type="nf4", compress_statistics=True)
     x = rng.standard_normal((n, k)).astype(np.float16)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks import choices, dynamic
-from hipskinny.ops import _linear, gemv, skinny_gemm
+from hipskinny.ops import _linear, _splitk, gemv, skinny_gemm
 
 
 def test_override_reaches_cached_plans_and_restores():
@@ -19,7 +19,7 @@ def test_override_reaches_cached_plans_and_restores():
     with choices.override(gemv, "GROUPS_PER_CU", 8):
         assert gemv.rows_per_group(4096, 304) == 1
     unsplit = skinny_gemm.plan_info(dev, np.float16, 16, 4096, 4096)
-    with choices.override(_linear, "SPLITK_UNIT_BYTES", 2**40), choices.override(_linear, "SPLITK_COMPUTE", {}):
+    with choices.override(_splitk, "SPLITK_UNIT_BYTES", 2**40), choices.override(_splitk, "SPLITK_COMPUTE", {}):
         assert skinny_gemm.plan_info(dev, np.float16, 16, 4096, 4096)["shards"] == 1 < unsplit["shards"]
 
 
@@ -37,4 +37,4 @@ def test_compute_table_is_the_even_spread_compute_over_the_floor():
             row("skinny_gemm_splitk_f16_t1", 1, 5.0, 1.0, op="matmul_4bit:dequantize"),
             row("w4a16_linear_splitk_f16_t1", 1, 5.0, 1.0)]
     assert choices.compute_table({"rows": rows}) == {"matmul_4bit_splitk_f16": {"gfx1100": (0.35, 1.2)}}
-    assert _linear.kernel_stem("fp8_linear_splitk_bf16_fnuz_block_t2") == "fp8_linear_splitk_f16_ocp_block"
+    assert _splitk.kernel_stem("fp8_linear_splitk_bf16_fnuz_block_t2") == "fp8_linear_splitk_f16_ocp_block"

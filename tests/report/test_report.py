@@ -132,10 +132,10 @@ def test_a_sample_on_fewer_cus_gives_the_dram_bytes_of_more(arch, monkeypatch):
         import numpy as np
 
         import benchmarks.dynamic as d
-        from hipskinny.ops import _linear
+        from hipskinny.ops import _splitk
     finally:
         sys.path.remove(str(ROOT))
-    monkeypatch.setattr(_linear, "SPLITK_UNIT_BYTES", 1 << 30)      # one shard on both: the same plan, scaled
+    monkeypatch.setattr(_splitk, "SPLITK_UNIT_BYTES", 1 << 30)      # one shard on both: the same plan, scaled
     n, k, rows = 16, 8192, 512
     one = d._emulate("skinny_gemm", arch, 1, np.float16, n, rows, k, seed=0)
     two = d._emulate("skinny_gemm", arch, 2, np.float16, n, 2 * rows, k, seed=0)

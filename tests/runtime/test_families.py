@@ -42,6 +42,11 @@ def test_one_name_per_family(op):
         assert len(ex.report) > 40           # the reason the report prints
 
 
+def test_op_modules_are_short():
+    sizes = {p.name: len(p.read_text().splitlines()) for p in (paths.REPO / "frontend" / "ops").glob("*.py")}
+    assert len(sizes) > 10 and {name: n for name, n in sizes.items() if n > 350} == {}
+
+
 def test_every_kernel_source_belongs_to_exactly_one_op():
     claimed = [co for op in OPS for co in ops.exports(op).code_objects]
     assert sorted(claimed) == sorted(p.stem for p in (paths.REPO / "kernels").glob("*.hip"))

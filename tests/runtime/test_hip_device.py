@@ -152,7 +152,7 @@ m = d.load_module(image)
 fa = d.get_function(m, "gemv_a")
 fb = d.get_function(m, "gemv_b")
 missing = error_of(d.get_function, m, "gemv_c")
-d.launch(fa, (3, 2, 1), (64, 1, 1), {kernarg!r}, shared_mem=128, stream=0x1234)
+d.dispatch(fa, (3, 2, 1), (64, 1, 1), {kernarg!r}, shared_mem=128, stream=0x1234)
 d.synchronize(0x1234)
 report(module=m.handle, fa=fa.handle, fb=fb.handle, missing=missing)
 """, hip_python=hip_python)
@@ -192,9 +192,9 @@ from hip import hip
 d = HipDevice(1)
 m = d.load_module({fake_code_object(("k",))!r})
 f = d.get_function(m, "k")
-d.launch(f, (1, 1, 1), (32, 1, 1), b"")
+d.dispatch(f, (1, 1, 1), (32, 1, 1), b"")
 import threading
-worker = threading.Thread(target=d.launch, args=(f, (2, 1, 1), (32, 1, 1), b"w"))  # starts on device 0
+worker = threading.Thread(target=d.dispatch, args=(f, (2, 1, 1), (32, 1, 1), b"w"))  # starts on device 0
 worker.start()
 worker.join()
 report(current=hip.hipGetDevice()[1], other=error_of(HipDevice(0).get_function, m, "k"),
@@ -222,8 +222,8 @@ def test_kernarg_buffers_of_any_size(fakehip_run, hip_python):
 d = HipDevice(0)
 f = d.get_function(d.load_module({fake_code_object(("k",))!r}), "k")
 for blob in {blobs!r}:
-    d.launch(f, (1, 1, 1), (64, 1, 1), blob)
-d.launch(f, (1, 1, 1), (64, 1, 1), bytearray(b"abc"))
+    d.dispatch(f, (1, 1, 1), (64, 1, 1), blob)
+d.dispatch(f, (1, 1, 1), (64, 1, 1), bytearray(b"abc"))
 """, hip_python=hip_python)
     launches = run.calls("hipModuleLaunchKernel")
     assert [(r["kernarg"], r["kernarg_size"]) for r in launches] == [
@@ -234,7 +234,7 @@ def test_hip_errors_name_the_call(fakehip_run, hip_python):
     run = fakehip_run(PREAMBLE + f"""
 d = HipDevice(0)
 f = d.get_function(d.load_module({fake_code_object(("k",))!r}), "k")
-report(launch=error_of(d.launch, f, (1, 1, 1), (64, 1, 1), b"x" * 8),
+report(launch=error_of(d.dispatch, f, (1, 1, 1), (64, 1, 1), b"x" * 8),
        alloc=error_of(d.alloc, 1 << 20))
 """, env={"FAKEHIP_FAIL": "hipModuleLaunchKernel=719,hipMalloc=2"}, hip_python=hip_python)
     out = result_of(run.stdout)
@@ -261,7 +261,7 @@ report(
     too_small=error_of(d.copy_to_device, ptr, b"abc", 8),
     not_buffer=error_of(d.copy_to_device, ptr, [1, 2, 3], 3),
     bad_value=error_of(d.memset, ptr, 256, 4),
-    bad_grid=error_of(d.launch, None, (1, 1, 1), (1, 1, 1), b""),
+    bad_grid=error_of(d.dispatch, None, (1, 1, 1), (1, 1, 1), b""),
     bad_ordinal=error_of(HipDevice, -1),
 )
 """, hip_python=hip_python)
@@ -417,7 +417,7 @@ def hook(name, image, image_size, gx, gy, gz, bx, by, bz, shared, stream, kernar
     return 0
 callback = HOOK(hook)
 lib.fakehip_set_launch_hook(callback, None)
-d.launch(f, (2, 1, 1), (64, 1, 1), struct.pack("<QI", out, 7), shared_mem=64, stream=5)
+d.dispatch(f, (2, 1, 1), (64, 1, 1), struct.pack("<QI", out, 7), shared_mem=64, stream=5)
 back = bytearray(16)
 d.copy_to_host(back, out, 16)
 lib.fakehip_set_launch_hook(None, None)

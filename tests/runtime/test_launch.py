@@ -7,7 +7,7 @@ import pytest
 
 from hipskinny import KernelArgumentError
 from hipskinny.codeobject import KernelArg
-from hipskinny.launch import ArgPacker, PlanCache, make_plan
+from hipskinny.launch import ArgPacker, PlanCache, make_launch, make_plan
 
 HIDDEN = [("hidden_block_count_x", 4), ("hidden_block_count_y", 4), ("hidden_block_count_z", 4),
           ("hidden_group_size_x", 2), ("hidden_group_size_y", 2), ("hidden_group_size_z", 2),
@@ -121,19 +121,18 @@ def test_plan_kernarg_and_cache():
 
 
 class _RecordingDevice:
-    """`operands.launch` needs only ``launcher``: this one packs what a call passes (as HipDevice does)."""
+    """`make_launch` needs only ``dispatcher``: this one packs what a call passes (as HipDevice does)."""
 
-    def launcher(self, plan):
-        def launch(pointers, tail, stream=0):
+    def dispatcher(self, plan):
+        def dispatch(pointers, tail, stream=0):
             self.kernarg = bytearray(plan.template)
             plan.args.pack_into(self.kernarg, 0, *pointers, *tail)
-        return launch
+        return dispatch
 
 
 def _bound(kernel, pointers, **args):
-    from hipskinny import operands
     dev = _RecordingDevice()
-    launch = operands.launch(dev, make_plan("fn", kernel, (1, 1, 1), (64, 1, 1)), pointers, **args)
+    launch = make_launch(dev, make_plan("fn", kernel, (1, 1, 1), (64, 1, 1)), pointers, **args)
     return dev, launch
 
 
@@ -147,7 +146,7 @@ def test_launch_binds_arguments_by_name(order):
         args = [("x", 0, 8, "global_buffer"), ("w", 8, 8, "global_buffer"), ("M", 16, 4, "by_value"),
                 ("K", 20, 4, "by_value"), ("stride", 24, 8, "by_value")]
     dev, launch = _bound(fake_kernel(args), ("x", "w", "out"), x="x", w="w", M=7, K=-1, stride=2**40)
-    launch.launcher(launch.args([0x1000, 0x2000, 0x3000]), launch.tail, 0)
+    launch.dispatch(launch.args([0x1000, 0x2000, 0x3000]), launch.tail, 0)
     at = {name: (off, size) for name, off, size, _ in args}
     value = {n: int.from_bytes(dev.kernarg[o:o + s], "little", signed=True) for n, (o, s) in at.items()}
     assert value == {"x": 0x1000, "w": 0x2000, "M": 7, "K": -1, "stride": 2**40}
@@ -159,7 +158,7 @@ def test_launch_null_pointers_and_scratch_names():
             ("n", 24, 4, "by_value")]
     dev, launch = _bound(fake_kernel(args), ("x", "out", "part.slot"), x="x", lse=None, part="part.slot", n=3)
     assert launch.select == (0, -1, 2) and launch.tail == (3,)
-    launch.launcher(launch.args([5, 6, 7]), launch.tail, 0)
+    launch.dispatch(launch.args([5, 6, 7]), launch.tail, 0)
     assert [int.from_bytes(dev.kernarg[o:o + 8], "little") for o in (0, 8, 16)] == [5, 0, 7]
     _, trailing = _bound(fake_kernel(args), ("x",), x="x", lse=None, part=None, n=3)
     assert trailing.select == (0,) and trailing.tail == (0, 0, 3) and trailing.prefix == 1

@@ -30,7 +30,7 @@ class RecordingDevice(Device):
     def copy_to_device(self, dst, src, nbytes, stream=0): raise NotImplementedError
     def copy_to_host(self, dst, src, nbytes, stream=0): raise NotImplementedError
     def memset(self, ptr, value, nbytes, stream=0): raise NotImplementedError
-    def launch(self, function, grid, block, kernarg, shared_mem=0, stream=0): raise NotImplementedError
+    def dispatch(self, function, grid, block, kernarg, shared_mem=0, stream=0): raise NotImplementedError
     def synchronize(self, stream=0): pass
 
     def load_module(self, image):

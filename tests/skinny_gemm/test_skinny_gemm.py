@@ -175,7 +175,7 @@ def _launch_variant(dev, name, x_d, w_d, b_d, y_d, m, k, xs, ws, bs, kc, n, grid
     fn, meta = registry.load(dev, op.FAMILY).kernel(name)
     plan = make_plan(fn, meta, (grid, 1, 1), shared_mem=n * kc * 2)
     dev.memset(y_d, 0xFF, n * m * 2)     # an unwritten output would stay NaN (0xFFFF)
-    dev.launch(plan.function, plan.grid, plan.block, plan.kernarg((x_d, w_d, b_d, y_d, m, k, xs, ws, bs, kc)),
+    dev.dispatch(plan.function, plan.grid, plan.block, plan.kernarg((x_d, w_d, b_d, y_d, m, k, xs, ws, bs, kc)),
                plan.shared_mem)
     y = np.empty((n, m), np.float16)
     dev.copy_to_host(y, y_d, y.nbytes)

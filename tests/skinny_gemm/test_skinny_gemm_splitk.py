@@ -25,6 +25,7 @@ from hipskinny.arch import ARCHS, SHIPPED_ARCHS
 from hipskinny.emulator import EmulatedDevice
 from hipskinny.launch import make_plan
 from hipskinny.ops import _linear as lin
+from hipskinny.ops import _splitk as spk
 from hipskinny.ops import fp8_linear as fp8_op
 from hipskinny.ops import matmul_4bit as matmul_4bit_op
 from hipskinny.ops import skinny_gemm as op
@@ -73,7 +74,7 @@ def test_matches_exact_math(arch, case, keep_shards):
 def test_capped_long_shards_match_exact_math(arch, force_slices):
     """The planner's own one-slice shards at N = 12, M = 8, K = 8200 (the partial cap: 3 or 4 shards of
     17-22 groups -- gfx9 publishes 12 token rows, RDNA 16 --, three x passes each, a tail group): the
-    groups loaded ahead across passes, the last ones re-reading the shard's last group (splitk.h
+    groups loaded ahead across passes, the last ones re-reading the shard's last group (spk.h
     pipelined), the tail's columns past K zero."""
     n, m, k = 12, 8, 8200
     x, w = _inputs(np.float16, n, m, k, seed=11)
@@ -88,22 +89,22 @@ def test_capped_long_shards_match_exact_math(arch, force_slices):
 
 def test_shards_and_partials_cover_the_cases():
     """The cases above exercise one shard and several, and partial scratch sized by shape: a slot per
-    segment of the walk (`_linear.walk`: fewer than units + row blocks)."""
+    segment of the walk (`_splitk.walk`: fewer than units + row blocks)."""
     dev = _dev("gfx942", 2)
     infos = [op.plan_info(dev, c[0], c[1], c[2], -(-c[3] // 8) * 8) for c in CASES]
     assert {i["shards"] == 1 for i in infos} == {True, False}
     for info, (_, _n, m, k, _) in zip(infos, CASES, strict=True):
-        rows = lin.SPLITK_ROWS // info["slices"]            # a row block's features
+        rows = spk.SPLITK_ROWS // info["slices"]            # a row block's features
         blocks, groups = -(-m // rows), -(-(-(-k // 8) * 8) // 128)
         unit_bytes = rows * 16 * info["token_tiles"] * 4
         length, stride = info["unit_len"] // 128, info["block_len"] // 128
-        assert stride == groups or stride == lin.padded(groups, length)   # the strides splitk.h's Walk takes
-        units, _, _, shards = lin.walk(blocks, groups, length, stride)
+        assert stride == groups or stride == spk.padded(groups, length)   # the strides spk.h's Walk takes
+        units, _, _, shards = spk.walk(blocks, groups, length, stride)
         assert (info["units"], info["shards"]) == (units, shards)
         assert info["partial_bytes"] == (0 if shards == 1 else (units + blocks) * unit_bytes)
 
 
-# Units of the walk (`_linear.walk`) at M = 300 (three row blocks of 128, two tiles of the last idle)
+# Units of the walk (`_splitk.walk`) at M = 300 (three row blocks of 128, two tiles of the last idle)
 # and K = 1000 (8 groups, the last 104 columns): 3 groups (units cross every row block's end, a row
 # block of three or four segments), 5, 8 (a row block each, no partials), 11 (a unit ends in the next
 # row block), 16 (two whole row blocks, no partials); two slices (six row blocks of 64) at 3 and 11;
@@ -115,7 +116,7 @@ WALKS = [(1, 3, 8), (1, 5, 8), (1, 8, 8), (1, 11, 8), (1, 16, 8), (2, 3, 8), (2,
 @pytest.mark.parametrize("arch", SHIPPED_ARCHS)
 @pytest.mark.parametrize("walk", WALKS, ids=lambda w: f"s{w[0]}l{w[1]}b{w[2]}")
 def test_walk_matches_exact_math_on_any_grid(arch, walk, force_slices):
-    """Every unit length's segments and shard sums (``splitk.h``'s Walk) against exact math, bitwise the
+    """Every unit length's segments and shard sums (``spk.h``'s Walk) against exact math, bitwise the
     same on 1 and 3 CUs (grids of 1 and 3 workgroups: the same segments, summed in the same order),
     and the atomic variant within the same bound."""
     slices, length, stride = walk
@@ -250,17 +251,17 @@ def test_padded_strides_exact_buffers_and_every_variant(arch, n):
     module = registry.load(dev, op.SPLITK_FAMILY)
     for length, grid, atomic in ((1152, 1, False), (128, 3, False), (256, 2, True)):
         shards, first = -(-k // length), {}
-        for nt, slices in ((t, sl) for t in lin.TOKEN_TILES
-                           for sl in lin.built_slices(module, f"skinny_gemm_splitk_f16_t{t}", t)):
-            part_bytes = 4 * lin.SPLITK_ROWS // slices * 16 * nt * (1 if atomic else shards)
+        for nt, slices in ((t, sl) for t in spk.TOKEN_TILES
+                           for sl in spk.built_slices(module, f"skinny_gemm_splitk_f16_t{t}", t)):
+            part_bytes = 4 * spk.SPLITK_ROWS // slices * 16 * nt * (1 if atomic else shards)
             part_d, cnt_d = dev.alloc(part_bytes), dev.alloc(4)
             dev.memset(part_d, 0, part_bytes)
             dev.memset(cnt_d, 0, 4)
             dev.memset(y_d, 0xFF, n * m * 2)      # an unwritten output would stay NaN
-            name = lin.sliced(f"skinny_gemm_splitk_f16_t{nt}{'_atomic' if atomic else ''}", nt, slices)
+            name = spk.sliced(f"skinny_gemm_splitk_f16_t{nt}{'_atomic' if atomic else ''}", nt, slices)
             fn, meta = module.kernel(name)
-            plan = make_plan(fn, meta, (grid, 1, 1), shared_mem=lin.SPLITK_LDS)
-            dev.launch(plan.function, plan.grid, plan.block,
+            plan = make_plan(fn, meta, (grid, 1, 1), shared_mem=spk.SPLITK_LDS)
+            dev.dispatch(plan.function, plan.grid, plan.block,
                        plan.kernarg((x_d, w_d, b_d, y_d, part_d, cnt_d, n, m, k, xs, ws, bs, length, shards * length)),
                        plan.shared_mem)
             y = np.empty((n, m), np.float16)
@@ -284,8 +285,8 @@ def test_padded_strides_exact_buffers_and_every_variant(arch, n):
 
 def test_code_objects_have_no_spills_no_scratch_and_fit_lds():
     manifest = json.loads(MANIFEST.read_text())
-    # every token tile with one slice, and S = 2 and 4 slices at 1 and 2 tiles, 2 at 4 (splitk.h's Layout)
-    variants = [f"t{nt}" for nt in lin.TOKEN_TILES] + ["t1_s2", "t1_s4", "t2_s2", "t2_s4", "t4_s2"]
+    # every token tile with one slice, and S = 2 and 4 slices at 1 and 2 tiles, 2 at 4 (spk.h's Layout)
+    variants = [f"t{nt}" for nt in spk.TOKEN_TILES] + ["t1_s2", "t1_s4", "t2_s2", "t2_s4", "t4_s2"]
     expected = {f"skinny_gemm_splitk_{t}_{v}{a}" for t in ("f16", "bf16") for v in variants for a in ("", "_atomic")}
     for arch in SHIPPED_ARCHS:
         entry = manifest["code_objects"][f"{arch}/skinny_gemm_splitk"]
@@ -295,7 +296,7 @@ def test_code_objects_have_no_spills_no_scratch_and_fit_lds():
         for name, k in kernels.items():
             assert k["vgpr_spill_count"] == 0 and k["sgpr_spill_count"] == 0, (arch, name)
             assert k["private_segment_fixed_size"] == 0, (arch, name)
-            assert k["group_segment_fixed_size"] + lin.SPLITK_LDS <= info.lds_per_workgroup, (arch, name)
+            assert k["group_segment_fixed_size"] + spk.SPLITK_LDS <= info.lds_per_workgroup, (arch, name)
             assert k["wavefront_size"] == info.wave_size and k["max_flat_workgroup_size"] == 256  # kThreads
             # Recorded occupancy is the arch's rule applied to the recorded VGPRs; at least two
             # waves per SIMD (a workgroup per CU with room to hide latency).
@@ -304,39 +305,39 @@ def test_code_objects_have_no_spills_no_scratch_and_fit_lds():
 
 
 def test_config_rules():
-    assert [lin.token_tiles(n) for n in (9, 16, 17, 32, 33, 64, 65, 128)] == [1, 1, 2, 2, 4, 4, 8, 8]
+    assert [spk.token_tiles(n) for n in (9, 16, 17, 32, 33, 64, 65, 128)] == [1, 1, 2, 2, 4, 4, 8, 8]
     with pytest.raises(InputValueError):
-        lin.token_tiles(129)
+        spk.token_tiles(129)
     # Shards give the flagship bandwidth x DRAM latency / SPLITK_UNIT_BYTES units of 128 rows (gfx942:
     # 270, gfx1151: 11), at least 128 * NT columns each.
     mi300, strix, navi31 = ARCHS["gfx942"], ARCHS["gfx1151"], ARCHS["gfx1100"]
-    assert (round(lin.splitk_units(mi300)), round(lin.splitk_units(strix))) == (270, 11)
-    assert lin.unit_len(mi300, 8, 4096, 4096) == 1024                  # 32 blocks want 9, NT=8 caps at 4 shards
-    assert lin.unit_len(mi300, 1, 4096, 4096) == 384                   # 9 wanted: 342 units of 3 groups
-    assert lin.unit_len(mi300, 4, 128256, 4096) == 4096                # lm_head: 1002 blocks, no split
-    assert lin.unit_len(mi300, 1, 20, 8200) == 256                     # one block: <= 64 shards -> 33 of 256
-    assert lin.unit_len(navi31, 2, 28672, 4096) == 4096                # 224 blocks already give 28 units
-    assert lin.unit_len(strix, 1, 2048, 4096) == 4096                  # 16 blocks: no split on the APU
-    assert lin.unit_len(strix, 1, 128, 2048) == 128                    # the router: one block, 8 shards leave 8 of 11
+    assert (round(spk.splitk_units(mi300)), round(spk.splitk_units(strix))) == (270, 11)
+    assert spk.unit_len(mi300, 8, 4096, 4096) == 1024                  # 32 blocks want 9, NT=8 caps at 4 shards
+    assert spk.unit_len(mi300, 1, 4096, 4096) == 384                   # 9 wanted: 342 units of 3 groups
+    assert spk.unit_len(mi300, 4, 128256, 4096) == 4096                # lm_head: 1002 blocks, no split
+    assert spk.unit_len(mi300, 1, 20, 8200) == 256                     # one block: <= 64 shards -> 33 of 256
+    assert spk.unit_len(navi31, 2, 28672, 4096) == 4096                # 224 blocks already give 28 units
+    assert spk.unit_len(strix, 1, 2048, 4096) == 4096                  # 16 blocks: no split on the APU
+    assert spk.unit_len(strix, 1, 128, 2048) == 128                    # the router: one block, 8 shards leave 8 of 11
                                                                        # units: 16 of one group each
     # the walk: units may cross row blocks; a row block's segments and the units' count
-    assert lin.walk(3, 8, 3) == (8, 10, 10, 4) and lin.walk(3, 8, 8) == (3, 3, 0, 1)
-    assert lin.walk(3, 8, 11) == (3, 5, 4, 2) and lin.walk(3, 8, 16) == (2, 3, 0, 1)
+    assert spk.walk(3, 8, 3) == (8, 10, 10, 4) and spk.walk(3, 8, 8) == (3, 3, 0, 1)
+    assert spk.walk(3, 8, 11) == (3, 5, 4, 2) and spk.walk(3, 8, 16) == (2, 3, 0, 1)
     # padded to whole units (`padded`): units within row blocks, the former equal shards
-    assert lin.padded(8, 3) == 9 and lin.walk(3, 8, 3, 9) == (9, 9, 9, 3) and lin.walk(3, 8, 5, 10) == (6, 6, 6, 2)
+    assert spk.padded(8, 3) == 9 and spk.walk(3, 8, 3, 9) == (9, 9, 9, 3) and spk.walk(3, 8, 5, 10) == (6, 6, 6, 2)
     for info, nt, m, k in ((mi300, 8, 4096, 14336), (ARCHS["gfx1201"], 1, 6144, 4096),
                            (ARCHS["gfx950"], 4, 4096, 1000)):
-        length = lin.unit_len(info, nt, m, k)
-        assert length % lin.SPLITK_GROUP == 0 and (length >= 128 * nt or length >= k)
+        length = spk.unit_len(info, nt, m, k)
+        assert length % spk.SPLITK_GROUP == 0 and (length >= 128 * nt or length >= k)
 
 
 def test_partial_cap():
     """Every split-K op keeps its shards' fp32 partials within PARTIAL_SHARE of the call's unavoidable
-    bytes at one token tile (`_linear.partial_shards`), counting the token rows the kernels publish;
+    bytes at one token tile (`_splitk.partial_shards`), counting the token rows the kernels publish;
     more token tiles keep the uncapped shards (their kernels load one group ahead or none)."""
-    assert [lin.partial_rows(ARCHS["gfx942"], n, 1) for n in (2, 5, 8, 16)] == [4, 8, 8, 16]
-    assert [lin.partial_rows(ARCHS["gfx1201"], n, 1) for n in (4, 8, 9)] == [8, 8, 16]
-    assert lin.partial_rows(ARCHS["gfx1100"], 4, 1) == 16 and lin.partial_rows(ARCHS["gfx942"], 20, 2) == 32
+    assert [spk.partial_rows(ARCHS["gfx942"], n, 1) for n in (2, 5, 8, 16)] == [4, 8, 8, 16]
+    assert [spk.partial_rows(ARCHS["gfx1201"], n, 1) for n in (4, 8, 9)] == [8, 8, 16]
+    assert spk.partial_rows(ARCHS["gfx1100"], 4, 1) == 16 and spk.partial_rows(ARCHS["gfx942"], 20, 2) == 32
     # Qwen3-30B-A3B router (128 x 2048) and o_proj (2048 x 4096), Llama-3 qkv (6144 x 4096) at N = 16
     # split 6-16 ways before the cap; Llama-3 down_proj (4096 x 14336) still splits.
     ops = ((w4a16_op.plan_info, 4), (matmul_4bit_op.plan_info, 4), (fp8_op.plan_info, 8),
@@ -347,18 +348,18 @@ def test_partial_cap():
             for plan_info, bits in ops:
                 info = plan_info(dev, np.float16, n, m, k)
                 unavoidable = m * k * bits / 8 + 2 * n * k + 2 * n * m
-                rows, unit = lin.partial_rows(ARCHS[arch], n, info["token_tiles"]), 128 // info["slices"]
-                split = lin.walk(-(-m // unit), -(-k // 128), info["unit_len"] // 128, info["block_len"] // 128)[2]
+                rows, unit = spk.partial_rows(ARCHS[arch], n, info["token_tiles"]), 128 // info["slices"]
+                split = spk.walk(-(-m // unit), -(-k // 128), info["unit_len"] // 128, info["block_len"] // 128)[2]
                 written = split * unit * rows * 4
                 with pytest.MonkeyPatch.context() as mp:
-                    mp.setattr(lin, "PARTIAL_SHARE", 1e9)
-                    _, uncapped, _ = lin.splitk_split(ARCHS[arch], info["token_tiles"], m, k, n=n, weight_bits=bits,
+                    mp.setattr(spk, "PARTIAL_SHARE", 1e9)
+                    _, uncapped, _ = spk.splitk_split(ARCHS[arch], info["token_tiles"], m, k, n=n, weight_bits=bits,
                                                    x_bytes=2, slices=(info["slices"],),
-                                                   compute=lin.compute_ratio(info["kernel"], arch, info["token_tiles"]))
+                                                   compute=spk.compute_ratio(info["kernel"], arch, info["token_tiles"]))
                 if info["token_tiles"] > 1:
                     assert info["unit_len"] == 128 * uncapped
                     continue
-                assert written <= lin.PARTIAL_SHARE * unavoidable, (arch, n, m, k, info)
+                assert written <= spk.PARTIAL_SHARE * unavoidable, (arch, n, m, k, info)
         # (the 4-bit router: 2 shards' 8 KiB partials within 9% of its 197 KiB)
         assert matmul_4bit_op.plan_info(dev, np.float16, 16, 128, 2048)["shards"] == 2
     assert fp8_op.plan_info(EmulatedDevice("gfx942", 1), np.float16, 16, 4096, 14336)["shards"] > 1
@@ -391,88 +392,88 @@ def test_n_above_128_names_the_supported_ranges():
 
 def test_every_splitk_kernel_has_its_compute():
     """Every split-K kernel of every shipped code object has a measured compute ratio
-    (`_linear.SPLITK_COMPUTE`, directly or through its per-tensor twin): none is planned as free."""
+    (`_splitk.SPLITK_COMPUTE`, directly or through its per-tensor twin): none is planned as free."""
     for arch in SHIPPED_ARCHS:
         dev = EmulatedDevice(arch, 1)
         for family in ("skinny_gemm_splitk", "fp8_linear_splitk", "matmul_4bit_splitk", "w4a16_linear_splitk"):
             for kernel in registry.load(dev, family).code.kernels:
-                assert lin.compute_ratio(kernel.name, arch, 1) > 0, (arch, kernel.name)
-                assert lin.compute_ratio(kernel.name, arch, 4) >= lin.compute_ratio(kernel.name, arch, 1)
+                assert spk.compute_ratio(kernel.name, arch, 1) > 0, (arch, kernel.name)
+                assert spk.compute_ratio(kernel.name, arch, 4) >= spk.compute_ratio(kernel.name, arch, 1)
 
 
 def test_shards_weigh_compute_on_the_busiest_cu():
     """A call of few row blocks gets the shards that spread its compute over the CUs when its kernel's
-    compute rivals its bytes (`_linear.splitk_shards`), not where the bytes dominate or the partials
+    compute rivals its bytes (`_splitk.splitk_shards`), not where the bytes dominate or the partials
     would cost more than the CUs give back."""
     navi31, strix = ARCHS["gfx1100"], ARCHS["gfx1151"]
     down = dict(n=64, weight_bits=4, x_bytes=2)         # Llama-3 down_proj, 4-bit, N = 64: 32 row blocks
-    assert lin.splitk_shards(navi31, 4, 4096, 14336, **down) == 1                   # memory only: 32 units >= 28
-    four_bit = lin.compute_ratio("matmul_4bit_splitk_f16_t4", "gfx1100", 4)
+    assert spk.splitk_shards(navi31, 4, 4096, 14336, **down) == 1                   # memory only: 32 units >= 28
+    four_bit = spk.compute_ratio("matmul_4bit_splitk_f16_t4", "gfx1100", 4)
     assert four_bit > 1                                                            # matrix-bound on the XTX
     # 96 units of 38 groups on 96 CUs, three equal shards per row block (units within row blocks: 96
     # segments, where the unpadded walk's 95 units would run 125)
-    assert lin.splitk_split(navi31, 4, 4096, 14336, compute=four_bit, **down) == (1, 38, 114)
-    assert lin.walk(32, 112, 38, 114) == (96, 96, 96, 3) and lin.walk(32, 112, 38) == (95, 125, 125, 4)
-    fp16 = lin.compute_ratio("skinny_gemm_splitk_f16_t1", "gfx1151", 1)
-    assert fp16 < 0.1 and lin.splitk_shards(strix, 1, 4096, 14336, n=16, weight_bits=16, x_bytes=2,
+    assert spk.splitk_split(navi31, 4, 4096, 14336, compute=four_bit, **down) == (1, 38, 114)
+    assert spk.walk(32, 112, 38, 114) == (96, 96, 96, 3) and spk.walk(32, 112, 38) == (95, 125, 125, 4)
+    fp16 = spk.compute_ratio("skinny_gemm_splitk_f16_t1", "gfx1151", 1)
+    assert fp16 < 0.1 and spk.splitk_shards(strix, 1, 4096, 14336, n=16, weight_bits=16, x_bytes=2,
                                             compute=fp16) == 1                   # bytes dominate on the APU
     # an lm_head already gives every CU its units: no shards, whatever the compute
-    assert lin.splitk_shards(navi31, 1, 128256, 4096, n=16, weight_bits=4, x_bytes=2,
-                             compute=lin.compute_ratio("w4a16_linear_splitk_f16_t1", "gfx1100", 1)) == 1
+    assert spk.splitk_shards(navi31, 1, 128256, 4096, n=16, weight_bits=4, x_bytes=2,
+                             compute=spk.compute_ratio("w4a16_linear_splitk_f16_t1", "gfx1100", 1)) == 1
 
 
 def test_slices_give_small_layers_their_cus():
-    """Slices (`_linear.splitk_split`): a layer of few row blocks whose partials are capped takes units
+    """Slices (`_splitk.splitk_split`): a layer of few row blocks whose partials are capped takes units
     of 128 / S features instead of staying on few CUs; a layer that fills the CUs keeps one slice; the
     names and the variants a code object builds (`sliced`, `built_slices`)."""
     mi300, navi31 = ARCHS["gfx942"], ARCHS["gfx1100"]
-    qkv = dict(n=16, weight_bits=4, x_bytes=2, compute=lin.compute_ratio("matmul_4bit_splitk_f16_t1", "gfx942", 1))
+    qkv = dict(n=16, weight_bits=4, x_bytes=2, compute=spk.compute_ratio("matmul_4bit_splitk_f16_t1", "gfx942", 1))
     # 4-bit Qwen3-30B-A3B qkv at N = 16: 40 row blocks, one shard (16 groups) under the cap; 4 slices:
     # 160 units
-    assert lin.splitk_split(mi300, 1, 5120, 2048, slices=(1,), **qkv) == (1, 16, 16)
-    assert lin.splitk_split(mi300, 1, 5120, 2048, slices=(1, 4), **qkv) == (4, 16, 16)
+    assert spk.splitk_split(mi300, 1, 5120, 2048, slices=(1,), **qkv) == (1, 16, 16)
+    assert spk.splitk_split(mi300, 1, 5120, 2048, slices=(1, 4), **qkv) == (4, 16, 16)
     # lm_head: 1187 row blocks, units of two whole ones (594 of them: as even on 304 CUs as 1187)
-    assert lin.splitk_split(mi300, 1, 151936, 2048, slices=(1, 4), **qkv) == (1, 32, 16)
+    assert spk.splitk_split(mi300, 1, 151936, 2048, slices=(1, 4), **qkv) == (1, 32, 16)
     # the router on the XTX at N = 64 (one row block, matrix-bound): two slices of its four shards
-    router = dict(n=64, weight_bits=16, x_bytes=2, compute=lin.compute_ratio("skinny_gemm_splitk_f16_t4", "gfx1100", 4))
-    assert lin.splitk_split(navi31, 4, 128, 2048, slices=(1, 2), **router) == (2, 4, 16)
+    router = dict(n=64, weight_bits=16, x_bytes=2, compute=spk.compute_ratio("skinny_gemm_splitk_f16_t4", "gfx1100", 4))
+    assert spk.splitk_split(navi31, 4, 128, 2048, slices=(1, 2), **router) == (2, 4, 16)
     # 4-bit Llama-3 qkv at N = 16 (48 row blocks, two shards under the cap): 4 slices would queue 384
     # units on 304 CUs; 2 slices give 192
-    assert lin.splitk_split(mi300, 1, 6144, 4096, slices=(1, 2, 4), **qkv) == (2, 16, 32)
+    assert spk.splitk_split(mi300, 1, 6144, 4096, slices=(1, 2, 4), **qkv) == (2, 16, 32)
     # FP8 Llama-3 o_proj at N = 64: two slices take the place of half the shards (256 units either
     # way, half the partials)
-    fp8 = lin.compute_ratio("fp8_linear_splitk_f16_ocp_t4", "gfx942", 4)
+    fp8 = spk.compute_ratio("fp8_linear_splitk_f16_ocp_t4", "gfx942", 4)
     o_proj = dict(n=64, weight_bits=8, x_bytes=2, compute=fp8)
-    assert lin.splitk_split(mi300, 4, 4096, 4096, slices=(1,), **o_proj) == (1, 4, 32)
-    assert lin.splitk_split(mi300, 4, 4096, 4096, slices=(1, 2), **o_proj) == (2, 8, 32)
+    assert spk.splitk_split(mi300, 4, 4096, 4096, slices=(1,), **o_proj) == (1, 4, 32)
+    assert spk.splitk_split(mi300, 4, 4096, 4096, slices=(1, 2), **o_proj) == (2, 8, 32)
     # 4-bit Llama-3 gate_up at N = 4 on gfx950 (224 row blocks on 256 CUs): 512 units of 14 groups, two
     # per CU, not 448 of 16 (192 CUs with two, 64 with one)
-    gate_up = dict(n=4, weight_bits=4, x_bytes=2, compute=lin.compute_ratio("matmul_4bit_splitk_f16_t1", "gfx950", 1))
-    assert lin.splitk_split(ARCHS["gfx950"], 1, 28672, 4096, slices=(1, 2, 4), **gate_up) == (1, 14, 32)
+    gate_up = dict(n=4, weight_bits=4, x_bytes=2, compute=spk.compute_ratio("matmul_4bit_splitk_f16_t1", "gfx950", 1))
+    assert spk.splitk_split(ARCHS["gfx950"], 1, 28672, 4096, slices=(1, 2, 4), **gate_up) == (1, 14, 32)
     # ... and at N = 16, where the partials' cap holds the one-slice plan to 448 units of 16 groups
     # (192 CUs with two): two slices, 512 units of 28 groups (two on every CU, no more than the
     # one-slice plan's busiest), at half the partials
     gate_up16 = dict(gate_up, n=16)
-    assert lin.splitk_split(ARCHS["gfx950"], 1, 28672, 4096, slices=(1,), **gate_up16) == (1, 16, 32)
-    assert lin.splitk_split(ARCHS["gfx950"], 1, 28672, 4096, slices=(1, 2, 4), **gate_up16) == (2, 28, 32)
-    assert lin.sliced("skinny_gemm_splitk_f16_t1_atomic", 1, 4) == "skinny_gemm_splitk_f16_t1_s4_atomic"
-    assert lin.sliced("fp8_linear_splitk_f16_ocp_block_t4", 4, 2) == "fp8_linear_splitk_f16_ocp_block_t4_s2"
-    assert lin.sliced("w4a16_linear_splitk_bf16_t2", 2, 1) == "w4a16_linear_splitk_bf16_t2"
+    assert spk.splitk_split(ARCHS["gfx950"], 1, 28672, 4096, slices=(1,), **gate_up16) == (1, 16, 32)
+    assert spk.splitk_split(ARCHS["gfx950"], 1, 28672, 4096, slices=(1, 2, 4), **gate_up16) == (2, 28, 32)
+    assert spk.sliced("skinny_gemm_splitk_f16_t1_atomic", 1, 4) == "skinny_gemm_splitk_f16_t1_s4_atomic"
+    assert spk.sliced("fp8_linear_splitk_f16_ocp_block_t4", 4, 2) == "fp8_linear_splitk_f16_ocp_block_t4_s2"
+    assert spk.sliced("w4a16_linear_splitk_bf16_t2", 2, 1) == "w4a16_linear_splitk_bf16_t2"
     for arch in SHIPPED_ARCHS:
         dev = EmulatedDevice(arch, 1)
         module = registry.load(dev, "matmul_4bit_splitk")
-        assert [lin.built_slices(module, f"matmul_4bit_splitk_f16_t{nt}", nt) for nt in (1, 2, 4)] == [
+        assert [spk.built_slices(module, f"matmul_4bit_splitk_f16_t{nt}", nt) for nt in (1, 2, 4)] == [
             (1, 2, 4), (1, 2, 4), (1, 2)]
-        assert [lin.built_slices(module, f"matmul_4bit_splitk_bf16_t{nt}", nt) for nt in (2, 4)] == [(1, 2, 4), (1, 2)]
-        assert lin.built_slices(registry.load(dev, "fp8_linear_splitk"), "fp8_linear_splitk_f16_ocp_t8", 8) == (1,)
+        assert [spk.built_slices(module, f"matmul_4bit_splitk_bf16_t{nt}", nt) for nt in (2, 4)] == [(1, 2, 4), (1, 2)]
+        assert spk.built_slices(registry.load(dev, "fp8_linear_splitk"), "fp8_linear_splitk_f16_ocp_t8", 8) == (1,)
 
 
 def test_short_units_pay_their_segments_own_work(monkeypatch):
-    """A segment's set-up and reduction (`_linear.SPLITK_UNIT_OVERHEAD` groups) weigh against shorter
+    """A segment's set-up and reduction (`_splitk.SPLITK_UNIT_OVERHEAD` groups) weigh against shorter
     units: 4-bit Llama-3 o_proj at N = 4 on gfx950 keeps 8 shards of 4 groups (256 units on 256 CUs),
     not 11 of 3 (352 units), which give each CU fewer groups but run a third more segments."""
     mi355 = ARCHS["gfx950"]
-    call = dict(n=4, weight_bits=4, x_bytes=2, compute=lin.compute_ratio("matmul_4bit_splitk_f16_t1", "gfx950", 1))
-    assert lin.splitk_split(mi355, 1, 4096, 4096, **call) == (1, 4, 32)
-    monkeypatch.setattr(lin, "SPLITK_UNIT_OVERHEAD", 0.0)
-    assert lin.splitk_split(mi355, 1, 4096, 4096, **call) == (1, 3, 33)
+    call = dict(n=4, weight_bits=4, x_bytes=2, compute=spk.compute_ratio("matmul_4bit_splitk_f16_t1", "gfx950", 1))
+    assert spk.splitk_split(mi355, 1, 4096, 4096, **call) == (1, 4, 32)
+    monkeypatch.setattr(spk, "SPLITK_UNIT_OVERHEAD", 0.0)
+    assert spk.splitk_split(mi355, 1, 4096, 4096, **call) == (1, 3, 33)

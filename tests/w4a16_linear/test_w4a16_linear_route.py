@@ -31,8 +31,9 @@ from hipskinny import InputValueError, scratch, w4a16
 from hipskinny.arch import SHIPPED_ARCHS
 from hipskinny.emulator import EmulatedDevice
 from hipskinny.ops import _linear
+from hipskinny.ops import _splitk as splitk
 from hipskinny.ops import w4a16_linear as op
-from hipskinny.ops._linear import token_tiles
+from hipskinny.ops._splitk import token_tiles
 
 TAG = {np.dtype(np.float16): "f16", np.dtype(ml_dtypes.bfloat16): "bf16"}   # the kernels' dtype tags
 
@@ -120,7 +121,7 @@ def _run(arch, dt, i, fused=None):
     if fused is False or not op.fusible(n, k, k if g == -1 else g):
         assert kernels[0] == f"w4a16_linear_dequantize_{tag}", kernels
         assert re.fullmatch(rf"skinny_gemm_splitk_{tag}_t{token_tiles(n)}(_s[24])?", kernels[1]), kernels
-    else:   # (one slice or several: `_linear.built_slices`)
+    else:   # (one slice or several: `splitk.built_slices`)
         assert re.fullmatch(rf"w4a16_linear_splitk_{tag}_t{token_tiles(n)}(_s[24])?", kernels[-1]), kernels
     assert_route_bound(y, x, ckpt, fmt, g, bias)
 
@@ -180,7 +181,7 @@ def test_every_slice_count(arch, slices, keep_shards, force_slices):
             info = op.plan_info(dev, dt, n, m, k)
         nt = token_tiles(n)
         assert info["shards"] > 1 and info["slices"] == (slices if slices in ((1, 2, 4) if nt <= 2 else (1, 2)) else 1)
-        assert dev.launches[-1].kernel == info["kernel"] == _linear.sliced(f"w4a16_linear_splitk_{TAG[dt]}_t{nt}", nt,
+        assert dev.launches[-1].kernel == info["kernel"] == splitk.sliced(f"w4a16_linear_splitk_{TAG[dt]}_t{nt}", nt,
                                                                            info["slices"])
         assert_route_bound(y, x, ckpt, fmt, g)
 
