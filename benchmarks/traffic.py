@@ -146,7 +146,7 @@ class Recorder:
 
     def __enter__(self) -> Recorder:
         mem, dev = self.mem, self.device
-        load, store, launch = mem.load, mem.store, dev.launch
+        load, store, dispatch = mem.load, mem.store, dev.dispatch
 
         def rec_load(addrs, size, active, all_active=False):
             self._note(addrs, size, active, all_active, False)
@@ -156,9 +156,9 @@ class Recorder:
             self._note(addrs, data.shape[1], active, all_active, True)
             return store(addrs, data, active, all_active)
 
-        def rec_launch(*args, **kwargs):
+        def rec_dispatch(*args, **kwargs):
             try:
-                return launch(*args, **kwargs)
+                return dispatch(*args, **kwargs)
             finally:
                 self.launch_index += 1
 
@@ -172,7 +172,7 @@ class Recorder:
 
         if self.keep_table:
             mem.load, mem.store = rec_load, rec_store
-        dev.launch = rec_launch
+        dev.dispatch = rec_dispatch
         if self.shared_sources:
             dev.copy_to_device = rec_copy
         mem.tracer = self._trace
@@ -180,7 +180,7 @@ class Recorder:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        for obj, name in ((self.mem, "load"), (self.mem, "store"), (self.device, "launch"),
+        for obj, name in ((self.mem, "load"), (self.mem, "store"), (self.device, "dispatch"),
                           (self.device, "copy_to_device")):
             obj.__dict__.pop(name, None)   # back to the class's methods
         self.mem.tracer = None

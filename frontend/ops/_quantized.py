@@ -22,7 +22,7 @@ from ..errors import InputValueError
 from ..launch import Launch, LaunchPlan, PlanCache, make_launch, make_plan, threads
 from ..operands import DeviceCall, HostCall, Operands, Staged
 from . import _linear as lin
-from . import _splitk as splitk
+from . import _splitk
 from ._common import DTYPE_TAG
 
 MAX_N = lin.MAX_N                   # fused lane-split kernel
@@ -118,7 +118,7 @@ class QuantizedLinear:
         values = dict(N=n, M=m, K=k, x_stride=x_stride, bias_stride=b_stride, unit_len=plan.info["unit_len"],
                       block_len=plan.info["block_len"],
                       **splitk)
-        return splitk.splitk_launch(device, plan, self.names, ptrs, values, f"{self.op}.partials",
+        return _splitk.splitk_launch(device, plan, self.names, ptrs, values, f"{self.op}.partials",
                                  f"{self.op}.counters")
 
     def plan(self, device: Device, tag: str, n: int, m: int, k: int) -> LaunchPlan:
@@ -127,7 +127,7 @@ class QuantizedLinear:
         key = (device, tag, n, m, k, device.properties.cu_count)
         if n > MAX_N or lin.small_n_splitk(self.op, device.arch.name, n, m, k):
             family = f"{self.op}_splitk"
-            return self.plans.get(("splitk", *key), lambda: splitk.splitk_plan(
+            return self.plans.get(("splitk", *key), lambda: _splitk.splitk_plan(
                 device, family, lambda nt, _: f"{family}_{tag}_t{nt}", n, m, k, weight_bits=4))
         return self.plans.get(key, lambda: lin.lane_split_plan(
             device, self.op, f"{self.op}_{tag}_n{n}", n, m, k, chunk=CHUNK, op=self.op,

@@ -19,7 +19,7 @@ def test_recorder_agrees_with_launch_stats_and_sees_each_buffer_once():
     w = rng.standard_normal((m, k)).astype(np.float16)
     with hipskinny.on_device(dev), traffic.Recorder(dev) as rec:
         hipskinny.gemv(x, w)
-    assert "load" not in dev.memory.__dict__ and "launch" not in dev.__dict__   # unwrapped
+    assert "load" not in dev.memory.__dict__ and "dispatch" not in dev.__dict__   # unwrapped
     table = rec.table()
     assert list(table) == [0]   # one launch
     stats = dev.launches[-1]

@@ -109,7 +109,7 @@ def test_torch_tensors_take_the_gpu_path(fakehip_run, arch):
 CAPTURE = COMMON + """
 from fakehip.emulated import install
 runtime = install()
-from hipskinny.ops import _linear; _splitk.PARTIAL_SHARE = 1e9   # small shapes keep their shards
+from hipskinny.ops import _splitk; _splitk.PARTIAL_SHARE = 1e9   # small shapes keep their shards
 rng = np.random.default_rng(2)
 def case(n, m, k):
     x = rng.standard_normal((n, k)).astype(np.float16)

@@ -16,7 +16,7 @@ SCENARIO = """
 import ctypes, dataclasses, json, sys
 sys.path.insert(0, {tests!r})
 import numpy as np, hipskinny
-from hipskinny.ops import _linear; _splitk.PARTIAL_SHARE = 1e9   # small shapes keep their shards
+from hipskinny.ops import _splitk; _splitk.PARTIAL_SHARE = 1e9   # small shapes keep their shards
 from device_arrays import dev_array, outcome, read
 from hipskinny import scratch, w4a16
 from hipskinny.devices import hip_device
