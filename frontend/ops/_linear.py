@@ -1,10 +1,11 @@
 """The skeleton every linear-like op shares (skinny_gemm, fp8_linear, matmul_4bit, w4a16_linear): the
-plan of the lane-split kernels for small N, the plan and launch of the split-K kernels (``splitk.h``)
-for larger N, and the test for torch's own fallback on a ROCm GPU. Each op module keeps its format
-checks, its kernel choice and its reference.
+plan of the lane-split kernels for small N (the split-K kernels' for larger N is `ops._splitk`), the
+rule that sends the quantized ops' small N to split-K on CDNA, the shared shape and bias checks, the
+reference's last step, and the test for torch's own fallback on a ROCm GPU. Each op module keeps its
+format checks, its kernel choice and its reference.
 
-The configuration rules (K-chunk, workgroups per CU, YTILE, grid; token tiles, units, shards, slices,
-direct x, scratch) are written out in docs/linear.md; the comments here name them. Results never
+The configuration rules (K-chunk, workgroups per CU, YTILE, grid) are written out in docs/linear.md;
+the comments here name them. Results never
 depend on the CU count, the tile or the grid: ``deterministic=True`` holds across calls, schedules and
 CU counts.
 """
