@@ -14,7 +14,7 @@ from typing import Any
 from hipskinny import registry
 from hipskinny.arch import ARCHS
 from hipskinny.codeobject import CodeObject
-from hipskinny.emulator.listing import Inst, Listing, parse_listing, read_listing
+from hipskinny.emulator.listing import Inst, Listing, read_table
 from hipskinny.emulator.ops import load_all, lookup
 
 from . import hardware
@@ -146,8 +146,8 @@ def kernel_bodies(arch: str, family: str) -> tuple[dict[str, Any], list[tuple[An
     instructions in listing order (the whole listing verified against the binary first)."""
     image, entry = registry.read_verified(arch, family)
     code = CodeObject.parse(image, f"{arch}/{family}")
-    listing = read_listing(resources.files("hipskinny.hsaco").joinpath(entry["listing"]).read_bytes())
-    insts, labels = parse_listing(listing, code)
+    table = resources.files("hipskinny.hsaco").joinpath(entry["instructions"]).read_bytes()
+    insts, labels = read_table(table, code)
     insts.verify()
     starts = sorted(labels.values())
     addrs = insts.addrs                      # ascending: the listing is in address order

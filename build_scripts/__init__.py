@@ -5,7 +5,7 @@ HIP and hand-written assembly -> tests/hsaco/, not package data) in one run.
 
 Modules: `toolchain` (compiler, HIP headers from the pinned triton wheel, oclc
 constants, assembler and linker), `compiler` (one source for one arch: compile or
-assemble, check, listing; build markers), `manifest` (the manifest.json of each tree),
+assemble, check, instruction table; build markers), `manifest` (the manifest.json of each tree),
 `cli` (argument parsing, the two trees, parallel build, --check).
 
 They import the package's arch table and code-object reader as `hipskinny` (never by its source

@@ -27,7 +27,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from hipskinny.emulator.listing import TABLE_MAGIC
+
 from .toolchain import Toolchain, cache_dir
+
+TABLE_FORMAT = TABLE_MAGIC.decode().strip()     # an entry holds a table of this format
 
 MAX_ENTRIES = 600        # about 3 builds of both trees; an entry is 30 kB to 4 MB
 
@@ -67,6 +71,7 @@ def key(tc: Toolchain, repo: Path, source: str, flags: list[str], include_dirs: 
         return None
     parts: dict[str, Any] = {
         "version": tc.version,
+        "table": TABLE_FORMAT,
         "tools": [_tool(t) for t in (tc.compiler, tc.assembler, tc.linker, tc.objdump)],
         "headers": tc.hip_headers,
         "flags": flags,
@@ -79,7 +84,7 @@ def key(tc: Toolchain, repo: Path, source: str, flags: list[str], include_dirs: 
 
 
 def fetch(entry_key: str | None, repo: Path, current_sources) -> tuple[bytes, bytes, dict[str, str]] | None:
-    """(code object, gzipped listing, dependency hashes) of a valid entry, or None.
+    """(code object, instruction table, dependency hashes) of a valid entry, or None.
 
     `current_sources(paths)` hashes the named repo files now; the entry is valid when they all
     still hash as they did when it was built.
@@ -95,17 +100,17 @@ def fetch(entry_key: str | None, repo: Path, current_sources) -> tuple[bytes, by
         sources = meta["sources"]
         if current_sources(list(sources)) != sources:
             return None
-        hsaco, listing = (folder / "code.hsaco").read_bytes(), (folder / "code.lst.gz").read_bytes()
+        hsaco, table = (folder / "code.hsaco").read_bytes(), (folder / "code.itab").read_bytes()
     except (OSError, ValueError, KeyError):
         return None
     if hashlib.sha256(hsaco).hexdigest() != meta.get("sha256") or \
-            hashlib.sha256(listing).hexdigest() != meta.get("listing_sha256"):
+            hashlib.sha256(table).hexdigest() != meta.get("table_sha256"):
         return None          # a damaged entry is rebuilt, never used
     os.utime(folder / "meta.json")
-    return hsaco, listing, sources
+    return hsaco, table, sources
 
 
-def store(entry_key: str | None, hsaco: bytes, listing: bytes, sources: dict[str, str]) -> None:
+def store(entry_key: str | None, hsaco: bytes, table: bytes, sources: dict[str, str]) -> None:
     """Keep a fresh build; a cache that cannot be written only costs the next build time."""
     root = _root()
     if entry_key is None or root is None:
@@ -114,10 +119,10 @@ def store(entry_key: str | None, hsaco: bytes, listing: bytes, sources: dict[str
         root.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(dir=root, prefix=".new-"))
         (staging / "code.hsaco").write_bytes(hsaco)
-        (staging / "code.lst.gz").write_bytes(listing)
+        (staging / "code.itab").write_bytes(table)
         (staging / "meta.json").write_text(json.dumps({
             "sha256": hashlib.sha256(hsaco).hexdigest(),
-            "listing_sha256": hashlib.sha256(listing).hexdigest(),
+            "table_sha256": hashlib.sha256(table).hexdigest(),
             "sources": sources,
         }, sort_keys=True))
         final = root / entry_key

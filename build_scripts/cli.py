@@ -2,12 +2,12 @@
 
 Two trees, built and checked by the same run:
 
-* shipped: ``kernels/<family>.hip`` -> ``hsaco/<arch>/<family>.hsaco`` + ``.lst.gz``, ``hsaco/manifest.json``
+* shipped: ``kernels/<family>.hip`` -> ``hsaco/<arch>/<family>.hsaco`` + ``.itab``, ``hsaco/manifest.json``
   (package data);
 * tests: ``tests/kernels/<name>.hip`` for every arch, and hand-written assembly
   ``tests/kernels/asm/<name>.s`` for every arch its ``;%targets`` line names (default all),
   preprocessed per arch (see ``compiler.preprocess_asm``) ->
-  ``tests/hsaco/<arch>/<name>.hsaco`` + ``.lst.gz``, ``tests/hsaco/manifest.json`` (same schema; the
+  ``tests/hsaco/<arch>/<name>.hsaco`` + ``.itab``, ``tests/hsaco/manifest.json`` (same schema; the
   ``family`` field holds the test kernel's name). Not package data.
 
 Both obey the same rules (no spills, no scratch, LDS within the arch limit); only a test
@@ -245,7 +245,7 @@ def _install(repo: Path, tree: Tree, old: dict[str, Any] | None, results: dict[s
                     (names is not None and entry.get("family") not in names):
                 entries[key] = entry   # not part of this build: keep it
             else:
-                obsolete += [entry.get("path", ""), entry.get("listing", "")]
+                obsolete += [entry.get("path", ""), entry.get("instructions", "")]
         if entries and old["compiler"].get("version") != tc.version:
             print(f"warning: {tree.out}: kept {len(entries)} entries built by {old['compiler'].get('version')!r}; "
                   f"the manifest now names {tc.version!r}", file=sys.stderr)
@@ -257,7 +257,7 @@ def _install(repo: Path, tree: Tree, old: dict[str, Any] | None, results: dict[s
         (out_dir / "__init__.py").touch()   # editable installs need hipskinny.hsaco to be a package
     for b in results.values():
         (out_dir / b.arch).mkdir(exist_ok=True)
-        for src, rel in ((b.hsaco, b.entry["path"]), (b.listing, b.entry["listing"])):
+        for src, rel in ((b.hsaco, b.entry["path"]), (b.table, b.entry["instructions"])):
             os.replace(src, out_dir / rel)
             os.chmod(out_dir / rel, 0o644)   # data, whether linked now (0755) or taken from the cache
     for rel in obsolete:
@@ -316,7 +316,7 @@ def check(repo: Path, jobs_by_tree: dict[Tree, list[Job]], archs: list[str], nam
                 why = f"no longer targets {e.get('arch')}" if (repo / gone).is_file() else "no longer exists"
                 stale.append(f"{tree.label(key)}: {gone} {why}")
                 continue
-            for field, sha_field in (("path", "sha256"), ("listing", "listing_sha256")):
+            for field, sha_field in (("path", "sha256"), ("instructions", "instructions_sha256")):
                 path = repo / tree.out / e[field]
                 if not path.is_file():
                     stale.append(f"{tree.label(key)}: {tree.out}/{e[field]} is missing")
@@ -358,15 +358,15 @@ def _rebuild_and_compare(repo: Path, in_scope: dict[Tree, dict[str, dict[str, An
             out = repo / job.tree.out
             if b.hsaco.read_bytes() != _read(out / e["path"]):
                 stale.append(f"{job.label}: rebuilt {job.tree.out}/{e['path']} differs")
-            if b.listing.read_bytes() != _read(out / e["listing"]):
-                stale.append(f"{job.label}: rebuilt {job.tree.out}/{e['listing']} differs")
+            if b.table.read_bytes() != _read(out / e["instructions"]):
+                stale.append(f"{job.label}: rebuilt {job.tree.out}/{e['instructions']} differs")
             now, then = b.entry.get("sources", {}), e.get("sources", {})
             for rel in sorted(set(now) | set(then)):
                 if now.get(rel) != then.get(rel):
                     what = "changed" if rel in now and rel in then else "is new" if rel in now else "is gone"
                     stale.append(f"{job.label}: source {rel} {what} since the build")
             for field in sorted(set(b.entry) | set(e)):
-                if b.entry.get(field) != e.get(field) and field not in ("sha256", "listing_sha256", "sources"):
+                if b.entry.get(field) != e.get(field) and field not in ("sha256", "instructions_sha256", "sources"):
                     stale.append(f"{job.label}: manifest field {field!r} differs from the rebuild")
     return stale
 

@@ -1,4 +1,5 @@
-"""Build one kernel source for one arch (compile HIP or assemble), check the result, write its listing.
+"""Build one kernel source for one arch (compile HIP or assemble), check the result, write its
+instruction table (the emulator's view of the machine code, made from ``llvm-objdump -d``).
 
 Build markers: a test kernel that deliberately breaks a shipping rule says so in its
 source with a comment line ``// hipskinny-build: allow-scratch`` (``;`` also starts a
@@ -8,9 +9,7 @@ tree), each one must be needed by the built code object, and unknown ones are er
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
 import re
 import subprocess
 import time
@@ -20,6 +19,7 @@ from typing import Any
 
 from hipskinny.arch import ARCHS
 from hipskinny.codeobject import CodeObject, CodeObjectError, target_processor
+from hipskinny.emulator.listing import table_from_listing
 
 from . import cache
 from .manifest import ManifestError, kernel_entry, launch_facts, launch_flags
@@ -118,7 +118,7 @@ class Built:
     arch: str
     family: str
     hsaco: Path            # in the build's output dir
-    listing: Path
+    table: Path            # the instruction table (.itab) beside it
     entry: dict[str, Any]  # the manifest entry
     warnings: str          # compiler stderr of a successful compile
     seconds: float
@@ -216,33 +216,33 @@ def check_code_object(co: CodeObject, arch: str, allow: frozenset[str] = frozens
     return problems
 
 
-def gzip_bytes(data: bytes) -> bytes:
-    """Reproducible gzip: no file name, mtime 0."""
-    buf = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=9) as gz:
-        gz.write(data)
-    return buf.getvalue()
+TABLE_SUFFIX = ".itab"
 
 
-def write_listing(tc: Toolchain, hsaco: Path) -> Path:
-    """`llvm-objdump -d` of `hsaco`, gzipped beside it as `<stem>.lst.gz`."""
+def write_table(tc: Toolchain, hsaco: Path) -> Path:
+    """The instruction table of `hsaco` (from `llvm-objdump -d`), beside it as `<stem>.itab`."""
     # A relative file name with cwd = its folder keeps build paths out of the listing.
     done = subprocess.run([tc.objdump, "-d", hsaco.name], cwd=hsaco.parent, capture_output=True)
     if done.returncode != 0:
         raise BuildError(f"{tc.objdump} -d {hsaco.name} failed:\n{done.stderr.decode(errors='replace')}")
-    listing = hsaco.with_suffix(".lst.gz")
-    listing.write_bytes(gzip_bytes(done.stdout))
-    return listing
+    try:
+        data = table_from_listing(done.stdout.decode("utf-8"))
+    except ValueError as exc:
+        raise BuildError(f"{hsaco.name}: {exc}") from None
+    table = hsaco.with_suffix(TABLE_SUFFIX)
+    table.write_bytes(data)
+    return table
 
 
 def _from_cache(entry_key: str | None, repo: Path, hsaco: Path) -> dict[str, str] | None:
-    """Place a cached build's code object and listing at `hsaco`; its dependency hashes, or None."""
+    """Place a cached build's code object and instruction table at `hsaco`; its dependency hashes,
+    or None."""
     hit = cache.fetch(entry_key, repo, lambda paths: source_hashes(repo, paths))
     if hit is None:
         return None
-    data, listing, sources = hit
+    data, table, sources = hit
     hsaco.write_bytes(data)
-    hsaco.with_suffix(".lst.gz").write_bytes(listing)
+    hsaco.with_suffix(TABLE_SUFFIX).write_bytes(table)
     return sources
 
 
@@ -302,7 +302,7 @@ def compile_family(tc: Toolchain, repo: Path, arch: str, family: str, out_dir: P
         raise BuildError(f"{where}: dependency output does not list {source}: {deps}")
     built = _finish(tc, arch, family, hsaco, flags, sources, allow, done.stderr.strip(), start, launch=bits)
     if not built.warnings:        # a build that warned is redone, so the warning is seen again
-        cache.store(entry_key, hsaco.read_bytes(), built.listing.read_bytes(), sources)
+        cache.store(entry_key, hsaco.read_bytes(), built.table.read_bytes(), sources)
     return built
 
 
@@ -342,14 +342,15 @@ def assemble(tc: Toolchain, repo: Path, arch: str, name: str, source: str, out_d
     built = _finish(tc, arch, name, hsaco, tc.asm_flags(arch), sources, allow,
                     "\n".join(w for w in warnings if w), start)
     if not built.warnings:
-        cache.store(entry_key, hsaco.read_bytes(), built.listing.read_bytes(), sources)
+        cache.store(entry_key, hsaco.read_bytes(), built.table.read_bytes(), sources)
     return built
 
 
 def _finish(tc: Toolchain, arch: str, name: str, hsaco: Path, flags: list[str], sources: dict[str, str],
             allow: frozenset[str], warnings: str, start: float, cached: bool = False,
             launch: tuple[dict[str, int], dict[str, int]] = ({}, {})) -> Built:
-    """Check a built code object, write its listing (a cached one is already there), make its manifest entry."""
+    """Check a built code object, write its instruction table (a cached one is already there), make its
+    manifest entry."""
     where = f"{arch}/{name}"
     data = hsaco.read_bytes()
     try:
@@ -359,18 +360,18 @@ def _finish(tc: Toolchain, arch: str, name: str, hsaco: Path, flags: list[str], 
     problems = check_code_object(co, arch, allow)
     if problems:
         raise BuildError(f"{where}: " + f"\n{where}: ".join(problems))
-    listing = hsaco.with_suffix(".lst.gz") if cached else write_listing(tc, hsaco)
+    table = hsaco.with_suffix(TABLE_SUFFIX) if cached else write_table(tc, hsaco)
     entry = {
         "arch": arch,
         "family": name,
         "path": f"{arch}/{name}.hsaco",
         "sha256": sha256_bytes(data),
-        "listing": f"{arch}/{name}.lst.gz",
-        "listing_sha256": sha256_bytes(listing.read_bytes()),
+        "instructions": f"{arch}/{name}{TABLE_SUFFIX}",
+        "instructions_sha256": sha256_bytes(table.read_bytes()),
         "flags": flags,
         "sources": sources,
         "launch_flags": launch[0],
         "launch_facts": launch[1],
         "kernels": sorted((kernel_entry(k, arch, name) for k in co.kernels), key=lambda k: k["name"]),
     }
-    return Built(arch, name, hsaco, listing, entry, warnings, time.monotonic() - start, cached)
+    return Built(arch, name, hsaco, table, entry, warnings, time.monotonic() - start, cached)

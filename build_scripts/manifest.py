@@ -1,13 +1,14 @@
 """hsaco/manifest.json: what was built, from which sources, with which compiler.
 
-Schema 1::
+Schema 2 (1 shipped gzip'ed listings, ``listing``/``listing_sha256``)::
 
-    {"schema": 1,
+    {"schema": 2,
      "compiler": {"kind": "clang" | "hipcc", "version": <first line of --version>,
                   "hip_headers": "triton==3.5.1" | "rocm"},
      "archs": [<arch>, ...],                       # archs present, in hipskinny.arch order
      "code_objects": {"<arch>/<family>": {
-         "arch", "family", "path", "sha256", "listing", "listing_sha256",
+         "arch", "family", "path", "sha256",
+         "instructions", "instructions_sha256",      # the emulator's instruction table (.itab)
          "flags": [...], "sources": {<repo-relative path>: <sha256>},
          "launch_flags": {<name>: <bit>, ...},     # the source's `enum Flags : int` (kFooBar -> foo_bar)
          "launch_facts": {<name>: <int>, ...},     # the source's `enum Facts : int`: numbers the planner needs
@@ -30,7 +31,7 @@ from typing import Any
 from hipskinny.arch import ARCHS
 from hipskinny.codeobject import Kernel
 
-SCHEMA = 1
+SCHEMA = 2
 _KEY_INT = re.compile(r"([A-Za-z]+)(\d+)")
 _ENUM = r"\benum\s+{}\s*:\s*int\s*\{{([^}}]*)\}}"
 _ITEM = re.compile(r"\s*k([A-Z][A-Za-z0-9]*)\s*=\s*(0x[0-9a-fA-F]+|\d+)\s*")

@@ -66,7 +66,7 @@ def load_test_kernel(device: Device, name: str) -> tuple[Any, CodeObject]:
     arch = device.arch.name
     entry = _entry(arch, name)
     image = _read_checked(entry["path"], entry["sha256"])
-    register_listing(image, _read_checked(entry["listing"], entry["listing_sha256"]))
+    register_listing(image, _read_checked(entry["instructions"], entry["instructions_sha256"]))
     module = device.load_module(image)
     code = CodeObject.parse(image, f"tests/hsaco/{entry['path']}")
     _loaded[id(module)] = (module, code)

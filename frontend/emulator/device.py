@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import gzip
+import functools
 import hashlib
 import json
 import threading
@@ -19,12 +19,12 @@ from ..codeobject import CodeObject, Kernel
 from ..devices.base import Device, DeviceProperties
 from ..errors import EmulatorError
 from .dispatch import DEFAULT_MAX_WAVE_STEPS, run_launch
-from .listing import read_listing
+from .listing import as_table
 from .memory import Memory
 from .program import Program
 from .stats import LaunchStats
 
-_extra_listings: dict[str, str] = {}
+_extra_tables: dict[str, bytes] = {}
 
 # Code objects sit at one address per code object in every (not host-backed) emulated device of the
 # process, below where the data allocations start (`memory._BASE`): so one decoded `Program` -- its
@@ -38,23 +38,31 @@ _shared: weakref.WeakValueDictionary[str, _SharedCode] = weakref.WeakValueDictio
 
 
 def register_listing(image: bytes, listing: bytes | str) -> None:
-    """Make the disassembly listing of a code object that is not shipped (tests) known."""
-    text = listing if isinstance(listing, str) else read_listing(listing)
-    _extra_listings[hashlib.sha256(image).hexdigest()] = text
+    """Make the instructions of a code object that is not shipped (tests) known: its instruction
+    table (``.itab``, as build_scripts writes it) or its ``llvm-objdump -d`` listing (text, or
+    gzip'ed bytes)."""
+    _extra_tables[hashlib.sha256(image).hexdigest()] = as_table(listing)
 
 
-def _listing_for(image: bytes) -> str:
+@functools.cache
+def _shipped() -> dict[str, dict[str, Any]]:
+    """The shipped code objects' manifest entries by the sha256 of their bytes."""
+    text = resources.files("hipskinny.hsaco").joinpath("manifest.json").read_text()
+    return {e["sha256"]: e for e in json.loads(text)["code_objects"].values()}
+
+
+def _table_for(image: bytes) -> bytes:
     digest = hashlib.sha256(image).hexdigest()
-    if digest in _extra_listings:
-        return _extra_listings[digest]
-    files = resources.files("hipskinny.hsaco")
-    for entry in json.loads(files.joinpath("manifest.json").read_text())["code_objects"].values():
-        if entry["sha256"] == digest:
-            data = files.joinpath(entry["listing"]).read_bytes()
-            if hashlib.sha256(data).hexdigest() != entry["listing_sha256"]:
-                raise EmulatorError(f"listing {entry['listing']} does not match the manifest; reinstall hipskinny")
-            return gzip.decompress(data).decode("utf-8")
-    raise EmulatorError("the emulator decodes from the disassembly listing shipped with each code object; "
+    if digest in _extra_tables:
+        return _extra_tables[digest]
+    entry = _shipped().get(digest)
+    if entry is not None:
+        data = resources.files("hipskinny.hsaco").joinpath(entry["instructions"]).read_bytes()
+        if hashlib.sha256(data).hexdigest() != entry["instructions_sha256"]:
+            raise EmulatorError(f"instruction table {entry['instructions']} does not match the manifest; "
+                                "reinstall hipskinny")
+        return data
+    raise EmulatorError("the emulator decodes from the instruction table shipped with each code object; "
                         "this code object is not in hipskinny's manifest (register_listing() adds others)")
 
 
@@ -99,7 +107,7 @@ def _shared_code(image: bytes, code: CodeObject) -> tuple[int, _SharedCode]:
         if found is None:
             mapped = _image_bytes(code)
             mapped.flags.writeable = False        # kernels never write their code: a write faults
-            found = _shared[digest] = _SharedCode(mapped, Program(code, _listing_for(image), arch_info(code.arch),
+            found = _shared[digest] = _SharedCode(mapped, Program(code, _table_for(image), arch_info(code.arch),
                                                                  image_base=base))
     return base, found
 
@@ -195,7 +203,7 @@ class EmulatedDevice(Device):
         with self._launch_lock:
             base = self.memory.alloc(code.image_size, f"code object {code.arch}", align=4096)
             self.memory.view(base, code.image_size)[:] = _image_bytes(code)[:code.image_size]
-        return EmulatedModule(code, Program(code, _listing_for(image), arch_info(code.arch), image_base=base), base)
+        return EmulatedModule(code, Program(code, _table_for(image), arch_info(code.arch), image_base=base), base)
 
     def get_function(self, module: EmulatedModule, name: str) -> tuple[EmulatedModule, Kernel]:
         return module, module.code.kernel(name)

@@ -1,5 +1,6 @@
-"""Instructions from the disassembly listing that build_scripts ships next to each
-code object (``llvm-objdump -d`` output, gzip'ed), checked against the binary.
+"""The instructions of a code object, as the emulator reads them: a compact instruction table
+that build_scripts makes from ``llvm-objdump -d`` and ships next to each code object
+(``<family>.itab``), checked against the binary.
 
 A listing line looks like::
 
@@ -7,14 +8,19 @@ A listing line looks like::
     \ts_cbranch_execz 49                                      // 00000000335C: BF880031 <k+0x124>
 
 The text before ``//`` is the instruction, the hex after the address its encoding
-(little-endian dwords). Every instruction's bytes are compared with the code
-object's when the instruction is first read, so the emulator never decodes text that
-does not describe the binary.
+(little-endian dwords). The table keeps what the emulator needs of it: each distinct encoding
+once with its text (the disassembler prints the same bytes the same way: branch offsets are
+relative), each instruction's size, where runs of instructions start, and the function labels.
+An xz stream of 0.5 MB replaces a 4 MB gzip'ed listing. An instruction's text is found by its
+bytes *in the binary*, so the emulator never decodes text that does not describe the machine code
+it runs: bytes the table does not know are refused when first read.
 """
 
 from __future__ import annotations
 
 import gzip
+import json
+import lzma
 import re
 from array import array
 from bisect import bisect_left
@@ -107,52 +113,156 @@ def parse_instruction(text: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]
     return mnemonic, operands, modifiers
 
 
+TABLE_MAGIC = b"hipskinny instruction table 1\n"
+
+
 def read_listing(data: bytes) -> str:
+    """An ``llvm-objdump -d`` listing's text from its bytes (gzip'ed or not)."""
     return gzip.decompress(data).decode("utf-8") if data[:2] == b"\x1f\x8b" else data.decode("utf-8")
 
 
-def parse_listing(text: str, code: CodeObject) -> tuple[Listing, dict[str, int]]:
-    """All instructions (in address order, as a lazy `Listing`) and each function label's address."""
-    labels = {m.group("name"): int(m.group("addr"), 16) for m in _LABELS.finditer(text)}
-    listing = Listing(text, _image(code), code.arch)
+def table_from_listing(text: str) -> bytes:
+    """The instruction table of an ``llvm-objdump -d`` listing (reproducible bytes: an xz stream).
+
+    ValueError if the listing prints one encoding two ways (the table could not tell them apart)."""
+    labels = [[m.group("name"), int(m.group("addr"), 16)] for m in _LABELS.finditer(text)]
+    pool: dict[bytes, int] = {}
+    texts: list[str] = []
+    sizes = bytearray()
+    runs: list[list[int]] = []
+    end = -1
+    for m in _LINES.finditer(text):
+        addr = int(m.group(2), 16)
+        encoding = b"".join(int(w, 16).to_bytes(4, "little") for w in m.group(3).split())
+        body = m.group(1).strip()
+        if addr != end:
+            runs.append([addr, 0])
+        runs[-1][1] += 1
+        end = addr + len(encoding)
+        j = pool.setdefault(encoding, len(texts))
+        if j == len(texts):
+            texts.append(body)
+        elif texts[j] != body:
+            raise ValueError(f"the listing prints {encoding.hex()} as {texts[j]!r} and as {body!r}")
+        sizes.append(len(encoding) // 4)
+    header = json.dumps({"labels": labels, "runs": runs, "entries": len(texts)}, separators=(",", ":")).encode()
+    payload = b"".join([TABLE_MAGIC, len(header).to_bytes(4, "little"), header, bytes(sizes),
+                        bytes(len(e) // 4 for e in pool), *pool, "\n".join(texts).encode()])
+    return lzma.compress(payload, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=9)
+
+
+def as_table(listing: bytes | str) -> bytes:
+    """An instruction table from a table (returned as is) or a listing (text, or its bytes,
+    gzip'ed or not)."""
+    if isinstance(listing, str):
+        return table_from_listing(listing)
+    data = bytes(listing)
+    return data if data.startswith(_XZ_MAGIC) else table_from_listing(read_listing(data))
+
+
+_XZ_MAGIC = b"\xfd7zXZ\x00"
+
+
+def listing_text(table: bytes, code: CodeObject) -> str:
+    """The listing lines of a table's instructions as `code` holds them (labels, then
+    ``\t<text> // <address>: <dwords>``): for tools and for tests that edit instructions
+    (`table_from_listing` reads them back)."""
+    listing, labels = read_table(table, code)
+    names = {addr: name for name, addr in labels.items()}
+    lines = []
+    for inst in listing:
+        if inst.addr in names:
+            lines.append(f"\n{inst.addr:016x} <{names[inst.addr]}>:")
+        words = " ".join(f"{int.from_bytes(inst.encoding[k:k + 4], 'little'):08X}"
+                         for k in range(0, inst.size, 4))
+        lines.append(f"\t{inst.text} // {inst.addr:012X}: {words}")
+    return "\n".join(lines) + "\n"
+
+
+def read_table(data: bytes, code: CodeObject) -> tuple[Listing, dict[str, int]]:
+    """All instructions of a table (in address order, as a lazy `Listing`) and each function
+    label's address."""
+    table = _Table(data)
+    listing = Listing(table, _image(code), code.arch)
     if not len(listing):
-        raise EmulatorError(f"{code.arch} listing holds no instructions")
-    return listing, labels
+        raise EmulatorError(f"{code.arch} instruction table holds no instructions")
+    return listing, dict((name, addr) for name, addr in table.labels)
+
+
+def parse_listing(text: str, code: CodeObject) -> tuple[Listing, dict[str, int]]:
+    """`read_table` of an ``llvm-objdump -d`` listing's text."""
+    return read_table(table_from_listing(text), code)
+
+
+class _Table:
+    """A decoded instruction table: 9 bytes an instruction (its size, its address) plus the
+    distinct encodings and texts, each kept once as bytes (a worker holds every arch's code objects)."""
+
+    def __init__(self, data: bytes) -> None:
+        try:
+            raw = lzma.decompress(data, format=lzma.FORMAT_XZ)
+        except lzma.LZMAError as exc:
+            raise EmulatorError(f"not a hipskinny instruction table: {exc}") from None
+        if not raw.startswith(TABLE_MAGIC):
+            raise EmulatorError("not a hipskinny instruction table (wrong magic); rebuild the code objects")
+        at = len(TABLE_MAGIC) + 4
+        size = int.from_bytes(raw[at - 4:at], "little")
+        header = json.loads(raw[at:at + size])
+        at += size
+        self.labels: list[tuple[str, int]] = [(name, addr) for name, addr in header["labels"]]
+        count = sum(n for _, n in header["runs"])
+        self.sizes = np.frombuffer(raw, np.uint8, count, at)         # in dwords
+        at += count
+        entries = header["entries"]
+        entry_sizes = np.frombuffer(raw, np.uint8, entries, at).astype(np.int64) * 4
+        at += entries
+        self._enc_at = np.concatenate(([at], at + np.cumsum(entry_sizes)))
+        at = int(self._enc_at[-1])
+        self._raw = raw
+        ends = np.flatnonzero(np.frombuffer(raw, np.uint8, len(raw) - at, at) == 10) + at
+        self._text_at = np.concatenate(([at], ends + 1))
+        self._text_end = np.concatenate((ends, [len(raw)]))
+        if len(self._text_at) != entries:
+            raise EmulatorError("instruction table is damaged: its texts do not match its entries")
+        addrs = np.empty(count, np.int64)
+        i = 0
+        for start, n in header["runs"]:
+            step = self.sizes[i:i + n - 1].astype(np.int64) * 4
+            addrs[i:i + n] = start + np.concatenate(([0], np.cumsum(step)))
+            i += n
+        self.addrs = array("q", addrs.tobytes())
+        self._entries: dict[bytes, int] | None = None
+
+    def encoding(self, j: int) -> bytes:
+        return self._raw[self._enc_at[j]:self._enc_at[j + 1]]
+
+    def text(self, j: int) -> str:
+        return self._raw[self._text_at[j]:self._text_end[j]].decode()
+
+    def entry_of(self, encoding: bytes) -> int | None:
+        """The entry whose encoding is exactly these bytes, or None."""
+        if self._entries is None:
+            at = self._enc_at.tolist()
+            raw = self._raw
+            self._entries = {raw[a:b]: j for j, (a, b) in enumerate(zip(at[:-1], at[1:]))}
+        return self._entries.get(encoding)
 
 
 class Listing(Sequence[Inst]):
-    """The instructions of a listing. Each becomes an `Inst` the first time it is read -- a run
-    reads a few thousand of a listing's hundreds of thousands -- and is then compared with the
-    binary's bytes (EmulatorError if they differ), so nothing that does not describe the binary is
-    ever decoded. ``addrs`` holds every instruction's address (an ``array('q')``, ascending).
+    """The instructions of a table. Each becomes an `Inst` the first time it is read -- a run
+    reads a few thousand of a code object's hundreds of thousands -- from the binary's bytes at its
+    address: their text is the table's entry for exactly those bytes (EmulatorError if it has
+    none). ``addrs`` holds every instruction's address (an ``array('q')``, ascending)."""
 
-    Every device of an arch shares one listing, and a worker holds every arch's: so it keeps the
-    text once and 16 bytes an instruction (where its line starts, its address), not the lines split
-    into strings (some 400 bytes an instruction: 2 GB for the five archs' code objects)."""
-
-    def __init__(self, text: str, image: _image, arch: str) -> None:
-        self._text = text
-        starts, addrs = array("q"), array("q")
-        for m in _LINES.finditer(text):
-            starts.append(m.start())
-            addrs.append(int(m.group(2), 16))
-        self._starts = starts
-        self._insts: list[Inst | None] = [None] * len(starts)
+    def __init__(self, table: _Table, image: _image, arch: str) -> None:
+        self._table = table
+        self._insts: list[Inst | None] = [None] * len(table.addrs)
         self._image = image
         self._arch = arch
-        self.addrs = addrs
+        self.addrs = table.addrs
 
     def __len__(self) -> int:
-        return len(self._starts)
-
-    def _row(self, i: int) -> tuple[str, str, str]:
-        """Instruction ``i``'s line as (text, address, hex dwords)."""
-        m = _LINES.match(self._text, self._starts[i])
-        assert m is not None
-        return m.group(1), m.group(2), m.group(3)
-
-    def _rows(self, lo: int = 0, hi: int | None = None) -> list[tuple[str, str, str]]:
-        return [self._row(i) for i in range(*slice(lo, hi).indices(len(self)))]
+        return len(self.addrs)
 
     @overload
     def __getitem__(self, i: int) -> Inst: ...
@@ -169,35 +279,32 @@ class Listing(Sequence[Inst]):
         return inst
 
     def verify(self) -> None:
-        """Check the whole listing against the binary at once, run by run of contiguous addresses
-        (for tools that read every instruction; what reading each one checks per instruction)."""
-        rows = self._rows()
-        raw = np.frombuffer(bytes.fromhex(" ".join(w for _, _, w in rows)), ">u4").astype("<u4").tobytes()
-        sizes = np.array([len(w) for _, _, w in rows], np.int64) // 9 * 4 + 4
-        offsets = np.concatenate(([0], np.cumsum(sizes)))
-        addrs = np.array(self.addrs, np.int64)
-        ends = np.flatnonzero(addrs[:-1] + sizes[:-1] != addrs[1:]) + 1     # where a run of addresses breaks
-        for first, last in zip([0, *ends], [*ends, len(rows)], strict=True):
-            base, end = int(offsets[first]), int(offsets[last])
-            if self._image.get(int(addrs[first]), end - base) != raw[base:end]:
-                for k in range(first, last):
-                    self._make(k)               # raises, naming the first instruction that differs
+        """Check every instruction against the binary at once (for tools that read them all; what
+        reading each one checks)."""
+        for i in range(len(self)):
+            self._entry(i)
 
     def mnemonics(self, lo: int = 0, hi: int | None = None) -> list[str]:
         """The mnemonics of instructions [lo, hi) without making their `Inst`s."""
-        return [body.partition(" ")[0] for body, _, _ in self._rows(lo, hi)]
+        text = self._table.text
+        return [text(self._entry(i)[0]).partition(" ")[0] for i in range(*slice(lo, hi).indices(len(self)))]
+
+    def _entry(self, i: int) -> tuple[int, bytes]:
+        """(table entry, bytes) of instruction ``i``; EmulatorError if the table does not know the
+        binary's bytes there."""
+        addr, size = self.addrs[i], 4 * int(self._table.sizes[i])
+        actual = self._image.get(addr, size)
+        j = self._table.entry_of(actual) if actual is not None else None
+        if j is None:
+            raise EmulatorError(f"{self._arch} instruction table does not match its code object at 0x{addr:x}: "
+                                f"it has no entry for the binary's {actual.hex() if actual else 'nothing'} "
+                                f"({size} bytes); rebuild the code objects (python -m build_scripts)")
+        return j, actual
 
     def _make(self, i: int) -> Inst:
-        body, _, words = self._row(i)
-        addr = self.addrs[i]
-        encoding = b"".join(int(w, 16).to_bytes(4, "little") for w in words.split())
-        actual = self._image.get(addr, len(encoding))
-        if actual != encoding:
-            raise EmulatorError(f"{self._arch} listing does not match its code object at 0x{addr:x}: listing says "
-                                f"{encoding.hex()}, binary has {actual.hex() if actual else 'nothing'}; "
-                                "rebuild the code objects (python -m build_scripts)")
-        body = body.strip()
-        return Inst(addr, len(encoding), body, body.partition(" ")[0], None, None, encoding)
+        j, encoding = self._entry(i)
+        body = self._table.text(j)
+        return Inst(self.addrs[i], len(encoding), body, body.partition(" ")[0], None, None, encoding)
 
 
 class AddressIndex:
@@ -234,3 +341,4 @@ class _image:
             if base <= addr and addr + size <= base + len(data):
                 return data[addr - base:addr - base + size]
         return None
+

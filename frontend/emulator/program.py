@@ -12,7 +12,7 @@ import weakref
 from ..arch import ArchInfo
 from ..codeobject import CodeObject, Kernel
 from ..errors import EmulatorError
-from .listing import AddressIndex, Inst, Listing, parse_listing
+from .listing import AddressIndex, Inst, Listing, as_table, read_table
 from .mode import FloatMode, float_mode
 from .ops import CLASSES, DecodeContext, Handler, load_all, lookup
 from .ops.salu import nop_factory, vm_wait_counts, wait_factory
@@ -76,30 +76,31 @@ _PARSED: weakref.WeakValueDictionary[tuple[bytes, bytes], _Parsed] = weakref.Wea
 _PARSED_LOCK = threading.Lock()
 
 
-def _parsed(text: str, code: CodeObject) -> _Parsed:
-    """`parse_listing` and the index of each instruction address, once per (listing, code object)
-    in the process while a program holds it: devices of an arch load the same code objects, and
-    parsing a large listing takes seconds. The result is shared read-only (instructions are frozen;
-    callers mutate neither the list, the labels nor the index)."""
-    key = (hashlib.sha256(text.encode()).digest(), hashlib.sha256(code.data).digest())
+def _parsed(table: bytes, code: CodeObject) -> _Parsed:
+    """`read_table` and the index of each instruction address, once per (table, code object) in
+    the process while a program holds it: devices of an arch load the same code objects. The result
+    is shared read-only (instructions are frozen; callers mutate neither the list, the labels nor
+    the index)."""
+    key = (hashlib.sha256(table).digest(), hashlib.sha256(code.data).digest())
     with _PARSED_LOCK:
         found = _PARSED.get(key)
     if found is None:
-        found = _Parsed(*parse_listing(text, code))
+        found = _Parsed(*read_table(table, code))
         with _PARSED_LOCK:
             found = _PARSED.setdefault(key, found)
     return found
 
 
 class Program:
-    """`image_base`: where the code object's vaddr 0 is in emulated memory (needed by the PC-reading
+    """`listing`: the code object's instruction table, or its listing (see `listing.as_table`).
+    `image_base`: where the code object's vaddr 0 is in emulated memory (needed by the PC-reading
     and PC-writing instructions; may also be set later in ``ctx.extra["image_base"]``)."""
 
-    def __init__(self, code: CodeObject, listing_text: str, arch: ArchInfo, image_base: int | None = None) -> None:
+    def __init__(self, code: CodeObject, listing: bytes | str, arch: ArchInfo, image_base: int | None = None) -> None:
         load_all()
         self.code = code
         self.arch = arch
-        self._parsed = parsed = _parsed(listing_text, code)     # (kept alive by the program)
+        self._parsed = parsed = _parsed(as_table(listing), code)     # (kept alive by the program)
         self.insts, labels, self.index_of = parsed.insts, parsed.labels, parsed.index_of
         self._label_addrs = sorted((addr, name) for name, addr in labels.items())
         self.ctx = DecodeContext(arch.name, arch.generation, arch.wave_size, arch.fp8_format, self.index_of)

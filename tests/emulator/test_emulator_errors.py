@@ -1,8 +1,6 @@
-"""The emulator's own failures are clear: unknown instruction, bad listing, faults, wave sizes."""
+"""The emulator's own failures are clear: unknown instruction, bad instruction table, faults, wave sizes."""
 
 from __future__ import annotations
-
-import gzip
 
 import numpy as np
 import pytest
@@ -11,17 +9,19 @@ from hipskinny import registry
 from hipskinny.arch import arch_info
 from hipskinny.codeobject import CodeObject
 from hipskinny.emulator import EmulatedDevice
-from hipskinny.emulator.listing import parse_listing
+from hipskinny.emulator.listing import listing_text, parse_listing, table_from_listing
 from hipskinny.emulator.program import Program
 from hipskinny.errors import EmulatorError, EmulatorFault
 from hipskinny.launch import make_plan
 
 
 def _listing(arch: str) -> str:
-    _, entry = registry.read_verified(arch, "gemv")
+    """The shipped gemv code object's instructions as listing text (to edit)."""
+    image, entry = registry.read_verified(arch, "gemv")
     from importlib import resources
 
-    return gzip.decompress(resources.files("hipskinny.hsaco").joinpath(entry["listing"]).read_bytes()).decode()
+    table = resources.files("hipskinny.hsaco").joinpath(entry["instructions"]).read_bytes()
+    return listing_text(table, CodeObject.parse(image))
 
 
 def _launch_gemv(dev: EmulatedDevice, module, m=4, k=64, x_d=None, w_d=None, y_d=None):
@@ -40,7 +40,13 @@ def test_unknown_instruction_names_mnemonic_arch_kernel_pc(arch):
     lines = _listing(arch).splitlines()
     start = lines.index(next(line for line in lines if line.endswith("<gemv_f16_r1>:")))
     victim = next(i for i in range(start, len(lines)) if lines[i].startswith("\tv_"))   # first VALU op
-    lines[victim] = "\tv_bogus_b32 " + lines[victim].split(" ", 1)[1]
+    def encoding(line: str) -> str:
+        return line.rsplit("// ", 1)[1].split(": ", 1)[1]
+
+    words = encoding(lines[victim])
+    for i, line in enumerate(lines):       # every copy of those bytes: the table keeps one text per encoding
+        if line.startswith("\t") and encoding(line) == words:
+            lines[i] = "\tv_bogus_b32 " + line.split(" ", 1)[1]
     dev = EmulatedDevice(arch)
     module = dev.load_module(image)
     module.program = Program(code, "\n".join(lines), arch_info(arch))
@@ -53,21 +59,48 @@ def test_unknown_instruction_names_mnemonic_arch_kernel_pc(arch):
 
 def test_listing_that_does_not_match_the_binary_is_refused():
     """An instruction whose listed bytes differ from the binary's is refused when first read
-    (before any decode or execution), naming the address."""
+    (before any decode or execution), naming the address: the table has no text for the bytes
+    the binary holds there."""
     image, _ = registry.read_verified("gfx1100", "gemv")
     code = CodeObject.parse(image)
     text = _listing("gfx1100")
-    line = next(ln for ln in text.splitlines() if "// " in ln and ": " in ln.split("//")[1])
-    addr, words = line.split("// ", 1)[1].split(": ", 1)
-    bad = line.replace(words.split()[0], f"{int(words.split()[0], 16) ^ 1:08X}")
+    rows = [ln for ln in text.splitlines() if ln.startswith("\t")]
+    words = [ln.rsplit("// ", 1)[1].split(": ", 1)[1] for ln in rows]
+    k = next(k for k, w in enumerate(words) if words.count(w) == 1)     # bytes found once in the binary
+    line, addr = rows[k], int(rows[k].rsplit("// ", 1)[1].split(": ", 1)[0], 16)
+    first = words[k].split()[0]
+    bad = line.replace(first, f"{int(first, 16) ^ 1:08X}")
     program = Program(code, text.replace(line, bad), arch_info("gfx1100"))   # instructions are read lazily
-    assert program.insts[1].addr > int(addr, 16)             # the others read fine ...
-    with pytest.raises(EmulatorError, match="does not match its code object"):
-        program.insts[0]                                      # ... the altered one (first line) is refused
+    assert program.insts[k + 1].addr > addr                   # the others read fine ...
+    with pytest.raises(EmulatorError, match=f"does not match its code object at 0x{addr:x}"):
+        program.insts[k]                                      # ... the altered one is refused
     whole, _ = parse_listing(text.replace(line, bad), code)
-    with pytest.raises(EmulatorError, match=f"at 0x{int(addr, 16):x}"):
+    with pytest.raises(EmulatorError, match=f"at 0x{addr:x}"):
         whole.verify()                                        # the bulk check names the same instruction
-    parse_listing(text, code)[0].verify()                     # and passes the shipped listing
+    parse_listing(text, code)[0].verify()                     # and passes the shipped instructions
+
+
+def test_the_table_of_another_code_object_is_refused():
+    """gemv's table read against the gfx942 topk_softmax binary (no shared instructions at gemv's
+    first address): the first instruction read is refused."""
+    from hipskinny.emulator.device import _table_for
+    from hipskinny.emulator.listing import read_table
+
+    gemv, _ = registry.read_verified("gfx942", "gemv")
+    other, _ = registry.read_verified("gfx942", "topk_softmax")
+    listing, _ = read_table(_table_for(gemv), CodeObject.parse(other))
+    with pytest.raises(EmulatorError, match="does not match its code object"):
+        listing.verify()
+
+
+def test_a_table_that_prints_one_encoding_two_ways_is_not_made():
+    text = _listing("gfx942")
+    line = next(ln for ln in text.splitlines() if ln.startswith("\tv_mov_b32_e32 "))
+    words = line.split(": ", 1)[1]
+    other = next(ln for ln in text.splitlines() if ln.startswith("\ts_waitcnt ") and words not in ln)
+    duplicate = "\t" + other.split("//")[0].strip() + " // " + other.split("// ", 1)[1].split(": ")[0] + ": " + words
+    with pytest.raises(ValueError, match="as .* and as"):
+        table_from_listing(text.replace(other, duplicate, 1))
 
 
 def test_out_of_bounds_weights_fault_with_lane_and_address():

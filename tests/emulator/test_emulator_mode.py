@@ -35,7 +35,7 @@ INF = np.inf
 
 def patched_control(arch: str, kernel: str, lo: int, width: int, value: int) -> bytes:
     """tests/hsaco/<arch>/control.hsaco with bits lo..lo+width-1 of `kernel`'s RSRC1 set to `value`
-    (the descriptor is data, so the listing still matches the code and is registered for the copy)."""
+    (the descriptor is data, so the instruction table still matches the code and is registered for the copy)."""
     entry = json.loads((HSACO_DIR / "manifest.json").read_text())["code_objects"][f"{arch}/control"]
     image = (HSACO_DIR / entry["path"]).read_bytes()
     code = CodeObject.parse(image)
@@ -46,7 +46,7 @@ def patched_control(arch: str, kernel: str, lo: int, width: int, value: int) -> 
     field = ((1 << width) - 1) << lo
     rsrc1 = (rsrc1 & ~field) | (value << lo)
     patched = image[:at] + rsrc1.to_bytes(4, "little") + image[at + 4:]
-    register_listing(patched, (HSACO_DIR / entry["listing"]).read_bytes())
+    register_listing(patched, (HSACO_DIR / entry["instructions"]).read_bytes())
     return patched
 
 

@@ -1118,16 +1118,16 @@ def test_unsupported_forms_raise_at_decode(text: str, arch: str) -> None:
 
 def test_gemv_listings_decode_and_run() -> None:
     """Every VALU line of the shipped GEMV code objects decodes and runs on random registers."""
-    import gzip
+    from hipskinny import registry
+    from hipskinny.codeobject import CodeObject
+    from hipskinny.emulator.listing import read_table
 
-    root = paths.REPO / "hsaco"
     seen = 0
     for arch in ARCH:
-        path = root / arch / "gemv.lst.gz"
-        if not path.exists():
-            pytest.skip(f"{path} missing")
+        image, entry = registry.read_verified(arch, "gemv")
+        listing, _ = read_table((paths.REPO / "hsaco" / entry["instructions"]).read_bytes(), CodeObject.parse(image))
         rng = np.random.default_rng(6)
-        lines = {ln.split("//")[0].strip() for ln in gzip.open(path, "rt") if ln.startswith("\tv_")}
+        lines = {inst.text for inst in listing if inst.text.startswith("v_")}
         for text in sorted(lines):
             w = wave(arch)
             w.v[:] = rng.integers(0, 2 ** 32, w.v.shape, dtype=np.uint64).astype(np.uint32)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-import gzip
+import lzma
 import json
 import os
 import shutil
@@ -23,7 +23,6 @@ from build_scripts.compiler import (  # noqa: E402
     ISA_FAMILIES,
     BuildError,
     asm_targets,
-    gzip_bytes,
     parse_depfile,
     preprocess_asm,
     read_markers,
@@ -38,6 +37,8 @@ from build_scripts.toolchain import (  # noqa: E402
     oclc_module,
 )
 from hipskinny.arch import ARCHS  # noqa: E402
+from hipskinny.codeobject import CodeObject  # noqa: E402
+from hipskinny.emulator.listing import listing_text  # noqa: E402
 
 SMALL_HIP = r"""
 #include <hip/hip_runtime.h>
@@ -152,7 +153,7 @@ def committed_families() -> list[str]:
 
 
 def test_check_passes_on_committed_tree():
-    """Hashes of every committed code object, listing and source, with any compiler or none (seconds);
+    """Hashes of every committed code object, instruction table and source, with any compiler or none (seconds);
     `.ci/run` rebuilds them all with the recorded compiler (`python -m build_scripts --check`)."""
     done = run_build(REPO, "--check", "--no-rebuild")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -191,12 +192,12 @@ def test_test_manifest_covers_every_test_kernel():
     sources = repo_test_kernels()
     assert sources, "no test kernels in tests/kernels/"
     assert set(manifest["code_objects"]) == {f"{a}/{n}" for n, archs in sources.items() for a in archs}
-    assert manifest["schema"] == 1 and manifest["archs"] == list(ARCHS)
+    assert manifest["schema"] == 2 and manifest["archs"] == list(ARCHS)
     shipped = json.loads((REPO / "hsaco" / "manifest.json").read_text())
     assert manifest["compiler"] == shipped["compiler"]
     for key, e in manifest["code_objects"].items():
         assert key == f"{e['arch']}/{e['family']}" and e["path"] == f"{key}.hsaco"
-        assert e["listing"] == f"{key}.lst.gz"
+        assert e["instructions"] == f"{key}.itab"
         if f"tests/kernels/{e['family']}.hip" in e["sources"]:
             assert "-cuid=hipskinny-" + e["family"] in e["flags"]
         else:
@@ -216,7 +217,7 @@ def test_manifest_covers_every_family_and_arch():
     families = sorted(p.stem for p in (REPO / "kernels").glob("*.hip"))
     assert families and committed_families() == families
     assert set(manifest["code_objects"]) == {f"{a}/{f}" for a in ARCHS for f in families}
-    assert manifest["schema"] == 1 and manifest["archs"] == list(ARCHS)
+    assert manifest["schema"] == 2 and manifest["archs"] == list(ARCHS)
     assert manifest["compiler"]["hip_headers"] in ("triton==3.5.1", "rocm")
     text = (REPO / "hsaco" / "manifest.json").read_text()
     assert text == json.dumps(manifest, sort_keys=True, indent=1) + "\n"
@@ -257,13 +258,13 @@ def test_rebuild_check_fails_after_editing_a_kernel(tmp_path):
 def test_check_reports_missing_and_tampered_files(tmp_path):
     family = committed_families()[0]
     root = make_tree(tmp_path / "copy", with_repo_kernels=True)
-    (root / "hsaco" / "gfx950" / f"{family}.lst.gz").unlink()
+    (root / "hsaco" / "gfx950" / f"{family}.itab").unlink()
     with (root / "hsaco" / "gfx942" / f"{family}.hsaco").open("ab") as f:
         f.write(b"\0")
     (root / "kernels" / "newfam.hip").write_text("// not built yet\n")
     done = run_build(root, "--check", "--no-rebuild")
     assert done.returncode == 1
-    assert f"gfx950/{family}: hsaco/gfx950/{family}.lst.gz is missing" in done.stdout
+    assert f"gfx950/{family}: hsaco/gfx950/{family}.itab is missing" in done.stdout
     assert f"gfx942/{family}: hsaco/gfx942/{family}.hsaco does not match its sha256" in done.stdout
     assert "gfx1151/newfam: kernels/newfam.hip has no code object" in done.stdout
 
@@ -313,18 +314,16 @@ def test_build_is_reproducible_across_directories(tmp_path):
     for root in (a, b):
         done = run_build(root, "--arch", "gfx1201")
         assert done.returncode == 0, done.stdout + done.stderr
-    for rel in ("gfx1201/small.hsaco", "gfx1201/small.lst.gz", "manifest.json"):
+    for rel in ("gfx1201/small.hsaco", "gfx1201/small.itab", "manifest.json"):
         assert (a / "hsaco" / rel).read_bytes() == (b / "hsaco" / rel).read_bytes(), rel
     assert (a / "hsaco" / "__init__.py").is_file()
     assert not list(a.glob(".hsaco-build-*"))
 
-    # The listing: llvm-objdump output with encodings, no build paths, reproducible gzip.
-    gz = (a / "hsaco" / "gfx1201" / "small.lst.gz").read_bytes()
-    assert gz[3] == 0 and gz[4:8] == b"\0\0\0\0"          # no FNAME flag, mtime 0
-    listing = gzip.decompress(gz).decode()
-    assert listing.lstrip().startswith("small.hsaco:\tfile format elf64-amdgpu")
-    assert "<small_f32_u2>:" in listing and "// 000000" in listing
-    assert str(tmp_path) not in listing
+    # The instruction table: llvm-objdump's instructions and labels, no build paths.
+    table = (a / "hsaco" / "gfx1201" / "small.itab").read_bytes()
+    assert str(tmp_path).encode() not in lzma.decompress(table)
+    listing = listing_text(table, CodeObject.parse((a / "hsaco" / "gfx1201" / "small.hsaco").read_bytes()))
+    assert "<small_f32_u2>:" in listing and "// 000000" in listing and "s_endpgm" in listing
 
     entry = json.loads((a / "hsaco" / "manifest.json").read_text())["code_objects"]["gfx1201/small"]
     assert entry["sources"].keys() == {"kernels/small.hip", "kernels/include/small/axpy.h"}
@@ -362,7 +361,7 @@ def test_build_cache_gives_the_compiled_bytes_and_notices_every_input(tmp_path):
         return "gfx1201/small: 1 kernels, from the build cache" in done.stdout
 
     assert built_from_cache(b)
-    for rel in ("gfx1201/small.hsaco", "gfx1201/small.lst.gz", "manifest.json"):
+    for rel in ("gfx1201/small.hsaco", "gfx1201/small.itab", "manifest.json"):
         assert (a / "hsaco" / rel).read_bytes() == (b / "hsaco" / rel).read_bytes(), rel
     checked = run_build(b, "--check", "--arch", "gfx1201", cache=cache)
     assert checked.returncode == 0 and "from the build cache" in checked.stdout, checked.stdout + checked.stderr
@@ -425,7 +424,7 @@ def test_test_kernels_build_into_their_own_tree(tmp_path):
     for root in (a, b):
         done = run(root, "--arch", "gfx942", "gfx1201")
         assert done.returncode == 0, done.stdout + done.stderr
-    for rel in ("gfx942/tiny.hsaco", "gfx942/tiny.lst.gz", "gfx1201/tiny.hsaco", "gfx942/probe.hsaco",
+    for rel in ("gfx942/tiny.hsaco", "gfx942/tiny.itab", "gfx1201/tiny.hsaco", "gfx942/probe.hsaco",
                 "manifest.json"):
         assert (a / "tests" / "hsaco" / rel).read_bytes() == (b / "tests" / "hsaco" / rel).read_bytes(), rel
     assert not (a / "tests" / "hsaco" / "__init__.py").exists()
@@ -438,7 +437,8 @@ def test_test_kernels_build_into_their_own_tree(tmp_path):
     assert tiny["sources"].keys() == {"tests/kernels/asm/tiny.s"}
     assert tiny["kernels"][0]["name"] == "tiny" and tiny["kernels"][0]["wavefront_size"] == 64
     assert tests["code_objects"]["gfx1201/tiny"]["kernels"][0]["wavefront_size"] == 32
-    listing = gzip.decompress((a / "tests" / "hsaco" / "gfx942" / "tiny.lst.gz").read_bytes()).decode()
+    tiny_dir = a / "tests" / "hsaco" / "gfx942"
+    listing = listing_text((tiny_dir / "tiny.itab").read_bytes(), CodeObject.parse((tiny_dir / "tiny.hsaco").read_bytes()))
     assert "<tiny>:" in listing and "global_store_dword v0, v1, s[0:1]" in listing
     assert tests["code_objects"]["gfx942/probe"]["sources"].keys() == \
         {"tests/kernels/probe.hip", "kernels/include/small/axpy.h"}
@@ -612,11 +612,6 @@ def test_parse_depfile():
     text = "gemv: kernels/gemv.hip \\\n  kernels/include/a\\ b.h kernels/include/$$x.h\n"
     assert parse_depfile(text) == ["kernels/gemv.hip", "kernels/include/a b.h", "kernels/include/$x.h"]
     assert parse_depfile("") == []
-
-
-def test_gzip_is_reproducible():
-    assert gzip_bytes(b"abc") == gzip_bytes(b"abc")
-    assert gzip.decompress(gzip_bytes(b"abc")) == b"abc"
 
 
 @pytest.mark.parametrize("arch", list(ARCHS))
