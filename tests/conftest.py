@@ -3,6 +3,7 @@
 import gc
 import os
 import resource
+import time
 
 import paths
 import pytest
@@ -28,6 +29,8 @@ def pytest_xdist_auto_num_workers(config):
 PEAK_RSS_LIMIT_MIB = 3 * 1024
 ENFORCE_PEAK_RSS = True
 _peaks: dict[str, int] = {}          # process ("main", "gw0", ...) -> peak resident MiB
+_gc_seconds: dict[str, float] = {}   # process -> seconds spent in the collections between modules
+_collecting = {"seconds": 0.0}
 
 
 def _peak_rss_mib() -> int:
@@ -42,9 +45,11 @@ def pytest_sessionfinish(session, exitstatus):
     worker = getattr(session.config, "workeroutput", None)
     if worker is not None:               # an xdist worker: the controller reports it
         worker["peak_rss_mib"] = _peak_rss_mib()
+        worker["gc_seconds"] = _collecting["seconds"]
         return
     if not _peaks:                       # no workers: this process ran the tests
         _peaks["main"] = _peak_rss_mib()
+        _gc_seconds["main"] = _collecting["seconds"]
     over = {name: mib for name, mib in _peaks.items() if mib > PEAK_RSS_LIMIT_MIB}
     if over and ENFORCE_PEAK_RSS and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -54,14 +59,17 @@ def pytest_runtest_teardown(item, nextitem):
     # Between test modules, collect: a module's devices and calls form reference cycles that the
     # collector's rare full passes (millions of long-lived objects here) would leave for a long time.
     if nextitem is None or nextitem.module is not item.module:
+        start = time.perf_counter()
         gc.collect()
+        _collecting["seconds"] += time.perf_counter() - start
 
 
 def pytest_testnodedown(node, error):
     """xdist controller: a worker finished; keep its peak resident size."""
-    peak = getattr(node, "workeroutput", {}).get("peak_rss_mib")
-    if peak is not None:
-        _peaks[node.gateway.id] = peak
+    out = getattr(node, "workeroutput", {})
+    if out.get("peak_rss_mib") is not None:
+        _peaks[node.gateway.id] = out["peak_rss_mib"]
+        _gc_seconds[node.gateway.id] = out.get("gc_seconds", 0.0)
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -70,6 +78,8 @@ def pytest_terminal_summary(terminalreporter):
     parts = ", ".join(f"{name} {mib} MiB" for name, mib in sorted(_peaks.items()))
     over = [name for name, mib in _peaks.items() if mib > PEAK_RSS_LIMIT_MIB]
     terminalreporter.write_line(f"peak resident memory per test process: {parts} (limit {PEAK_RSS_LIMIT_MIB} MiB)")
+    terminalreporter.write_line("collecting garbage between test modules: " +
+                                ", ".join(f"{name} {s:.0f} s" for name, s in sorted(_gc_seconds.items())))
     if over:
         terminalreporter.write_line(f"FAILED: {', '.join(sorted(over))} passed the {PEAK_RSS_LIMIT_MIB} MiB limit "
                                     "(tests/conftest.py PEAK_RSS_LIMIT_MIB)", red=True)
