@@ -67,12 +67,22 @@ class Batch:
         self.groups: list[Workgroup] = []
         self.waves: list[Wave] = []            # in slot order
         self._cohorts: dict[tuple[int, int], Cohort] = {}
+        self._gathered: dict[tuple[int, ...], GatheredCohort] = {}
+        # the gathered cohorts' register copy: one runs at a time, each loads it when it starts
+        self._gather_v = np.zeros_like(self.vfile)
+        self._gather_a = None if self.afile is None else np.zeros_like(self.afile)
         self._lds_windows: dict[int, np.ndarray] = {}
 
     def cohort(self, waves: list[Wave]) -> Cohort:
         """The cohort of `waves` (in slot order; of one workgroup or several): a view of the batch's
-        registers when they are consecutive, else a gathered copy of the rows the kernel uses."""
+        registers when they are consecutive, else a gathered copy of the rows the kernel uses. Both
+        are kept for the batch (divergent split-K waves form the same few sets again and again)."""
         if waves[-1].slot - waves[0].slot != len(waves) - 1:
+            key = tuple(w.slot for w in waves)
+            gathered = self._gathered.get(key)
+            if gathered is not None:
+                gathered.reload()
+                return gathered
             n = self.wave_size
             runs: list[list[int]] = []
             for w in waves:
@@ -81,7 +91,11 @@ class Batch:
                 else:
                     runs.append([w.slot * n, (w.slot + 1) * n])
             group = waves[0].group if waves[0].group is waves[-1].group else _Span(self, waves)
-            return GatheredCohort(waves, self.vfile, self.afile, group, runs, self.vgprs, self.agprs)
+            lanes = slice(0, len(waves) * n)
+            gathered = self._gathered[key] = GatheredCohort(
+                waves, self.vfile, self.afile, group, runs, self.vgprs, self.agprs, self._gather_v[:, lanes],
+                None if self._gather_a is None else self._gather_a[:, lanes])
+            return gathered
         key = (waves[0].slot, len(waves))
         found = self._cohorts.get(key)
         if found is None:
@@ -164,7 +178,7 @@ class _Span:
         self.lds_written = batch.lds_written
         self.mem = batch.mem
         self.stats = batch.stats
-        bases = [w.group.lds.ctypes.data - batch.lds.ctypes.data for w in waves]
+        bases = [w.group.index * batch.lds_stride for w in waves]     # where each one's LDS slice starts
         self.lane_base = np.repeat(np.array(bases, np.int64), batch.wave_size)
         self._batch = batch
 
@@ -426,6 +440,21 @@ def _run_cohort(program: Program, handlers: list[Handler], lock: LockstepCode, c
                         i += 1
                         synced = False
                         continue
+                    # the members differ in the SGPRs it reads: once per run of members that agree
+                    h = lhandlers[i] or lock.handler(i)
+                    for at, count in _agreeing_runs(members, plan[1]):
+                        part = cohort.part(at, count)
+                        part.refresh()
+                        try:
+                            h(part)
+                        except Exception as e:
+                            cohort.finish()
+                            _replay(program, handlers, part.members, i, e)
+                    counts[i] += k
+                    n += 1
+                    i += 1
+                    synced = False
+                    continue
                 elif kind == NOOP:
                     if len(plan) > 1 and waiter is not None:
                         waiter(cohort, plan[1])
@@ -476,6 +505,19 @@ def _run_cohort(program: Program, handlers: list[Handler], lock: LockstepCode, c
             w.steps += n
     _check_runaway(program, first, max_steps)
 
+
+
+def _agreeing_runs(members: list[Wave], sgprs: tuple[int, ...]) -> list[tuple[int, int]]:
+    """(first, count) of each maximal run of consecutive members of one workgroup that hold the
+    same values in `sgprs`."""
+    runs, start, head = [], 0, members[0]
+    for j in range(1, len(members)):
+        w = members[j]
+        if w.group is not head.group or any(w.s[r] != head.s[r] for r in sgprs):
+            runs.append((start, j - start))
+            start, head = j, w
+    runs.append((start, len(members) - start))
+    return runs
 
 
 def _scalar_uniform(first: Wave, rest: list[Wave], sgprs: tuple[int, ...]) -> bool:

@@ -275,6 +275,7 @@ class Cohort:
         self.exec = 0
         self.mask = self.full
         self._execs: tuple[int, ...] = ()
+        self._parts: dict[tuple[int, int], Cohort] = {}
 
     sget = Wave.sget            # the first member's SGPRs stand for all (checked equal before the instruction)
 
@@ -284,6 +285,23 @@ class Cohort:
         for w in self.members:
             fn(w)
         self.reload()
+
+    def part(self, first: int, count: int) -> Cohort:
+        """Members ``first .. first + count - 1`` (of one workgroup) as a cohort on this cohort's
+        lanes: for a lane-wise instruction whose SGPRs differ between members (per-wave offsets),
+        run once per run of members that agree rather than wave by wave."""
+        key = (first, count)
+        found = self._parts.get(key)
+        if found is None:
+            lanes = slice(first * self.wave_n, (first + count) * self.wave_n)
+            sub = self.members[first:first + count]
+            found = self._parts[key] = Cohort(sub, self.v[:, lanes], None if self.a is None else self.a[:, lanes],
+                                              sub[0].group)
+            found.finish, found.reload = self.finish, self.reload     # a gathered copy is the whole's
+        return found
+
+    def exec_value(self) -> int:
+        return self.exec
 
     def finish(self) -> None:
         """Before members run alone, and when the cohort stops: a gathered cohort writes its registers back."""
@@ -354,16 +372,15 @@ class GatheredCohort(Cohort):
     lanes: copied as slices, which is ten times faster than gathering by lane index."""
 
     def __init__(self, waves: list[Wave], vfile: np.ndarray, afile: np.ndarray | None, group: Any,
-                 runs: list[list[int]], vrows: int, arows: int) -> None:
+                 runs: list[list[int]], vrows: int, arows: int, v: np.ndarray, a: np.ndarray | None) -> None:
+        """`v`, `a`: where the copy lives (as many lanes as the members have; the batch's scratch
+        files, shared by its gathered cohorts, as one runs at a time and loads them first)."""
         self._vfile, self._afile, self._vrows, self._arows = vfile, afile, vrows, arows
-        lanes = sum(stop - first for first, stop in runs)
         self._runs = []
         at = 0
         for first, stop in runs:
             self._runs.append((slice(first, stop), slice(at, at + stop - first)))
             at += stop - first
-        v = np.zeros((vfile.shape[0], lanes), np.uint32)
-        a = None if afile is None else np.zeros((afile.shape[0], lanes), np.uint32)
         super().__init__(waves, v, a, group)
         self.reload()
 

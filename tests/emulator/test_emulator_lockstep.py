@@ -110,6 +110,24 @@ def test_cohorts_are_used(monkeypatch):
     assert max(sizes) == waves
 
 
+@pytest.mark.parametrize("arch", ["gfx950", "gfx1201"])
+def test_members_that_differ_in_sgprs_run_in_agreeing_runs(arch, monkeypatch):
+    """The split-K launches give their waves different SGPR offsets: a lane-wise instruction then
+    runs once per run of members that agree (`Cohort.part`), several waves at a time in some of
+    them, on gathered cohorts too, and the bits stay those of the wave-by-wave run (above)."""
+    parts = []
+    original = dispatch.Cohort.part
+
+    def spy(self, first, count):
+        parts.append((count, type(self).__name__))
+        return original(self, first, count)
+
+    monkeypatch.setattr(dispatch.Cohort, "part", spy)
+    test_lockstep_matches_wave_by_wave(arch, "matmul_4bit-n24")
+    assert any(count > 1 for count, _ in parts)
+    assert any(kind == "GatheredCohort" for _, kind in parts)
+
+
 @pytest.mark.parametrize("case", ["skinny_gemm-n16-splitk", "matmul_4bit-n24"])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_seeded_batches_match_seeded_single_workgroups(arch, case, monkeypatch):

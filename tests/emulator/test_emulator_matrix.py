@@ -603,3 +603,87 @@ def test_old_bf16_1k_spelling_is_the_same_instruction() -> None:
         decode(f"{mn} v[0:3], v[4:5], v[6:7], v[8:11]", "gfx942")(w)
         outs.append(w.v[0:4].copy())
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+# ---------------------------------------------------------------------------
+# lockstep cohorts: the batched handler against the one-wave handler, wave by wave
+
+_BIG_TINY = {"f16": (2.0 ** 15, 2.0 ** -12), "bf16": (2.0 ** 60, 2.0 ** -60), "fp8": (2.0 ** 8, 2.0 ** -9),
+             "bf8": (2.0 ** 15, 2.0 ** -16)}
+
+
+def _wave_values(rng: np.random.Generator, kind: str, shape: tuple[int, ...], typ: str, arch: str,
+                 side: str = "a") -> np.ndarray:
+    """Operand values of one wave: ordinary, all zero, tiny, a NaN / inf among ordinary ones, or
+    "cancel": products big, tiny .. tiny, -big along K, whose sum float64 loses in any order
+    (the batched matmul is not exact for that wave; with C = 0 the tiny sum is the result)."""
+    x = rng.standard_normal(shape)
+    if kind == "zero":
+        x *= 0
+    elif kind == "tiny":
+        x *= 2.0 ** -20
+    elif kind == "cancel":
+        big, tiny = _BIG_TINY[typ]
+        x = np.full(shape, tiny)
+        k_axis = -1 if side == "a" else -2
+        first, last = [slice(None)] * len(shape), [slice(None)] * len(shape)
+        first[k_axis], last[k_axis] = 0, -1
+        x[tuple(first)] = big
+        x[tuple(last)] = -big if side == "a" else big
+    with np.errstate(over="ignore"):
+        y = x.astype(np_type(typ, arch)).astype(np.float64)
+    y = np.where(np.isfinite(y), y, 1.0)
+    if kind == "nan":
+        y.flat[3] = np.nan
+    elif kind == "inf" and typ in ("f16", "bf16"):
+        y.flat[5] = np.inf
+    return y
+
+
+COHORT_MIXES = [("ordinary", "ordinary", "ordinary"), ("ordinary", "cancel", "ordinary", "tiny"),
+                ("tiny", "ordinary", "zero", "cancel"), ("nan", "ordinary", "inf", "cancel")]
+
+
+@pytest.mark.parametrize(("arch", "mnemonic"), [("gfx950", "v_mfma_f32_16x16x32_f16"),
+                                                ("gfx950", "v_mfma_f32_16x16x32_bf16"),
+                                                ("gfx942", "v_mfma_f32_16x16x32_fp8_bf8"),
+                                                ("gfx1201", "v_wmma_f32_16x16x16_f16"),
+                                                ("gfx1201", "v_wmma_bf16_16x16x16_bf16"),
+                                                ("gfx1100", "v_wmma_f16_16x16x16_f16")])
+@pytest.mark.parametrize("mix", COHORT_MIXES, ids=["-".join(m) for m in COHORT_MIXES])
+def test_cohort_handler_matches_one_wave_handler(arch: str, mnemonic: str, mix: tuple[str, ...]) -> None:
+    """A cohort of waves whose values need different exact paths (the batched matmul for some, the
+    two-limb or compensated sum for others, NaN/inf) gives each wave the one-wave handler's bits."""
+    import dataclasses
+
+    from hipskinny.emulator.state import Cohort
+    c = next(x for ar, x in CASES if ar == arch and x.mnemonic == mnemonic)
+    rng = np.random.default_rng(zlib.crc32((arch + mnemonic + "".join(mix)).encode()))
+    gfx, n, _ = ARCH[arch]
+    text = inst_text(c, arch)
+    mn, ops, mods = parse_instruction(text)
+    inst = Inst(0x1000, 8, text, mn, ops, mods, b"")
+    factory = lookup(mn)[0]
+    single, lockstep = factory(inst, ctx_of(arch)), factory(inst, dataclasses.replace(ctx_of(arch), cohort=True))
+    vfile = np.zeros((256, n * len(mix)), np.uint32)
+    waves, want = [], []
+    for k, kind in enumerate(mix):
+        a = _wave_values(rng, kind, (c.blocks, c.m, c.k), c.a_type, arch)
+        b = _wave_values(rng, kind, (c.blocks, c.k, c.n), c.b_type, arch, side="b")
+        cm = _wave_values(rng, "zero" if kind == "cancel" else "ordinary", (c.blocks, c.m, c.n), c.d_type, arch)
+        w = Wave(n, gfx == 9, None, k, v=vfile[:, k * n:(k + 1) * n])
+        w.set_exec((1 << n) - 1)
+        ar = a_regs(c)
+        w.v[32:32 + ar] = place_a(c, a, c.a_type, arch)
+        w.v[64:64 + ar] = place_b(c, b, c.b_type, arch)
+        w.v[0:d_regs(c, arch)] = place_c(c, cm, arch)
+        alone = new_wave(arch)
+        alone.v[:] = w.v
+        single(alone)
+        want.append(alone.v[0:d_regs(c, arch)].copy())
+        waves.append(w)
+    cohort = Cohort(waves, vfile, None, None)
+    cohort.refresh()
+    lockstep(cohort)
+    for k, w in enumerate(waves):
+        np.testing.assert_array_equal(w.v[0:d_regs(c, arch)], want[k], err_msg=f"wave {k} ({mix[k]})")

@@ -251,6 +251,13 @@ def _quantum(x: np.ndarray, prec: int) -> float:
     return float(np.ldexp(1.0, int(e.min()) - prec))
 
 
+def _quanta(x: np.ndarray, prec: int) -> np.ndarray:
+    """`_quantum` of each x[w] (one per wave of a cohort's [waves, ...] values)."""
+    _, e = np.frexp(x)
+    e = np.where(x != 0, e, 1 << 20).reshape(x.shape[0], -1).min(1)
+    return np.where(e == 1 << 20, np.inf, np.ldexp(1.0, e - prec))
+
+
 def _block_sums(a: np.ndarray, b: np.ndarray, c: np.ndarray, form: Form, pa: int, pb: int) -> np.ndarray:
     """Exact A·B + C per output slot ([slots, lanes] float64 c), rounded to odd in float64.
 
@@ -472,9 +479,10 @@ def matrix_factory(inst: Inst, ctx: DecodeContext) -> Handler:
 def _cohort_handler(inst: Inst, ctx: DecodeContext, form: Form, read_a: Callable, read_b: Callable,
                     read_c: Callable, write_d: Callable, a_lane: np.ndarray, b_lane: np.ndarray) -> Handler:
     """The matrix op for a lockstep cohort (`Cohort` of any number of waves): the waves' blocks as
-    one batched float64 matmul when that is exact for all of them (then every wave alone would take
-    the same exact path: the test below is stricter over the batch than per wave), else each member
-    through the one-wave handler (a cohort of one wave: that handler directly)."""
+    one batched float64 matmul, kept for each wave whose own sums it forms exactly (the one-wave
+    handler's first test, per wave: a test over the whole batch mixes one wave's smallest quantum
+    with another's largest sum and failed on most cohorts); the other waves' sums by `_block_sums`
+    as alone. Every path is the exact sum rounded once, so the result is the one-wave handler's."""
     single = matrix_factory(inst, dataclasses.replace(ctx, cohort=False))
     lanes = form.lanes
     dec_a, dec_b = _decoder(form.a_type, ctx), _decoder(form.b_type, ctx)
@@ -507,15 +515,18 @@ def _cohort_handler(inst: Inst, ctx: DecodeContext, form: Form, read_a: Callable
                 return
         a = gather(ra, bits_a, dec_a, a_elem, a_lane, waves)
         b = gather(rb, bits_b, dec_b, b_elem, b_lane, waves)
-        if np.isfinite(a).all() and np.isfinite(b).all():
-            q = _quantum(a, pa) * _quantum(b, pb)
-            if q == np.inf or float((np.abs(a) @ np.abs(b)).max()) <= np.ldexp(q, 52):
-                s = (a @ b)[:, d_blk, d_row, d_col]              # [waves, slots, lanes], exact
-                s = s.transpose(1, 0, 2).reshape(slots, waves * lanes)
-                write_d(w, _to_bits(fp.round_to_odd(*fp.two_sum(s, read_c(w))), form.d_type,
-                                    bool(ctx.extra.get("fp16_ovfl"))))
-                return
-        w.each(single)
+        c = read_c(w)
+        finite = np.isfinite(a).reshape(waves, -1).all(1) & np.isfinite(b).reshape(waves, -1).all(1)
+        q = _quanta(a, pa) * _quanta(b, pb)
+        bound = (np.abs(a) @ np.abs(b)).reshape(waves, -1).max(1)
+        exact = finite & ((q == np.inf) | (bound <= np.ldexp(q, 52)))
+        s = (a @ b)[:, d_blk, d_row, d_col]                  # [waves, slots, lanes]: exact where `exact`
+        s = s.transpose(1, 0, 2).reshape(slots, waves * lanes)
+        out = fp.round_to_odd(*fp.two_sum(s, c))
+        for k in np.flatnonzero(~exact):                     # rare: wide exponent spread, inf/NaN
+            lanes_k = slice(k * lanes, (k + 1) * lanes)
+            out[:, lanes_k] = _block_sums(a[k], b[k], c[:, lanes_k], form, pa, pb)
+        write_d(w, _to_bits(out, form.d_type, bool(ctx.extra.get("fp16_ovfl"))))
 
     return handler
 
