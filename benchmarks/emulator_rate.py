@@ -171,7 +171,9 @@ def worker(archs: list[str], sets: list[str], repeat: int = 3) -> dict[str, Any]
                 dev = EmulatedDevice(arch, size["cus"])
                 best: tuple[float, float, list, Any] | None = None
                 with hs.on_device(dev):
-                    call()                                 # warm: listing parsed, handlers decoded
+                    first = time.perf_counter()
+                    call()                                 # warm: instructions read, handlers decoded
+                    first = time.perf_counter() - first
                     for _ in range(repeat):                # the fastest call: the machine is shared
                         dev.launches.clear()
                         wall = time.perf_counter()
@@ -185,7 +187,7 @@ def worker(archs: list[str], sets: list[str], repeat: int = 3) -> dict[str, Any]
                 seconds, wall, stats, result = best
                 out[f"{arch}|{name}|{label}"] = {
                     "wave_instructions": sum(s.total_instructions for s in stats),
-                    "seconds": seconds, "wall": wall, "launches": len(stats), "repeat": repeat,
+                    "seconds": seconds, "wall": wall, "first_call": first, "launches": len(stats), "repeat": repeat,
                     "kernels": [s.kernel for s in stats], "outputs": _encode(result)}
     return out
 
@@ -208,9 +210,11 @@ def _worktree(commit: str) -> Path:
     return path
 
 
-def _totals(res: dict[str, Any], arch: str, name: str) -> tuple[int, float]:
+def _totals(res: dict[str, Any], arch: str, name: str) -> tuple[int, float, float]:
+    """(wave-instructions, seconds, first calls' wall seconds) of one arch's set."""
     rows = [v for key, v in res.items() if key.startswith(f"{arch}|{name}|")]
-    return sum(r["wave_instructions"] for r in rows), sum(r["seconds"] for r in rows)
+    return (sum(r["wave_instructions"] for r in rows), sum(r["seconds"] for r in rows),
+            sum(r.get("first_call", 0.0) for r in rows))
 
 
 def compare(new: dict[str, Any], old: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -219,12 +223,13 @@ def compare(new: dict[str, Any], old: dict[str, Any] | None) -> list[dict[str, A
     rows = []
     for arch in dict.fromkeys(k.split("|")[0] for k in new):
         for name in dict.fromkeys(k.split("|")[1] for k in new):
-            instr, sec = _totals(new, arch, name)
+            instr, sec, first = _totals(new, arch, name)
             row = {"arch": arch, "set": name, "wave_instructions": instr, "seconds": sec,
-                   "per_second": instr / sec if sec else 0.0}
+                   "per_second": instr / sec if sec else 0.0, "first_calls": first}
             if old is not None:
-                oi, osec = _totals(old, arch, name)
-                row.update(baseline_seconds=osec, baseline_per_second=oi / osec if osec else 0.0)
+                oi, osec, ofirst = _totals(old, arch, name)
+                row.update(baseline_seconds=osec, baseline_per_second=oi / osec if osec else 0.0,
+                           baseline_first_calls=ofirst)
                 row["speedup"] = row["per_second"] / row["baseline_per_second"] if osec else 0.0
             rows.append(row)
     return rows
@@ -244,11 +249,18 @@ def markdown(speed: dict[str, Any]) -> list[str]:
            + (f" (instruction counts differ where the code objects changed between the commits: "
               f"{', '.join(speed['recompiled'])})" if speed.get("recompiled") else "") + ".", ""]
     if base:
-        out += [f"| arch | launches | wave-instructions | `{base}` per second | this tree per second | speedup |",
-                "|---|---|---|---|---|---|"]
+        first = all("first_calls" in r for r in speed["rows"])
+        out += [f"| arch | launches | wave-instructions | `{base}` per second | this tree per second | speedup |"
+                + (f" first calls, `{base}` | first calls, this tree |" if first else ""),
+                "|---|---|---|---|---|---|" + ("---|---|" if first else "")]
         for r in speed["rows"]:
             out.append(f"| {r['arch']} | {r['set']} | {r['wave_instructions']:,} | {r['baseline_per_second']:,.0f} "
-                       f"| {r['per_second']:,.0f} | {r['speedup']:.2f}x |")
+                       f"| {r['per_second']:,.0f} | {r['speedup']:.2f}x |"
+                       + (f" {r['baseline_first_calls']:.2f} s | {r['first_calls']:.2f} s |" if first else ""))
+        if first:
+            out += ["", "First calls: the wall time of each workload's warm-up call, summed; a new process per arch "
+                    "runs the workloads in order, so these include reading each code object's instructions and "
+                    "decoding the instructions run."]
         instr = sum(r["wave_instructions"] for r in speed["rows"])
         sec, bsec = sum(r["seconds"] for r in speed["rows"]), sum(r["baseline_seconds"] for r in speed["rows"])
         out += ["", f"All launches: {bsec:.1f} s at `{base}`, {sec:.1f} s in this tree ({bsec / sec:.2f}x; "

@@ -255,7 +255,8 @@ def _quanta(x: np.ndarray, prec: int) -> np.ndarray:
     """`_quantum` of each x[w] (one per wave of a cohort's [waves, ...] values)."""
     _, e = np.frexp(x)
     e = np.where(x != 0, e, 1 << 20).reshape(x.shape[0], -1).min(1)
-    return np.where(e == 1 << 20, np.inf, np.ldexp(1.0, e - prec))
+    zero = e == 1 << 20                     # an all-zero wave (no ldexp of the sentinel: it overflows)
+    return np.where(zero, np.inf, np.ldexp(1.0, np.where(zero, 0, e) - prec))
 
 
 def _block_sums(a: np.ndarray, b: np.ndarray, c: np.ndarray, form: Form, pa: int, pb: int) -> np.ndarray:
