@@ -1,9 +1,8 @@
 """A machine-local cache of built code objects, keyed by everything that decides their bytes.
 
-Compiling every family for every arch takes about 28 CPU-minutes (14 min at -j 2 on an idle 2-core
-machine, 2026-12-07); most builds and every `--check` of an unchanged tree would redo exactly the
-same work. An entry is found by a key
-over the tool identities (version lines and the sha256 of the compiler, assembler, linker and
+Compiling every family for every arch takes about 22 CPU-minutes (11 min at -j 2 on an idle 2-core
+machine, shipped and test trees, 2026-12-07); most builds and every `--check` of an unchanged tree
+would redo exactly the same work. An entry is found by a key over the tool identities (version lines and the sha256 of the compiler, assembler, linker and
 objdump binaries), the recorded flags, the contents of the bitcode libraries linked in, the
 source's path and bytes, and the names of the files in the include directories (a new header
 could shadow another). It stores the dependency hashes the compiler reported; a hit needs every
