@@ -2,12 +2,12 @@
 
 Compiling every family for every arch takes about 22 CPU-minutes (11 min at -j 2 on an idle 2-core
 machine, shipped and test trees, 2026-12-07); most builds and every `--check` of an unchanged tree
-would redo exactly the same work. An entry is found by a key over the tool identities (version lines and the sha256 of the compiler, assembler, linker and
-objdump binaries), the recorded flags, the contents of the bitcode libraries linked in, the
-source's path and bytes, and the names of the files in the include directories (a new header
-could shadow another). It stores the dependency hashes the compiler reported; a hit needs every
-one of them unchanged, as ccache's direct mode does. The build is reproducible, so a hit gives
-the bytes a compile would give.
+would redo exactly the same work. An entry is found by a key over the tool identities (version lines
+and the sha256 of the compiler, assembler, linker and objdump binaries), the recorded flags, the
+contents of the bitcode libraries linked in, the source's path and bytes, and the names of the files
+in the include directories (a new header could shadow another). It stores the dependency hashes the
+compiler reported; a hit needs every one of them unchanged, as ccache's direct mode does. The build
+is reproducible, so a hit gives the bytes a compile would give.
 
 Only clang builds are cached (hipcc's headers live in ROCm, outside what the key sees).
 Entries live in ``<cache dir>/builds``, or in the folder ``HIPSKINNY_BUILD_CACHE`` names;
