@@ -265,6 +265,14 @@ def markdown(speed: dict[str, Any]) -> list[str]:
         sec, bsec = sum(r["seconds"] for r in speed["rows"]), sum(r["baseline_seconds"] for r in speed["rows"])
         out += ["", f"All launches: {bsec:.1f} s at `{base}`, {sec:.1f} s in this tree ({bsec / sec:.2f}x; "
                 f"{instr:,} wave-instructions here)."]
+        work, old = speed.get("workloads") or {}, speed.get("baseline_workloads") or {}
+        if work and old:
+            name = lambda key: " ".join(key.split("|"))  # noqa: E731
+            slowest = sorted(work, key=lambda k: -work[k]["seconds"])[:3]
+            least = sorted(work, key=lambda k: old[k]["seconds"] / work[k]["seconds"])[:3]
+            out += ["", "Slowest launches here: " + ", ".join(f"{name(k)} ({work[k]['seconds']:.2f} s)" for k in slowest)
+                    + f"; least gain over `{base}`: " + ", ".join(
+                        f"{name(k)} ({old[k]['seconds'] / work[k]['seconds']:.2f}x)" for k in least) + "."]
         if speed.get("baseline_workloads"):
             out += ["", "Per workload (host seconds of its fastest call; the ratio is the baseline's seconds over "
                     "this tree's):", "",
