@@ -270,7 +270,8 @@ def markdown(speed: dict[str, Any]) -> list[str]:
             name = lambda key: " ".join(key.split("|"))  # noqa: E731
             slowest = sorted(work, key=lambda k: -work[k]["seconds"])[:3]
             least = sorted(work, key=lambda k: old[k]["seconds"] / work[k]["seconds"])[:3]
-            out += ["", "Slowest launches here: " + ", ".join(f"{name(k)} ({work[k]['seconds']:.2f} s)" for k in slowest)
+            out += ["", "Slowest launches here: "
+                    + ", ".join(f"{name(k)} ({work[k]['seconds']:.2f} s)" for k in slowest)
                     + f"; least gain over `{base}`: " + ", ".join(
                         f"{name(k)} ({old[k]['seconds'] / work[k]['seconds']:.2f}x)" for k in least) + "."]
         if speed.get("baseline_workloads"):

@@ -244,7 +244,7 @@ class _Table:
         if self._entries is None:
             at = self._enc_at.tolist()
             raw = self._raw
-            self._entries = {raw[a:b]: j for j, (a, b) in enumerate(zip(at[:-1], at[1:]))}
+            self._entries = {raw[a:b]: j for j, (a, b) in enumerate(zip(at[:-1], at[1:], strict=True))}
         return self._entries.get(encoding)
 
 

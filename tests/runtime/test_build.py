@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import functools
-import lzma
 import json
+import lzma
 import os
 import shutil
 import subprocess
@@ -438,7 +438,8 @@ def test_test_kernels_build_into_their_own_tree(tmp_path):
     assert tiny["kernels"][0]["name"] == "tiny" and tiny["kernels"][0]["wavefront_size"] == 64
     assert tests["code_objects"]["gfx1201/tiny"]["kernels"][0]["wavefront_size"] == 32
     tiny_dir = a / "tests" / "hsaco" / "gfx942"
-    listing = listing_text((tiny_dir / "tiny.itab").read_bytes(), CodeObject.parse((tiny_dir / "tiny.hsaco").read_bytes()))
+    listing = listing_text((tiny_dir / "tiny.itab").read_bytes(),
+                           CodeObject.parse((tiny_dir / "tiny.hsaco").read_bytes()))
     assert "<tiny>:" in listing and "global_store_dword v0, v1, s[0:1]" in listing
     assert tests["code_objects"]["gfx942/probe"]["sources"].keys() == \
         {"tests/kernels/probe.hip", "kernels/include/small/axpy.h"}
