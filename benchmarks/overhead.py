@@ -169,6 +169,18 @@ if hs_transformers is not None:
 
         lin4_fast = hs_transformers.accelerate(copy.copy(lin4))
         cases["linear4bit_accelerated"] = lambda: lin4_fast(x1)
+# A vLLM linear layer's GEMM with the vLLM plugin (hipskinny.integrations.vllm; vLLM itself is not needed:
+# the layer is a module carrying what the plugin adopts at load), eager, against the direct call above
+# ("skinny_gemm_torch", output allocated in both); and the plugin's op as a compiled graph calls it.
+from hipskinny.integrations import vllm as hs_vllm
+hs_vllm._define_ops(torch)
+vllm_gemm = hs_vllm._gemm_for(None)
+vllm_layer = torch.nn.Module()
+vllm_layer._hipskinny = (0, w, None)
+removed = torch.empty(0, dtype=torch.float16)
+cases["vllm_linear_eager"] = lambda: vllm_gemm(vllm_layer, x1, removed, None)
+vllm_op = torch.ops.hipskinny_vllm.linear.default
+cases["vllm_linear_op"] = lambda: vllm_op(x1, w, None, 0)
 hx, hw = np.ones((N1, K), np.float16), np.ones((M, K), np.float16)
 cases["skinny_gemm_numpy"] = lambda: hipskinny.skinny_gemm(hx, hw)
 cases["gemv_numpy"] = lambda: hipskinny.gemv(hx[0], hw)

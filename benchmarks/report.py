@@ -741,6 +741,11 @@ _PER_CALL_ROWS = (
      "calls hipskinny.matmul_4bit on its own tensors), N=1", "torch", (2.0, "matmul_4bit_torch", "direct call")),
     ("linear_accelerated", "torch.nn.Linear(x) after `integrations.transformers.accelerate` (module call, its "
      "checks, then hipskinny.skinny_gemm), N=1", "torch", (2.0, "skinny_gemm_torch", "direct call")),
+    ("vllm_linear_eager", "a vLLM linear layer's GEMM with the vLLM plugin, eager (`integrations.vllm`: the "
+     "layer's adopted weight, the decode test, then hipskinny.skinny_gemm), N=1", "torch",
+     (1.3, "skinny_gemm_torch", "direct call")),
+    ("vllm_linear_op", "the plugin's op `torch.ops.hipskinny_vllm.linear` as a compiled graph calls it (torch's "
+     "dispatcher, then the row above's function; under HIP graphs paid once, at capture), N=1", "torch.ops", None),
     ("skinny_gemm_numpy", "hipskinny.skinny_gemm(x, w), numpy host inputs, N=1, with its copies", "numpy", None),
     ("skinny_gemm_numpy_no_copies", "the same, hipMemcpyAsync calls made no-ops (copies excluded)", "numpy", 25.0),
     ("gemv_numpy", "hipskinny.gemv(x, w), numpy host inputs, with its copies", "numpy", None),

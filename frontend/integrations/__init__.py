@@ -4,6 +4,8 @@
   (``enable`` / ``disable`` / ``enabled``).
 * `hipskinny.integrations.transformers` -- an experts backend for transformers' MoE layers and
   ``accelerate(model)`` for its linear layers.
+* `hipskinny.integrations.vllm` -- a vLLM general plugin (entry point ``vllm.general_plugins``)
+  serving vLLM's decode GEMMs, MoE experts and routing.
 
 Nothing here is imported by ``import hipskinny``: each module imports its library on use.
 """

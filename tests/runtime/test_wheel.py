@@ -34,6 +34,11 @@ def test_wheel_contains_code_objects_and_imports_without_rocm(tmp_path):
     assert {e["arch"] for e in manifest["code_objects"].values()} == {
         "gfx942", "gfx950", "gfx1100", "gfx1151", "gfx1201"}
     assert not any(n.startswith(("kernels/", "tests/", "build_scripts/")) for n in names)
+    # vLLM finds the plugin through the wheel's entry points (hipskinny.integrations.vllm).
+    assert "hipskinny/integrations/vllm.py" in names
+    (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    plugins = zipfile.ZipFile(wheel).read(entry_points).decode().split("[vllm.general_plugins]", 1)[1]
+    assert plugins.split("[", 1)[0].split() == ["hipskinny", "=", "hipskinny.integrations.vllm:register"]
     # Import from the unpacked wheel alone, with no HIP library reachable.
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)

