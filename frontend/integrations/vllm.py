@@ -250,7 +250,11 @@ class _Hooks:
 # ----------------------------------------------------------------------------------------------
 
 def _define_ops(torch: Any) -> None:
-    global _HALVES
+    global _HALVES, skinny_gemm, fused_moe, topk_softmax
+    from ..ops.fused_moe import fused_moe
+    from ..ops.skinny_gemm import skinny_gemm
+    from ..ops.topk_softmax import topk_softmax
+
     _HALVES = _halves()
     if not _fallbacks:
         _fallbacks.append(_plain_linear)          # index 0: layers the plugin did not see at load
@@ -272,6 +276,10 @@ def _define_ops(torch: Any) -> None:
 
 
 _REFUSED = (InputTypeError, InputValueError)
+# hipskinny's ops, imported when the plugin's ops are defined (importing this module stays light).
+skinny_gemm: Callable[..., Any]
+fused_moe: Callable[..., Any]
+topk_softmax: Callable[..., Any]
 
 
 def _tokens(x: Any) -> int:
@@ -289,13 +297,12 @@ _HALVES: tuple[Any, ...] = ()           # (torch.float16, torch.bfloat16) once t
 
 
 def _linear(x: Any, weight: Any, bias: Any, fallback: int) -> Any:
-    """``x @ weight.T + bias`` over x's last dimension: hipskinny for decode, else vLLM's kernel."""
-    from .. import skinny_gemm
-
+    """``x @ weight.T + bias`` over x's last dimension: hipskinny for decode, else vLLM's kernel.
+    Only the two tests that send prefill and fp32 away are made here: hipskinny's bound call checks
+    the rest (weight and bias dtypes and shapes, layout) and refuses before launching anything."""
     flat = x.dim() == 2                  # vLLM's layers see [tokens, features]: no reshapes then
     n = x.shape[0] if flat else _tokens(x)
-    if 1 <= n <= MAX_TOKENS and x.dtype in _HALVES and weight.dtype == x.dtype and weight.dim() == 2 \
-            and (bias is None or bias.dtype == x.dtype):
+    if 0 < n <= MAX_TOKENS and x.dtype in _HALVES:
         try:
             y = skinny_gemm(x if flat else x.reshape(n, x.shape[-1]), weight, bias)
         except _REFUSED:
@@ -321,8 +328,6 @@ def _linear_fake(x: Any, weight: Any, bias: Any, fallback: int) -> Any:
 
 def _fused_moe(x: Any, w13: Any, w2: Any, topk_weights: Any, topk_ids: Any, fallback: int) -> Any:
     """The routed experts' SwiGLU MLPs, weighted and summed per token."""
-    from ..moe import fused_moe
-
     if topk_ids.shape[0] <= MAX_TOKENS and x.dtype in _HALVES:
         try:
             y = fused_moe(x, w13, w2, topk_weights, topk_ids)
@@ -350,8 +355,6 @@ def _fused_moe_fake(x: Any, w13: Any, w2: Any, topk_weights: Any, topk_ids: Any,
 
 def _topk_softmax(router_logits: Any, k: int, renormalize: bool, fallback: int) -> tuple[Any, Any]:
     """Softmax top-k routing: fp32 weights and int32 ids ``[N, k]``."""
-    from ..moe import topk_softmax
-
     if router_logits.dim() == 2 and router_logits.shape[0] <= MAX_TOKENS:
         try:
             found = topk_softmax(router_logits, k, renormalize)
