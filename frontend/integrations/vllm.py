@@ -31,6 +31,11 @@ for its own kernels and drops the originals; the plugin keeps the originals (and
 vLLM widened to fp32), counts their bytes and logs the total once. On ROCm no copy is kept: an expert
 layer whose weights vLLM's backend re-lays out (aiter's shuffle) stays with vLLM.
 
+HIP graphs (ROCm): before vLLM's GPU runner profiles or captures graphs, the plugin runs one model
+step at the largest captured batch size it serves (`warm_up_for_capture`), and each of vLLM's capture
+contexts reserves hipskinny's scratch on its stream (`reserving`, `hipskinny.reserve`), so captured
+calls allocate nothing and no scratch buffer regrows under a captured graph.
+
 `served()` returns this process's call counts per op. Each process logs at its first served call
 after loading a model which layer kinds hipskinny serves, with which op, and what stays with vLLM
 and why (the counts are the process's, over every model it loaded).
@@ -46,7 +51,8 @@ from typing import Any
 
 from ..errors import InputTypeError, InputValueError
 
-__all__ = ["MAX_TOKENS", "declined", "kept_bytes", "register", "registered", "served", "status"]
+__all__ = ["MAX_TOKENS", "declined", "kept_bytes", "register", "registered", "reserving", "served", "status",
+           "warm_up_for_capture"]
 
 # The most tokens a served call takes; more (prefill) go to vLLM's kernel.
 MAX_TOKENS = 128
@@ -54,6 +60,8 @@ MAX_TOKENS = 128
 TESTED_VLLM = ("0.32.",)
 # The op namespace of the plugin's torch ops (``torch.ops.hipskinny_vllm.<op>``).
 NAMESPACE = "hipskinny_vllm"
+# vLLM's GPU model runner methods that capture HIP graphs: the served ops run once before them.
+CAPTURE_METHODS = ("profile_cudagraph_memory", "capture_model")
 # What `served` counts: hipskinny's op behind each plugin op.
 OPS = ("skinny_gemm", "fused_moe", "topk_softmax")
 
@@ -226,6 +234,16 @@ class _Hooks:
             self.routers = [FusedTopKRouter]
         for r in self.routers:
             getattr(r, "_compute_routing")      # noqa: B009 - present before anything is patched
+        # HIP graphs (ROCm): vLLM's V1 GPU runner captures in `profile_cudagraph_memory` and `capture_model`,
+        # each inside `graph_capture` (imported by name). Its CPU runner captures nothing.
+        self.runner = self.capture_modules = None
+        if not self.on_cpu:
+            gpu_runner = importlib.import_module("vllm.v1.worker.gpu_model_runner")
+            self.runner = gpu_runner.GPUModelRunner
+            for name in CAPTURE_METHODS:
+                getattr(self.runner, name)
+            self.capture_modules = [gpu_runner]
+            self.graph_capture = gpu_runner.graph_capture
 
     def patch(self) -> None:
         platform_gemm = self.dispatch()          # vLLM's GEMM on this platform (CPU: the layer's own kernel)
@@ -241,6 +259,11 @@ class _Hooks:
         for r in self.routers:
             r.__init__ = _adopting_router(r.__init__, r._compute_routing)
             r._compute_routing = _routing(r._compute_routing)
+        if self.runner is not None:
+            for name in CAPTURE_METHODS:
+                setattr(self.runner, name, _warming_up(getattr(self.runner, name)))
+            for module in self.capture_modules:
+                module.graph_capture = reserving(self.graph_capture)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -595,3 +618,50 @@ def _adopt_router(router: Any, original: Callable[..., Any]) -> int:
     router._hipskinny = index
     _seen("router", "topk_softmax")
     return index
+
+
+# ----------------------------------------------------------------------------------------------
+# HIP graphs (ROCm). hipskinny's scratch (split-K partials, MoE routes) is sized by the calls that
+# used it; a capture that would need more raises `hipskinny.CaptureError`. vLLM's own warm-ups run
+# prefill sizes (where the plugin steps aside) or run on the capture stream size by size.
+# ----------------------------------------------------------------------------------------------
+
+def warm_up_for_capture(run: Callable[[int], Any], sizes: Any) -> int | None:
+    """Call ``run(n)`` (a model step of n tokens) once at the largest of the captured batch sizes
+    ``sizes`` that the plugin serves (at most `MAX_TOKENS`); returns n, or None when none is served.
+    The step's served ops then size hipskinny's scratch for every capture that follows."""
+    served_sizes = [int(s) for s in sizes if 0 < int(s) <= MAX_TOKENS]
+    if not served_sizes:
+        return None
+    n = max(served_sizes)
+    run(n)
+    return n
+
+
+def reserving(graph_capture: Callable[..., Any]) -> Callable[..., Any]:
+    """vLLM's ``graph_capture`` context manager, with `hipskinny.reserve` called on its capture stream
+    (every scratch slot grown to the most any stream of the device used) before anything is captured."""
+    import contextlib
+
+    from ..scratch import reserve
+
+    @contextlib.contextmanager
+    def capture(*args: Any, **kwargs: Any) -> Any:
+        with graph_capture(*args, **kwargs) as context:
+            reserve(context.stream)
+            yield context
+
+    capture.__wrapped__ = graph_capture     # type: ignore[attr-defined]
+    return capture
+
+
+def _warming_up(method: Callable[..., Any]) -> Callable[..., Any]:
+    def capturing(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not getattr(self, "_hipskinny_warmed_up", False):
+            n = warm_up_for_capture(self._dummy_run, self.compilation_config.cudagraph_capture_sizes or ())
+            self._hipskinny_warmed_up = True
+            log.info("hipskinny: ran the served ops at %s tokens before vLLM's HIP graph capture", n)
+        return method(self, *args, **kwargs)
+
+    capturing.__wrapped__ = method      # type: ignore[attr-defined]
+    return capturing

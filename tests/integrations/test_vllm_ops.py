@@ -10,11 +10,13 @@ transformers tests: bf16 on gfx942 (wave64, MFMA), fp16 on gfx1100 (wave32, WMMA
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
 import ml_dtypes
+import paths
 import pytest
 import torch
 from test_skinny_gemm import assert_bound
@@ -25,6 +27,7 @@ from hipskinny.integrations import vllm as plugin
 PAIRS = [pytest.param(torch.bfloat16, "gfx942", id="bf16-gfx942"),
          pytest.param(torch.float16, "gfx1100", id="fp16-gfx1100")]
 K, M = 256, 96
+TESTS = str(paths.TESTS)
 
 
 @pytest.fixture(scope="module")
@@ -198,3 +201,102 @@ def test_register_without_vllm_logs_why_and_does_not_raise():
     out = _register_in_subprocess({})
     assert "STATUS None | ModuleNotFoundError: No module named 'vllm'" in out
     assert out.count("hipskinny: not serving vLLM in this process") == 1
+
+
+CAPTURE = r"""
+import json, sys
+from contextlib import contextmanager
+sys.path.insert(0, TESTS_DIR)
+import torch, hipskinny
+from fakehip.emulated import install
+from fakehip.torch_seam import Capture, Pool, dev
+from hipskinny.integrations import vllm as plugin
+
+runtime = install()
+pool = Pool(1 << 22)            # outputs from one allocation made before the capture, as torch's graph pool
+cap = Capture(pool.empty)
+plugin._define_ops(torch)
+torch.manual_seed(0)
+H, I, E, TOP_K, VOCAB = 256, 128, 4, 2, 512
+w_qkv, w_gate, w_head = (dev(torch.randn(m, H, dtype=torch.float16) / 16) for m in (384, E, VOCAB))
+w13 = dev(torch.randn(E, 2 * I, H, dtype=torch.float16) / 16)
+w2 = dev(torch.randn(E, H, I, dtype=torch.float16) / 16)
+xs = {n: dev(torch.randn(n, H, dtype=torch.float16)) for n in (1, 4, 16, 32)}
+
+def step(n):
+    # a decode step's served ops, called as vLLM's layers call them (eager: the ops' own functions)
+    x = xs[n]
+    logits = plugin._linear(x, w_gate, None, 0)
+    weights, ids = plugin._topk_softmax(logits, TOP_K, True, 0)
+    return [plugin._linear(x, w_qkv, None, 0), plugin._fused_moe(x, w13, w2, weights, ids, 0),
+            plugin._linear(x, w_head, None, 0)]
+
+@contextmanager
+def graph_capture(device=None):     # the part of vLLM's that matters here: a context holding the capture stream
+    class Context:
+        stream = cap.stream
+    yield Context()
+
+res = {"errors": [], "refused": None}
+with torch.no_grad():
+    if MODE == "no warm-up":
+        try:
+            with plugin.reserving(graph_capture)() as context:
+                cap.capture(lambda: step(32))
+        except hipskinny.CaptureError as e:
+            res["refused"] = str(e)
+    else:
+        res["warmed_at"] = plugin.warm_up_for_capture(step, [1, 2, 4, 8, 16, 32, 64 * 4])
+        print("MARK capture", flush=True)
+        captured, graphs = {}, {}
+        with plugin.reserving(graph_capture)() as context:
+            for n in (32, 16, 4, 1):    # as vLLM: largest first, each size run once on the capture stream first
+                cap.current = cap.stream
+                step(n)
+                cap.current = 0
+                graphs[n] = cap.capture(lambda n=n: captured.__setitem__(n, step(n)))
+        print("MARK replay", flush=True)
+        for g in graphs.values():
+            cap.replay(g)
+        eager = {n: [y.clone() for y in step(n)] for n in captured}
+        res["equal"] = {n: all(torch.equal(a, b) for a, b in zip(captured[n], eager[n])) for n in captured}
+res["errors"] = runtime.errors
+print("RES", json.dumps(res))
+"""
+
+
+def _capture_run(fakehip_run, mode):
+    run = fakehip_run(CAPTURE.replace("TESTS_DIR", repr(TESTS)).replace("MODE", repr(mode)),
+                      env={"FAKEHIP_ARCH": "gfx942", "FAKEHIP_CU_COUNT": "2"}, timeout=600)
+    return run, json.loads(run.stdout.split("RES ", 1)[1])
+
+
+def test_warm_up_and_reserve_make_decode_steps_capturable(fakehip_run):
+    """Before vLLM captures HIP graphs the plugin runs a step at the largest captured size it serves
+    (here 32 of 1..32 and 256) and reserves hipskinny's scratch on the capture stream. Then, as vLLM
+    does (sizes largest first, each run once on the capture stream, then captured), every decode
+    step's served ops (router gate, top-k, experts, qkv, lm_head; split-K with scratch at 16 and 32)
+    are captured as kernel launches only, nothing is allocated after the first capture began, and
+    the graphs replay the eager bits (fake runtime, kernels run on the emulator)."""
+    run, res = _capture_run(fakehip_run, "warm")
+    assert res["errors"] == [] and res["warmed_at"] == 32
+    # Scratch sized once: nothing is allocated or freed from the first capture on (a regrown buffer
+    # would leave the graphs captured before it pointing at freed memory).
+    first = next(i for i, r in enumerate(run.records) if r["fn"] == "hipStreamBeginCapture")
+    assert not [r["fn"] for r in run.records[first:] if "Malloc" in r["fn"] or "Free" in r["fn"]]
+    begin = [i for i, r in enumerate(run.records) if r["fn"] == "hipStreamBeginCapture"]
+    end = [i for i, r in enumerate(run.records) if r["fn"] == "hipStreamEndCapture"]
+    assert len(begin) == len(end) == 4
+    for b, e in zip(begin, end, strict=True):
+        inside = run.records[b + 1:e]
+        assert inside and {r["fn"] for r in inside} == {"hipModuleLaunchKernel"}, [r["fn"] for r in inside]
+        assert all(r.get("captured") and r["ret"] == 0 for r in inside)
+    assert res["equal"] == {"32": True, "16": True, "4": True, "1": True}
+
+
+def test_capture_without_warm_up_is_refused_not_corrupted(fakehip_run):
+    """The control: reserving alone, with no warm-up, leaves the scratch unsized, and the capture is
+    refused with hipskinny's CaptureError rather than allocating inside it."""
+    _, res = _capture_run(fakehip_run, "no warm-up")
+    assert res["errors"] == []
+    assert res["refused"] and "capture" in res["refused"].lower()
