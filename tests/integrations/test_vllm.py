@@ -157,3 +157,31 @@ def test_tensor_parallel_workers_serve_their_shards(engine):
     for w in workers:
         assert w["device"] == f"emulator:{TP2[0]}" and w["why"] is None
         assert (w["served"], w["declined"]) == _expected("llama")
+
+
+def test_declines_untested_release_and_unasked_cpu(monkeypatch):
+    """In-process, before anything is patched: the reasons register() logs instead of serving."""
+    from hipskinny.integrations import vllm as plugin
+
+    monkeypatch.delenv("HIPSKINNY_VLLM", raising=False)
+    monkeypatch.delenv("HIPSKINNY_VLLM_DEVICE", raising=False)
+    assert "HIPSKINNY_VLLM_DEVICE=emulator:<arch>" in plugin._install()
+    monkeypatch.setenv("HIPSKINNY_VLLM_DEVICE", "hip:0")
+    assert "only 'emulator:<arch>' is served" in plugin._install()
+    monkeypatch.setenv("HIPSKINNY_VLLM_DEVICE", "emulator:gfx90a")
+    assert "gfx90a" in plugin._install()
+    monkeypatch.setattr(vllm, "__version__", "0.31.0")
+    assert plugin._install() == "vLLM 0.31.0 is not a release this plugin was tested with (0.32.x)"
+
+
+def test_rocm_hooks_resolve_in_this_release(monkeypatch):
+    """The ROCm-only hooks (GPU runner capture methods, graph_capture, the fused top-k router) exist in
+    the installed release: looked up as on ROCm (nothing patched; no ROCm here to run them)."""
+    from vllm.platforms import current_platform
+
+    from hipskinny.integrations import vllm as plugin
+
+    monkeypatch.setattr(type(current_platform), "is_cpu", lambda self: False)
+    hooks = plugin._Hooks()
+    assert hooks.runner.__name__ == "GPUModelRunner" and callable(hooks.graph_capture)
+    assert [r.__name__ for r in hooks.routers] == ["FusedTopKRouter"]
