@@ -14,6 +14,9 @@ sees a single node:
 
 * unquantized linear layers and the lm_head (every user of vLLM's ``dispatch_unquantized_gemm``,
   the MoE router's gate among them): `hipskinny.skinny_gemm`, fp16/bf16;
+* FP8 linear layers whose scaled-MM kernel takes vLLM's quantized activations (``apply_scaled_mm``:
+  per-tensor or per-token activation scales, per-tensor or per-channel weight scales):
+  `hipskinny.fp8_linear`, W8A8 on vLLM's own quantized operands;
 * unquantized MoE experts (vLLM's ``UnquantizedFusedMoEMethod``, replaced out of tree):
   `hipskinny.moe.fused_moe`, SiLU-gated, no biases, no expert parallelism, N * top_k <= 1024;
 * plain softmax top-k routing (``renormalize`` either way): `hipskinny.moe.topk_softmax`.
@@ -63,7 +66,7 @@ NAMESPACE = "hipskinny_vllm"
 # vLLM's GPU model runner methods that capture HIP graphs: the served ops run once before them.
 CAPTURE_METHODS = ("profile_cudagraph_memory", "capture_model")
 # What `served` counts: hipskinny's op behind each plugin op.
-OPS = ("skinny_gemm", "fused_moe", "topk_softmax")
+OPS = ("skinny_gemm", "fp8_linear", "fused_moe", "topk_softmax")
 
 # vLLM configures handlers for its own logger tree only: a child of it is seen where vLLM's lines are.
 log = logging.getLogger("vllm.hipskinny")
@@ -82,7 +85,7 @@ _kept_bytes = [0]
 
 def served(*, reset: bool = False) -> dict[str, int]:
     """How many calls hipskinny served in this process, per hipskinny op (``"skinny_gemm"``,
-    ``"fused_moe"``, ``"topk_softmax"``), since the process started or the last ``reset=True``;
+    ``"fp8_linear"``, ``"fused_moe"``, ``"topk_softmax"``), since the process started or the last ``reset=True``;
     calls handed to vLLM's kernels are not counted."""
     found = {op: c[0] for op, c in _counts.items() if c[0]}
     if reset:
@@ -234,6 +237,15 @@ class _Hooks:
             self.routers = [FusedTopKRouter]
         for r in self.routers:
             getattr(r, "_compute_routing")      # noqa: B009 - present before anything is patched
+        # FP8 linear layers: the scaled-MM kernels of this platform that take vLLM's quantized
+        # activations through `apply_scaled_mm` (CPU's AMX kernels override `apply_weights` instead).
+        from vllm.model_executor.kernels import linear as kernels
+        from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import FP8ScaledMMLinearKernel
+
+        platform = current_platform._enum
+        self.fp8_kernels = [k for k in kernels._POSSIBLE_FP8_KERNELS.get(platform, [])
+                            if issubclass(k, FP8ScaledMMLinearKernel) and "apply_scaled_mm" in vars(k)
+                            and "apply_weights" not in vars(k)]
         # HIP graphs (ROCm): vLLM's V1 GPU runner captures in `profile_cudagraph_memory` and `capture_model`,
         # each inside `graph_capture` (imported by name). Its CPU runner captures nothing.
         self.runner = self.capture_modules = None
@@ -259,6 +271,9 @@ class _Hooks:
         for r in self.routers:
             r.__init__ = _adopting_router(r.__init__, r._compute_routing)
             r._compute_routing = _routing(r._compute_routing)
+        for k in self.fp8_kernels:
+            k.__init__ = _adopting_fp8(k.__init__, k.apply_scaled_mm)
+            k.apply_scaled_mm = _scaled_mm(k.apply_scaled_mm)
         if self.runner is not None:
             for name in CAPTURE_METHODS:
                 setattr(self.runner, name, _warming_up(getattr(self.runner, name)))
@@ -273,7 +288,8 @@ class _Hooks:
 # ----------------------------------------------------------------------------------------------
 
 def _define_ops(torch: Any) -> None:
-    global _HALVES, skinny_gemm, fused_moe, topk_softmax
+    global _HALVES, skinny_gemm, fp8_linear, fused_moe, topk_softmax
+    from ..ops.fp8_linear import fp8_linear
     from ..ops.fused_moe import fused_moe
     from ..ops.skinny_gemm import skinny_gemm
     from ..ops.topk_softmax import topk_softmax
@@ -288,19 +304,24 @@ def _define_ops(torch: Any) -> None:
     lib.define("fused_moe(Tensor x, Tensor w13, Tensor w2, Tensor topk_weights, Tensor topk_ids, int fallback)"
                " -> Tensor")
     lib.define("topk_softmax(Tensor router_logits, int k, bool renormalize, int fallback) -> (Tensor, Tensor)")
+    lib.define("fp8_linear(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor? bias, ScalarType out_dtype, "
+               "SymInt[] output_shape, int fallback) -> Tensor")
     for key in ("CPU", "CUDA"):
+        lib.impl("fp8_linear", _fp8_linear, key)
         lib.impl("linear", _linear, key)
         lib.impl("fused_moe", _fused_moe, key)
         lib.impl("topk_softmax", _topk_softmax, key)
     torch.library.register_fake(f"{NAMESPACE}::linear", _linear_fake, lib=lib)
     torch.library.register_fake(f"{NAMESPACE}::fused_moe", _fused_moe_fake, lib=lib)
     torch.library.register_fake(f"{NAMESPACE}::topk_softmax", _topk_softmax_fake, lib=lib)
+    torch.library.register_fake(f"{NAMESPACE}::fp8_linear", _fp8_linear_fake, lib=lib)
     _state["lib"] = lib                 # the registrations live as long as the library object
 
 
 _REFUSED = (InputTypeError, InputValueError)
 # hipskinny's ops, imported when the plugin's ops are defined (importing this module stays light).
 skinny_gemm: Callable[..., Any]
+fp8_linear: Callable[..., Any]
 fused_moe: Callable[..., Any]
 topk_softmax: Callable[..., Any]
 
@@ -347,6 +368,41 @@ def _linear_fake(x: Any, weight: Any, bias: Any, fallback: int) -> Any:
                  lambda: f"hipskinny_vllm.linear: bias must be [{weight.shape[0]}]")
     torch._check(0 <= fallback < len(_fallbacks), lambda: f"hipskinny_vllm.linear: no fallback {fallback}")
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def _fp8_linear(a: Any, b: Any, a_scale: Any, b_scale: Any, bias: Any, out_dtype: Any, output_shape: Any,
+                fallback: int) -> Any:
+    """vLLM's scaled MM: FP8 activations ``a`` [rows, K] (rows may be padded past the tokens), the
+    weight seen as ``b`` [K, M] (a row-major [M, K] transposed), per-tensor or per-token ``a_scale``,
+    per-tensor or per-channel ``b_scale``: hipskinny's W8A8 `fp8_linear` for decode."""
+    n = 1
+    for d in output_shape[:-1]:
+        n *= d
+    if 0 < n <= MAX_TOKENS and out_dtype in _HALVES:
+        a_scale = a_scale.reshape(-1)
+        try:
+            y = fp8_linear(a[:n], b.t(), b_scale.reshape(-1), x_scale=a_scale if a_scale.numel() == 1 else a_scale[:n],
+                           bias=bias, out_dtype=out_dtype)
+        except _REFUSED:
+            pass
+        else:
+            _counted("fp8_linear")
+            return y.view(*output_shape)
+    _declined["fp8_linear"][0] += 1
+    return _fallbacks[fallback](a, b, a_scale, b_scale, bias, out_dtype, output_shape)
+
+
+def _fp8_linear_fake(a: Any, b: Any, a_scale: Any, b_scale: Any, bias: Any, out_dtype: Any, output_shape: Any,
+                     fallback: int) -> Any:
+    import torch
+
+    torch._check(a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0],
+                 lambda: f"hipskinny_vllm.fp8_linear: a {tuple(a.shape)} and b {tuple(b.shape)} must be [rows, K] "
+                         "and [K, M]")
+    torch._check(output_shape[-1] == b.shape[1],
+                 lambda: f"hipskinny_vllm.fp8_linear: output_shape {list(output_shape)} must end in "
+                         f"M = {b.shape[1]}")
+    return a.new_empty(list(output_shape), dtype=out_dtype)
 
 
 def _fused_moe(x: Any, w13: Any, w2: Any, topk_weights: Any, topk_ids: Any, fallback: int) -> Any:
@@ -509,6 +565,42 @@ def _layer_fallback(platform_gemm: Callable[..., Any], layer: Any) -> Callable[.
         return platform_gemm(layer, x, layer.weight, own_bias)
 
     return fallback
+
+
+def _adopting_fp8(init: Callable[..., Any], original: Callable[..., Any]) -> Callable[..., Any]:
+    """A scaled-MM kernel's ``__init__`` (one kernel object per layer) that registers its fallback."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self._hipskinny = len(_fallbacks)
+
+        def fallback(a: Any, b: Any, a_scale: Any, b_scale: Any, bias: Any, out_dtype: Any, output_shape: Any) -> Any:
+            return original(self, A=a, B=b, out_dtype=out_dtype, As=a_scale, Bs=b_scale, bias=bias,
+                            output_shape=list(output_shape))
+
+        _fallbacks.append(fallback)
+        _seen(f"FP8 linear ({type(self).__name__})", "fp8_linear")
+
+    return __init__
+
+
+def _scaled_mm(original: Callable[..., Any]) -> Callable[..., Any]:
+    import torch
+
+    op = getattr(torch.ops, NAMESPACE).fp8_linear.default
+    is_compiling = torch.compiler.is_compiling
+
+    def apply_scaled_mm(self: Any, *, A: Any, B: Any, out_dtype: Any, As: Any, Bs: Any, bias: Any,
+                        output_shape: list) -> Any:
+        index = getattr(self, "_hipskinny", -1)
+        if index < 0:
+            return original(self, A=A, B=B, out_dtype=out_dtype, As=As, Bs=Bs, bias=bias, output_shape=output_shape)
+        if is_compiling():
+            return op(A, B, As, Bs, bias, out_dtype, list(output_shape), index)
+        return _fp8_linear(A, B, As, Bs, bias, out_dtype, output_shape, index)
+
+    apply_scaled_mm.__wrapped__ = original      # type: ignore[attr-defined]
+    return apply_scaled_mm
 
 
 # ----------------------------------------------------------------------------------------------

@@ -185,3 +185,65 @@ def test_rocm_hooks_resolve_in_this_release(monkeypatch):
     hooks = plugin._Hooks()
     assert hooks.runner.__name__ == "GPUModelRunner" and callable(hooks.graph_capture)
     assert [r.__name__ for r in hooks.routers] == ["FusedTopKRouter"]
+
+
+FP8 = r"""
+import json, os, sys
+import numpy as np, torch
+os.environ["HIPSKINNY_VLLM_DEVICE"] = "emulator:gfx1201:1"     # OCP FP8 natively (vLLM CPU's FP8 is OCP)
+from hipskinny.integrations import vllm as plugin
+plugin.register()
+import hipskinny
+from vllm.config import VllmConfig, set_current_vllm_config
+from vllm.model_executor.kernels.linear import init_fp8_linear_kernel
+from vllm.model_executor.layers.quantization.utils.quant_utils import kFp8DynamicTensorSym, kFp8StaticTensorSym
+
+M, K = 96, 256
+g = torch.Generator().manual_seed(0)
+w = torch.randn(M, K, generator=g) / K ** 0.5
+w_scale = w.abs().max() / 448
+layer = torch.nn.Module()      # what vLLM's Fp8LinearMethod leaves on a layer: the weight seen as [K, M]
+layer.weight = torch.nn.Parameter((w / w_scale).to(torch.float8_e4m3fn).t(), requires_grad=False)
+layer.weight_scale = torch.nn.Parameter(w_scale.reshape(()).float(), requires_grad=False)
+layer.input_scale = None
+res = {}
+with set_current_vllm_config(VllmConfig()):
+    kernel = init_fp8_linear_kernel(activation_quant_key=kFp8DynamicTensorSym, weight_quant_key=kFp8StaticTensorSym,
+                                    input_dtype=torch.bfloat16, out_dtype=torch.bfloat16, weight_shape=(M, K))
+    res["kernel"] = type(kernel).__name__
+    for n in (1, 7, 200):
+        x = (torch.randn(n, K, generator=g) * 2).to(torch.bfloat16)
+        before = plugin.served().get("fp8_linear", 0)
+        y = kernel.apply_weights(layer, x)
+        served = plugin.served().get("fp8_linear", 0) - before
+        # The exact result of vLLM's own quantized operands: its per-tensor activation quantization
+        # (QuantFP8, as the kernel ran it), the FP8 weight, both scales, in float64.
+        xq, xs = kernel.quant_fp8(x, None, None)
+        exact = (xq[:n].double() * xs.double()) @ (layer.weight.double() * w_scale.double())
+        err = (y.double() - exact).abs()
+        # fp32 accumulation of exact products, one rounding to bf16: K u32 |x||w| + half a bf16 ulp
+        magnitude = (xq[:n].double().abs() * xs.double()) @ (layer.weight.double().abs() * w_scale.double())
+        bound = K * 2.0 ** -24 * magnitude + exact.abs() * 2.0 ** -8 + 1e-30
+        res[str(n)] = {"served": served, "shape": list(y.shape), "dtype": str(y.dtype),
+                       "within": bool((err <= bound).all()), "worst": float((err / bound).max())}
+res["status"] = {k: v for k, v in plugin.status().items() if k in ("device", "why", "layers")}
+print("RES", json.dumps(res))
+"""
+
+
+def test_fp8_scaled_mm_kernels_serve_decode_in_process(tmp_path):
+    """vLLM's CPU build cannot run an FP8 Llama here (per-tensor checkpoints with unfused shards need a
+    `_C` quantization op its CPU build lacks; no CPU kernel takes 128x128 blocks without AMX), so
+    vLLM's own FP8 kernel object (the one `Fp8LinearMethod` builds, its activation quantization
+    included) runs in-process with the plugin registered: decode calls go to hipskinny's W8A8
+    fp8_linear within the accumulation bound of the exact float64 result; 200 tokens stay with vLLM."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HIPSKINNY_VLLM")}
+    env.update(VLLM_CACHE_ROOT=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-c", FP8], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    res = json.loads(out.stdout.split("RES ", 1)[1])
+    assert res["status"]["device"] == "emulator:gfx1201" and res["status"]["why"] is None
+    for n in ("1", "7"):
+        assert res[n]["served"] == 1 and res[n]["within"], res
+        assert res[n]["shape"] == [int(n), 96] and res[n]["dtype"] == "torch.bfloat16"
+    assert res["200"]["served"] == 0 and res["200"]["within"], res     # vLLM's own kernel, same bound

@@ -114,6 +114,11 @@ def test_fakes_check_shapes_at_trace_time(ops):
         assert ops.fused_moe(x, w13, w2, weights, ids, 0).shape == (4, K)
         with pytest.raises(RuntimeError, match="do not agree"):
             ops.fused_moe(x, w13, torch.empty(4, K, 16, dtype=torch.bfloat16), weights, ids, 0)
+        a, b = torch.empty(17, K, dtype=torch.float8_e4m3fn), torch.empty(M, K, dtype=torch.float8_e4m3fn).t()
+        y = ops.fp8_linear(a, b, torch.empty(1), torch.empty(1), None, torch.bfloat16, [2, 2, M], 0)
+        assert (y.shape, y.dtype) == ((2, 2, M), torch.bfloat16)        # padded rows: output_shape rules
+        with pytest.raises(RuntimeError, match="must be \\[rows, K\\] and \\[K, M\\]"):
+            ops.fp8_linear(a, b.t(), torch.empty(1), torch.empty(1), None, torch.bfloat16, [2, M], 0)
         tw, ti = ops.topk_softmax(torch.empty(4, 8), 2, True, 0)
         assert (tw.shape, tw.dtype, ti.shape, ti.dtype) == ((4, 2), torch.float32, (4, 2), torch.int32)
         with pytest.raises(RuntimeError, match="k=9 of 8 experts"):
