@@ -17,6 +17,8 @@ sees a single node:
 * FP8 linear layers whose scaled-MM kernel takes vLLM's quantized activations (``apply_scaled_mm``:
   per-tensor or per-token activation scales, per-tensor or per-channel weight scales):
   `hipskinny.fp8_linear`, W8A8 on vLLM's own quantized operands;
+* symmetric GPTQ int4 linear layers (vLLM's mixed-precision kernels, ``uint4b8``): repacked once at
+  load by `hipskinny.w4a16.prepare` (bytes logged), served by `hipskinny.w4a16.linear`;
 * unquantized MoE experts (vLLM's ``UnquantizedFusedMoEMethod``, replaced out of tree):
   `hipskinny.moe.fused_moe`, SiLU-gated, no biases, no expert parallelism, N * top_k <= 1024;
 * plain softmax top-k routing (``renormalize`` either way): `hipskinny.moe.topk_softmax`.
@@ -66,7 +68,7 @@ NAMESPACE = "hipskinny_vllm"
 # vLLM's GPU model runner methods that capture HIP graphs: the served ops run once before them.
 CAPTURE_METHODS = ("profile_cudagraph_memory", "capture_model")
 # What `served` counts: hipskinny's op behind each plugin op.
-OPS = ("skinny_gemm", "fp8_linear", "fused_moe", "topk_softmax")
+OPS = ("skinny_gemm", "fp8_linear", "w4a16_linear", "fused_moe", "topk_softmax")
 
 # vLLM configures handlers for its own logger tree only: a child of it is seen where vLLM's lines are.
 log = logging.getLogger("vllm.hipskinny")
@@ -78,6 +80,8 @@ _state: dict[str, Any] = {"registered": False, "why": None, "device": None, "sum
 # What each plugin op hands back to vLLM when hipskinny does not serve a call, by the index the op
 # carries (index 0: a linear layer the plugin never saw, served by torch.nn.functional.linear).
 _fallbacks: list[Callable[..., Any]] = []
+# GPTQ layers' weights in hipskinny's layout (`hipskinny.w4a16.Prepared`), by the same index.
+_prepared: dict[int, Any] = {}
 # Layer kinds seen, for the one-line summary: kind -> [served op or reason, count].
 _kinds: dict[str, list[Any]] = {}
 _kept_bytes = [0]
@@ -85,8 +89,8 @@ _kept_bytes = [0]
 
 def served(*, reset: bool = False) -> dict[str, int]:
     """How many calls hipskinny served in this process, per hipskinny op (``"skinny_gemm"``,
-    ``"fp8_linear"``, ``"fused_moe"``, ``"topk_softmax"``), since the process started or the last ``reset=True``;
-    calls handed to vLLM's kernels are not counted."""
+    ``"fp8_linear"``, ``"w4a16_linear"``, ``"fused_moe"``, ``"topk_softmax"``), since the process
+    started or the last ``reset=True``; calls handed to vLLM's kernels are not counted."""
     found = {op: c[0] for op, c in _counts.items() if c[0]}
     if reset:
         for c in _counts.values():
@@ -246,6 +250,12 @@ class _Hooks:
         self.fp8_kernels = [k for k in kernels._POSSIBLE_FP8_KERNELS.get(platform, [])
                             if issubclass(k, FP8ScaledMMLinearKernel) and "apply_scaled_mm" in vars(k)
                             and "apply_weights" not in vars(k)]
+        # GPTQ int4 (symmetric, uint4b8) linear layers: the mixed-precision kernels of this platform.
+        from vllm.model_executor.kernels.linear.mixed_precision.MPLinearKernel import MPLinearKernel
+        from vllm.scalar_type import scalar_types
+
+        self.uint4b8 = scalar_types.uint4b8
+        self.mp_kernels = [k for k in kernels._POSSIBLE_KERNELS.get(platform, []) if issubclass(k, MPLinearKernel)]
         # HIP graphs (ROCm): vLLM's V1 GPU runner captures in `profile_cudagraph_memory` and `capture_model`,
         # each inside `graph_capture` (imported by name). Its CPU runner captures nothing.
         self.runner = self.capture_modules = None
@@ -271,6 +281,11 @@ class _Hooks:
         for r in self.routers:
             r.__init__ = _adopting_router(r.__init__, r._compute_routing)
             r._compute_routing = _routing(r._compute_routing)
+        for k in self.mp_kernels:
+            if "process_weights_after_loading" in vars(k):
+                k.process_weights_after_loading = _adopting_w4(k.process_weights_after_loading, self.uint4b8)
+            if "apply_weights" in vars(k):
+                k.apply_weights = _w4_apply(k.apply_weights)
         for k in self.fp8_kernels:
             k.__init__ = _adopting_fp8(k.__init__, k.apply_scaled_mm)
             k.apply_scaled_mm = _scaled_mm(k.apply_scaled_mm)
@@ -288,11 +303,12 @@ class _Hooks:
 # ----------------------------------------------------------------------------------------------
 
 def _define_ops(torch: Any) -> None:
-    global _HALVES, skinny_gemm, fp8_linear, fused_moe, topk_softmax
+    global _HALVES, skinny_gemm, fp8_linear, w4a16_linear, fused_moe, topk_softmax
     from ..ops.fp8_linear import fp8_linear
     from ..ops.fused_moe import fused_moe
     from ..ops.skinny_gemm import skinny_gemm
     from ..ops.topk_softmax import topk_softmax
+    from ..ops.w4a16_linear import w4a16_linear
 
     _HALVES = _halves()
     if not _fallbacks:
@@ -304,9 +320,11 @@ def _define_ops(torch: Any) -> None:
     lib.define("fused_moe(Tensor x, Tensor w13, Tensor w2, Tensor topk_weights, Tensor topk_ids, int fallback)"
                " -> Tensor")
     lib.define("topk_softmax(Tensor router_logits, int k, bool renormalize, int fallback) -> (Tensor, Tensor)")
+    lib.define("w4a16_linear(Tensor x, Tensor? bias, int m, int fallback) -> Tensor")
     lib.define("fp8_linear(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor? bias, ScalarType out_dtype, "
                "SymInt[] output_shape, int fallback) -> Tensor")
     for key in ("CPU", "CUDA"):
+        lib.impl("w4a16_linear", _w4a16_linear, key)
         lib.impl("fp8_linear", _fp8_linear, key)
         lib.impl("linear", _linear, key)
         lib.impl("fused_moe", _fused_moe, key)
@@ -315,6 +333,7 @@ def _define_ops(torch: Any) -> None:
     torch.library.register_fake(f"{NAMESPACE}::fused_moe", _fused_moe_fake, lib=lib)
     torch.library.register_fake(f"{NAMESPACE}::topk_softmax", _topk_softmax_fake, lib=lib)
     torch.library.register_fake(f"{NAMESPACE}::fp8_linear", _fp8_linear_fake, lib=lib)
+    torch.library.register_fake(f"{NAMESPACE}::w4a16_linear", _w4a16_linear_fake, lib=lib)
     _state["lib"] = lib                 # the registrations live as long as the library object
 
 
@@ -322,6 +341,7 @@ _REFUSED = (InputTypeError, InputValueError)
 # hipskinny's ops, imported when the plugin's ops are defined (importing this module stays light).
 skinny_gemm: Callable[..., Any]
 fp8_linear: Callable[..., Any]
+w4a16_linear: Callable[..., Any]
 fused_moe: Callable[..., Any]
 topk_softmax: Callable[..., Any]
 
@@ -403,6 +423,31 @@ def _fp8_linear_fake(a: Any, b: Any, a_scale: Any, b_scale: Any, bias: Any, out_
                  lambda: f"hipskinny_vllm.fp8_linear: output_shape {list(output_shape)} must end in "
                          f"M = {b.shape[1]}")
     return a.new_empty(list(output_shape), dtype=out_dtype)
+
+
+def _w4a16_linear(x: Any, bias: Any, m: int, fallback: int) -> Any:
+    """A GPTQ layer (weights repacked at load, `_prepared`): hipskinny's w4a16_linear for decode."""
+    n = _tokens(x)
+    if 0 < n <= MAX_TOKENS and x.dtype in _HALVES:
+        try:
+            y = w4a16_linear(x, _prepared[fallback], bias)
+        except _REFUSED:
+            pass
+        else:
+            _counted("w4a16_linear")
+            return y
+    _declined["w4a16_linear"][0] += 1
+    return _fallbacks[fallback](x, bias)
+
+
+def _w4a16_linear_fake(x: Any, bias: Any, m: int, fallback: int) -> Any:
+    import torch
+
+    torch._check(fallback in _prepared, lambda: f"hipskinny_vllm.w4a16_linear: no prepared layer {fallback}")
+    torch._check(x.shape[-1] == _prepared[fallback].shape[1],
+                 lambda: f"hipskinny_vllm.w4a16_linear: x's last dimension {x.shape[-1]} != the layer's K "
+                         f"{_prepared[fallback].shape[1]}")
+    return x.new_empty((*x.shape[:-1], m))
 
 
 def _fused_moe(x: Any, w13: Any, w2: Any, topk_weights: Any, topk_ids: Any, fallback: int) -> Any:
@@ -565,6 +610,84 @@ def _layer_fallback(platform_gemm: Callable[..., Any], layer: Any) -> Callable[.
         return platform_gemm(layer, x, layer.weight, own_bias)
 
     return fallback
+
+
+def _adopting_w4(original: Callable[..., Any], uint4b8: Any) -> Callable[..., Any]:
+    """A mixed-precision kernel's ``process_weights_after_loading`` that first repacks a symmetric
+    GPTQ int4 layer's checkpoint tensors (``qweight`` [K/8, M], ``scales`` [K/G, M], as vLLM's GPTQ
+    method loads them) with `hipskinny.w4a16.prepare`, then lets vLLM repack them for its own kernel."""
+
+    def process_weights_after_loading(self: Any, layer: Any) -> None:
+        c = self.config
+        prepared, why = None, None
+        if c.weight_type != uint4b8 or c.zero_points:
+            why = f"weights {c.weight_type}{' with zero points' if c.zero_points else ''}"
+        elif c.act_type not in _halves():
+            why = f"activations {c.act_type}"
+        else:
+            prepared, why = _prepare_gptq(getattr(layer, self.w_q_name).data, getattr(layer, self.w_s_name).data,
+                                          c.group_size, c.act_type)
+        original(self, layer)
+        kind = f"GPTQ int4 linear ({type(self).__name__})"
+        if prepared is None:
+            self._hipskinny = -1
+            _seen(kind, f"stays with vLLM ({why})")
+            return
+        index = len(_fallbacks)
+        own = type(self).apply_weights
+        own = getattr(own, "__wrapped__", own)          # vLLM's apply_weights, under the plugin's
+        _fallbacks.append(lambda x, bias: own(self, layer, x, bias))
+        _prepared[index] = prepared
+        self._hipskinny = index
+        self._hipskinny_m = prepared.shape[0]
+        _seen(kind, "w4a16_linear")
+
+    return process_weights_after_loading
+
+
+def _prepare_gptq(qweight: Any, scales: Any, group_size: int, act_type: Any) -> tuple[Any, str | None]:
+    """``(Prepared on qweight's device, None)``, or ``(None, why not)``; logs the bytes once per layer."""
+    import torch
+
+    from ..errors import HipSkinnyError
+    from ..formats import w4a16
+
+    name = str(act_type).removeprefix("torch.")
+    try:
+        p = w4a16.prepare(qweight.detach().cpu(), scales.detach().cpu(), fmt="gptq", group_size=group_size,
+                          dtype=name)
+    except HipSkinnyError as e:
+        return None, str(e)
+    device = qweight.device
+
+    def place(a: Any) -> Any:
+        if a is p.scales and name == "bfloat16":
+            return torch.from_numpy(a.view("int16")).to(device).view(torch.bfloat16)
+        return torch.from_numpy(a).to(device)
+
+    p = p.map(place)
+    size = sum(a.numel() * a.element_size() for a in (p.qweight, p.scales, p.zeros, p.perm) if a is not None)
+    log.info("hipskinny: a GPTQ int4 layer (%d x %d, group %d) repacked once for w4a16_linear: %d bytes",
+             p.shape[0], p.shape[1], p.group_size, size)
+    return p, None
+
+
+def _w4_apply(original: Callable[..., Any]) -> Callable[..., Any]:
+    import torch
+
+    op = getattr(torch.ops, NAMESPACE).w4a16_linear.default
+    is_compiling = torch.compiler.is_compiling
+
+    def apply_weights(self: Any, layer: Any, x: Any, bias: Any = None) -> Any:
+        index = getattr(self, "_hipskinny", -1)
+        if index < 0:
+            return original(self, layer, x, bias)
+        if is_compiling():
+            return op(x, bias, self._hipskinny_m, index)
+        return _w4a16_linear(x, bias, self._hipskinny_m, index)
+
+    apply_weights.__wrapped__ = original        # type: ignore[attr-defined]
+    return apply_weights
 
 
 def _adopting_fp8(init: Callable[..., Any], original: Callable[..., Any]) -> Callable[..., Any]:

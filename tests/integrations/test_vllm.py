@@ -247,3 +247,85 @@ def test_fp8_scaled_mm_kernels_serve_decode_in_process(tmp_path):
         assert res[n]["served"] == 1 and res[n]["within"], res
         assert res[n]["shape"] == [int(n), 96] and res[n]["dtype"] == "torch.bfloat16"
     assert res["200"]["served"] == 0 and res["200"]["within"], res     # vLLM's own kernel, same bound
+
+
+W4 = r"""
+import json, os, sys
+import numpy as np, torch
+os.environ["HIPSKINNY_VLLM_DEVICE"] = "emulator:gfx1100:1"
+from hipskinny.integrations import vllm as plugin
+plugin.register()
+import hipskinny
+from hipskinny.formats.w4a16 import pack_checkpoint
+from vllm.model_executor.kernels.linear.mixed_precision.cpu import CPUWNA16LinearKernel
+from vllm.model_executor.kernels.linear.mixed_precision.MPLinearKernel import MPLinearLayerConfig
+from vllm.scalar_type import scalar_types
+
+from vllm.config import VllmConfig, set_current_vllm_config
+from vllm.distributed import init_distributed_environment, initialize_model_parallel
+import tempfile
+config_context = set_current_vllm_config(VllmConfig())     # held: the script runs inside it
+config_context.__enter__()
+init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                             distributed_init_method="file://" + tempfile.mktemp())
+initialize_model_parallel(1, 1)         # vLLM's kernel repacks per tensor-parallel rank
+
+M, K, G = 96, 256, 128
+rng = np.random.default_rng(0)
+codes = rng.integers(0, 16, (M, K))
+scales = (rng.random((M, K // G)) * 0.02 + 0.01).astype(np.float16)
+ck = pack_checkpoint(codes, None, scales, fmt="gptq", group_size=G)     # symmetric GPTQ: no qzeros
+config = MPLinearLayerConfig(full_weight_shape=(K, M), partition_weight_shape=(K, M), weight_type=scalar_types.uint4b8,
+                             act_type=torch.float16, group_size=G, zero_points=False)
+kernel = CPUWNA16LinearKernel(config, w_q_param_name="qweight", w_s_param_name="scales", w_zp_param_name="qzeros")
+from vllm.model_executor.parameter import GroupQuantScaleParameter, PackedvLLMParameter
+layer = torch.nn.Module()      # the parameters vLLM's AutoGPTQLinearMethod.create_weights makes, as loaded
+layer.qweight = PackedvLLMParameter(data=torch.from_numpy(ck["qweight"].copy()), input_dim=0, output_dim=1,
+                                    packed_dim=0, packed_factor=8, weight_loader=None)
+layer.scales = GroupQuantScaleParameter(data=torch.from_numpy(ck["scales"].copy()), output_dim=1, input_dim=0,
+                                        weight_loader=None)
+layer.qzeros = None
+kernel.process_weights_after_loading(layer)
+res = {"kernel": type(kernel).__name__}
+# The family's own bounds (tests/w4a16_linear): the fused kernel's at N = 1, the split-K / route one's
+# (each weight rounded once to fp16, fp32 sums) at N = 9.
+sys.path[:0] = [TESTS, TESTS + "/w4a16_linear"]
+from test_w4a16_linear import assert_bound
+from test_w4a16_linear_route import assert_route_bound
+for n, check in ((1, assert_bound), (9, assert_route_bound)):
+    x = torch.from_numpy(rng.standard_normal((n, K)).astype(np.float16))
+    y = kernel.apply_weights(layer, x)
+    try:
+        check(y.numpy(), x.numpy(), ck, "gptq", G)
+        within = True
+    except AssertionError as e:
+        within = str(e)
+    res[str(n)] = {"shape": list(y.shape), "within": within}
+res["served"] = plugin.served()
+try:
+    kernel.apply_weights(layer, torch.zeros(200, K, dtype=torch.float16))
+except Exception as e:
+    res["prefill"] = f"{type(e).__name__}: {e}"
+res["declined"] = plugin.declined()
+res["layers"] = plugin.status()["layers"]
+print("RES", json.dumps(res))
+"""
+
+
+def test_gptq_int4_layers_serve_decode_in_process(tmp_path):
+    """vLLM's CPU build loads a symmetric GPTQ Llama here but cannot run it (its CPU kernel needs
+    `_C.cpu_gemm_wna16`, absent from this build), so vLLM's own mixed-precision kernel object runs
+    in-process with the plugin: the layer is repacked once at load (`w4a16.prepare`), decode calls go to
+    hipskinny's w4a16_linear within the accumulation bound of the exact float64 result, and 200 tokens
+    are handed to vLLM's kernel (which then fails here for the reason above)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HIPSKINNY_VLLM")}
+    env.update(VLLM_CACHE_ROOT=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-c", W4.replace("TESTS", repr(str(Path(__file__).parents[1])))],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    res = json.loads(out.stdout.split("RES ", 1)[1])
+    for n in ("1", "9"):
+        assert res[n]["within"] is True and res[n]["shape"] == [int(n), 96], res
+    assert res["served"] == {"w4a16_linear": 2} and res["declined"] == {"w4a16_linear": 1}
+    assert "cpu_gemm_wna16" in res["prefill"]
+    assert res["layers"] == {"GPTQ int4 linear (CPUWNA16LinearKernel)": ["w4a16_linear", 1]}

@@ -119,6 +119,8 @@ def test_fakes_check_shapes_at_trace_time(ops):
         assert (y.shape, y.dtype) == ((2, 2, M), torch.bfloat16)        # padded rows: output_shape rules
         with pytest.raises(RuntimeError, match="must be \\[rows, K\\] and \\[K, M\\]"):
             ops.fp8_linear(a, b.t(), torch.empty(1), torch.empty(1), None, torch.bfloat16, [2, M], 0)
+        with pytest.raises(RuntimeError, match="no prepared layer"):
+            ops.w4a16_linear(x, None, M, 10**6)
         tw, ti = ops.topk_softmax(torch.empty(4, 8), 2, True, 0)
         assert (tw.shape, tw.dtype, ti.shape, ti.dtype) == ((4, 2), torch.float32, (4, 2), torch.int32)
         with pytest.raises(RuntimeError, match="k=9 of 8 experts"):
