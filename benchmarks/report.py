@@ -741,16 +741,39 @@ _PER_CALL_ROWS = (
      "calls hipskinny.matmul_4bit on its own tensors), N=1", "torch", (2.0, "matmul_4bit_torch", "direct call")),
     ("linear_accelerated", "torch.nn.Linear(x) after `integrations.transformers.accelerate` (module call, its "
      "checks, then hipskinny.skinny_gemm), N=1", "torch", (2.0, "skinny_gemm_torch", "direct call")),
-    ("vllm_linear_eager", "a vLLM linear layer's GEMM with the vLLM plugin, eager (`integrations.vllm`: the "
-     "layer's adopted weight, the decode test, then hipskinny.skinny_gemm), N=1", "torch",
-     (1.3, "skinny_gemm_torch", "direct call")),
-    ("vllm_linear_op", "the plugin's op `torch.ops.hipskinny_vllm.linear` as a compiled graph calls it (torch's "
-     "dispatcher, then the row above's function; under HIP graphs paid once, at capture), N=1", "torch.ops", None),
     ("skinny_gemm_numpy", "hipskinny.skinny_gemm(x, w), numpy host inputs, N=1, with its copies", "numpy", None),
     ("skinny_gemm_numpy_no_copies", "the same, hipMemcpyAsync calls made no-ops (copies excluded)", "numpy", 25.0),
     ("gemv_numpy", "hipskinny.gemv(x, w), numpy host inputs, with its copies", "numpy", None),
     ("gemv_numpy_no_copies", "the same, copies excluded", "numpy", 25.0),
 )
+
+
+# The vLLM plugin's rows: measured in a run of their own (`--per-call-vllm`), next to that run's direct
+# call and bare torch op, so their ratio never mixes two runs (the host's speed varies between sessions).
+_VLLM_ROWS = (
+    ("skinny_gemm_torch", "hipskinny.skinny_gemm(x, w), torch GPU tensors (output allocated), N=1: the direct call",
+     None),
+    ("vllm_linear_eager", "a vLLM linear layer's GEMM with the vLLM plugin, eager (`integrations.vllm`: the "
+     "layer's adopted weight, the decode test, then hipskinny.skinny_gemm), N=1", (1.3, "skinny_gemm_torch")),
+    ("vllm_linear_op", "the plugin's op `torch.ops.hipskinny_vllm.linear` as a compiled graph calls it (torch's "
+     "dispatcher, then the row above's function; under HIP graphs paid once, at capture), N=1", None),
+)
+
+
+def _vllm_overhead(o: dict[str, Any]) -> list[str]:
+    when = o["measured"]
+    out = ["### The vLLM plugin", "",
+           f"Measured {when['date']} at {when['commit']} by `{when['command']}`, in one run of the same scenario "
+           f"(its own direct call and bare torch op, {o['torch_add_us']:.1f} µs here, give the scale: this "
+           "host's speed differs between sessions).", "", "| call | µs | target |", "|---|---|---|"]
+    for key, label, target in _VLLM_ROWS:
+        us = o["cases"][key]
+        if target:
+            ratio = us / o["cases"][target[1]]
+            out.append(f"| {label} | {us:.1f} ({ratio:.2f}×) | ≤ {target[0]:g}× direct call |")
+        else:
+            out.append(f"| {label} | {us:.1f} | |")
+    return out + [""]
 
 
 def _overhead(rep: dict[str, Any]) -> list[str]:
@@ -793,7 +816,10 @@ def _overhead(rep: dict[str, Any]) -> list[str]:
             "| function | calls per call | µs per call |", "|---|---|---|"]
     for row in o["profile"]:
         out.append(f"| `{row['function']}` | {row['calls_per_call']:.0f} | {row['us_per_call']:.2f} |")
-    return out + [""]
+    out.append("")
+    if rep.get("per_call_vllm"):
+        out += _vllm_overhead(rep["per_call_vllm"])
+    return out
 
 
 def _source(rep: dict[str, Any], ops: list[str]) -> dict[str, Any]:
@@ -858,6 +884,22 @@ def _refresh_per_call(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refresh_per_call_vllm(args: argparse.Namespace) -> int:
+    """Measure the per-call scenario and keep the vLLM plugin's rows with that run's direct call and
+    bare torch op (section "The vLLM plugin"); the rest of the report stays as it is."""
+    json_path = Path(args.json or HERE / "RESULTS.json")
+    rep = json.loads(json_path.read_text())
+    o = overhead.measure(dynamic.ops())
+    rep["per_call_vllm"] = {"cases": {key: o["cases"][key] for key, _, _ in _VLLM_ROWS},
+                            "torch_add_us": o["torch_add_us"], "torch_version": o["torch_version"],
+                            "measured": {"date": datetime.date.today().isoformat(),
+                                         "commit": _git("rev-parse", "--short", "HEAD"),
+                                         "command": "python -m benchmarks.report --per-call-vllm"}}
+    json_path.write_text(json.dumps(rep, indent=1, default=float) + "\n")
+    Path(args.md or HERE / "RESULTS.md").write_text(markdown(rep))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.report", description=__doc__.split("\n")[0])
     p.add_argument("--check", action="store_true", help="small shapes; exit 1 if an invariant fails")
@@ -874,9 +916,14 @@ def main(argv: list[str] | None = None) -> int:
                         "1 with --check, whose units are too small to pay for a worker's start)")
     p.add_argument("--per-call", action="store_true",
                    help="measure only the per-call cost and rewrite that section of the existing report")
+    p.add_argument("--per-call-vllm", action="store_true",
+                   help="measure the per-call scenario and rewrite only the vLLM plugin's rows (with that run's "
+                        "direct call)")
     args = p.parse_args(argv)
     if args.per_call:
         return _refresh_per_call(args)
+    if args.per_call_vllm:
+        return _refresh_per_call_vllm(args)
     archs = args.arch or list(registry.manifest()["archs"])
     shapes = CHECK_SHAPES if args.check else SHAPES
     rep = run(archs, args.op, shapes, args.dtype, args.check, args.min_rows,
@@ -888,7 +935,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.check and stored.is_file():
         # sections other commands measure (benchmarks.emulator_rate, SECTIONS' modules, .published): kept as they are
         old = json.loads(stored.read_text())
-        for section in ("emulator_speed", *SECTIONS, "published"):
+        for section in ("emulator_speed", *SECTIONS, "published", "per_call_vllm"):
             if old.get(section) is not None:
                 rep.setdefault(section, old[section])
     md_path = args.md or (None if args.check else str(HERE / "RESULTS.md"))
