@@ -227,21 +227,29 @@ with set_current_vllm_config(VllmConfig()):
         res[str(n)] = {"served": served, "shape": list(y.shape), "dtype": str(y.dtype),
                        "within": bool((err <= bound).all()), "worst": float((err / bound).max())}
 res["status"] = {k: v for k, v in plugin.status().items() if k in ("device", "why", "layers")}
-print("RES", json.dumps(res))
+print("RES_FP8", json.dumps(res))
 """
 
 
-def test_fp8_scaled_mm_kernels_serve_decode_in_process(tmp_path):
+@pytest.fixture(scope="module")
+def in_process(tmp_path_factory):
+    """The FP8 and GPTQ scripts below, in one process with the plugin on gfx1201 (OCP FP8 natively)."""
+    tmp = tmp_path_factory.mktemp("vllm-in-process")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HIPSKINNY_VLLM")}
+    env.update(VLLM_CACHE_ROOT=str(tmp / "cache"))
+    script = FP8 + W4.replace("TESTS", repr(str(Path(__file__).parents[1])))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return {tag: json.loads(out.stdout.split(f"RES_{tag} ", 1)[1].splitlines()[0]) for tag in ("FP8", "W4")}
+
+
+def test_fp8_scaled_mm_kernels_serve_decode_in_process(in_process):
     """vLLM's CPU build cannot run an FP8 Llama here (per-tensor checkpoints with unfused shards need a
     `_C` quantization op its CPU build lacks; no CPU kernel takes 128x128 blocks without AMX), so
     vLLM's own FP8 kernel object (the one `Fp8LinearMethod` builds, its activation quantization
     included) runs in-process with the plugin registered: decode calls go to hipskinny's W8A8
     fp8_linear within the accumulation bound of the exact float64 result; 200 tokens stay with vLLM."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HIPSKINNY_VLLM")}
-    env.update(VLLM_CACHE_ROOT=str(tmp_path / "cache"))
-    out = subprocess.run([sys.executable, "-c", FP8], env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-4000:]
-    res = json.loads(out.stdout.split("RES ", 1)[1])
+    res = in_process["FP8"]
     assert res["status"]["device"] == "emulator:gfx1201" and res["status"]["why"] is None
     for n in ("1", "7"):
         assert res[n]["served"] == 1 and res[n]["within"], res
@@ -249,18 +257,14 @@ def test_fp8_scaled_mm_kernels_serve_decode_in_process(tmp_path):
     assert res["200"]["served"] == 0 and res["200"]["within"], res     # vLLM's own kernel, same bound
 
 
+# Runs after FP8 in the same process (one vLLM import for both): the plugin is registered already.
 W4 = r"""
-import json, os, sys
-import numpy as np, torch
-os.environ["HIPSKINNY_VLLM_DEVICE"] = "emulator:gfx1100:1"
-from hipskinny.integrations import vllm as plugin
-plugin.register()
+import sys
 import hipskinny
 from hipskinny.formats.w4a16 import pack_checkpoint
 from vllm.model_executor.kernels.linear.mixed_precision.cpu import CPUWNA16LinearKernel
 from vllm.model_executor.kernels.linear.mixed_precision.MPLinearKernel import MPLinearLayerConfig
 from vllm.scalar_type import scalar_types
-
 from vllm.config import VllmConfig, set_current_vllm_config
 from vllm.distributed import init_distributed_environment, initialize_model_parallel
 import tempfile
@@ -269,6 +273,8 @@ config_context.__enter__()
 init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
                              distributed_init_method="file://" + tempfile.mktemp())
 initialize_model_parallel(1, 1)         # vLLM's kernel repacks per tensor-parallel rank
+plugin.served(reset=True)
+plugin.declined(reset=True)
 
 M, K, G = 96, 256, 128
 rng = np.random.default_rng(0)
@@ -307,23 +313,18 @@ try:
 except Exception as e:
     res["prefill"] = f"{type(e).__name__}: {e}"
 res["declined"] = plugin.declined()
-res["layers"] = plugin.status()["layers"]
-print("RES", json.dumps(res))
+res["layers"] = {k: v for k, v in plugin.status()["layers"].items() if k.startswith("GPTQ")}
+print("RES_W4", json.dumps(res))
 """
 
 
-def test_gptq_int4_layers_serve_decode_in_process(tmp_path):
+def test_gptq_int4_layers_serve_decode_in_process(in_process):
     """vLLM's CPU build loads a symmetric GPTQ Llama here but cannot run it (its CPU kernel needs
     `_C.cpu_gemm_wna16`, absent from this build), so vLLM's own mixed-precision kernel object runs
     in-process with the plugin: the layer is repacked once at load (`w4a16.prepare`), decode calls go to
     hipskinny's w4a16_linear within the accumulation bound of the exact float64 result, and 200 tokens
     are handed to vLLM's kernel (which then fails here for the reason above)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HIPSKINNY_VLLM")}
-    env.update(VLLM_CACHE_ROOT=str(tmp_path / "cache"))
-    out = subprocess.run([sys.executable, "-c", W4.replace("TESTS", repr(str(Path(__file__).parents[1])))],
-                         env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-4000:]
-    res = json.loads(out.stdout.split("RES ", 1)[1])
+    res = in_process["W4"]
     for n in ("1", "9"):
         assert res[n]["within"] is True and res[n]["shape"] == [int(n), 96], res
     assert res["served"] == {"w4a16_linear": 2} and res["declined"] == {"w4a16_linear": 1}
