@@ -619,16 +619,19 @@ def _adopting_w4(original: Callable[..., Any], uint4b8: Any) -> Callable[..., An
 
     def process_weights_after_loading(self: Any, layer: Any) -> None:
         c = self.config
+        qweight = getattr(layer, self.w_q_name)
         prepared, why = None, None
         if c.weight_type != uint4b8 or c.zero_points:
             why = f"weights {c.weight_type}{' with zero points' if c.zero_points else ''}"
         elif c.act_type not in _halves():
             why = f"activations {c.act_type}"
+        elif (getattr(qweight, "input_dim", None), getattr(qweight, "packed_dim", None)) != (0, 0):
+            # GPTQ's [K/8, M], packed along K; other methods' layouts (compressed-tensors: [M, K/8]) differ
+            why = "packed weights not in GPTQ's [K/8, M] layout"
         else:
-            prepared, why = _prepare_gptq(getattr(layer, self.w_q_name).data, getattr(layer, self.w_s_name).data,
-                                          c.group_size, c.act_type)
+            prepared, why = _prepare_gptq(qweight.data, getattr(layer, self.w_s_name).data, c.group_size, c.act_type)
         original(self, layer)
-        kind = f"GPTQ int4 linear ({type(self).__name__})"
+        kind = f"int4 linear ({type(self).__name__})"
         if prepared is None:
             self._hipskinny = -1
             _seen(kind, f"stays with vLLM ({why})")

@@ -313,7 +313,7 @@ try:
 except Exception as e:
     res["prefill"] = f"{type(e).__name__}: {e}"
 res["declined"] = plugin.declined()
-res["layers"] = {k: v for k, v in plugin.status()["layers"].items() if k.startswith("GPTQ")}
+res["layers"] = {k: v for k, v in plugin.status()["layers"].items() if k.startswith("int4")}
 print("RES_W4", json.dumps(res))
 """
 
@@ -329,4 +329,4 @@ def test_gptq_int4_layers_serve_decode_in_process(in_process):
         assert res[n]["within"] is True and res[n]["shape"] == [int(n), 96], res
     assert res["served"] == {"w4a16_linear": 2} and res["declined"] == {"w4a16_linear": 1}
     assert "cpu_gemm_wna16" in res["prefill"]
-    assert res["layers"] == {"GPTQ int4 linear (CPUWNA16LinearKernel)": ["w4a16_linear", 1]}
+    assert res["layers"] == {"int4 linear (CPUWNA16LinearKernel)": ["w4a16_linear", 1]}
