@@ -546,26 +546,17 @@ def _prepare(name: str, m: Any, spec: _W4Spec) -> Any:
     hipskinny does not take them (logged)."""
     from ..errors import HipSkinnyError
     from ..formats import w4a16
+    from ..ops.w4a16_linear import prepared_bytes, prepared_on
 
-    torch = _torch()
     host = [None if t is None else t.detach().cpu() for t in (m.qweight, m.scales, m.qzeros, getattr(m, "g_idx", None))]
     try:
         p = w4a16.prepare(*host, fmt=spec.fmt, group_size=spec.group_size)
     except HipSkinnyError as e:
         _once(f"{name}: {spec.fmt} weights not taken ({e})")
         return None
-    device = m.qweight.device
-    if device.type != "cpu":
-        bf16 = p.scales.dtype.name == "bfloat16"
-
-        def place(a: Any) -> Any:
-            if bf16 and a is p.scales:
-                return torch.from_numpy(a.view("int16")).to(device).view(torch.bfloat16)
-            return torch.from_numpy(a).to(device)
-
-        p = p.map(place)
-    size = sum(a.nbytes if hasattr(a, "nbytes") else a.numel() * a.element_size()
-               for a in (p.qweight, p.scales, p.zeros, p.perm) if a is not None)
+    if m.qweight.device.type != "cpu":
+        p = prepared_on(p, m.qweight.device)
+    size = prepared_bytes(p)
     log.info("hipskinny: %s (%s int4, %d x %d, group %d) repacked once for w4a16_linear: %d bytes", name,
              spec.fmt, spec.m, spec.k, p.group_size, size)
     return p

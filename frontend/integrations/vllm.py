@@ -310,7 +310,7 @@ def _define_ops(torch: Any) -> None:
     from ..ops.topk_softmax import topk_softmax
     from ..ops.w4a16_linear import w4a16_linear
 
-    _HALVES = _halves()
+    _HALVES = (torch.float16, torch.bfloat16)
     if not _fallbacks:
         _fallbacks.append(_plain_linear)          # index 0: layers the plugin did not see at load
     if hasattr(torch.ops, NAMESPACE) and hasattr(getattr(torch.ops, NAMESPACE), "linear"):
@@ -349,12 +349,6 @@ topk_softmax: Callable[..., Any]
 def _tokens(x: Any) -> int:
     k = x.shape[-1]
     return x.numel() // k if k else 0
-
-
-def _halves() -> tuple[Any, Any]:
-    import torch
-
-    return torch.float16, torch.bfloat16
 
 
 _HALVES: tuple[Any, ...] = ()           # (torch.float16, torch.bfloat16) once the ops are defined
@@ -399,9 +393,9 @@ def _fp8_linear(a: Any, b: Any, a_scale: Any, b_scale: Any, bias: Any, out_dtype
     for d in output_shape[:-1]:
         n *= d
     if 0 < n <= MAX_TOKENS and out_dtype in _HALVES:
-        a_scale = a_scale.reshape(-1)
+        x_scale = a_scale.reshape(-1)       # [1] or per token [rows]; vLLM's kernel keeps its own shape below
         try:
-            y = fp8_linear(a[:n], b.t(), b_scale.reshape(-1), x_scale=a_scale if a_scale.numel() == 1 else a_scale[:n],
+            y = fp8_linear(a[:n], b.t(), b_scale.reshape(-1), x_scale=x_scale if x_scale.numel() == 1 else x_scale[:n],
                            bias=bias, out_dtype=out_dtype)
         except _REFUSED:
             pass
@@ -581,7 +575,7 @@ def _adopting_linear(original: Callable[..., Any], platform_gemm: Callable[..., 
         bias_data = bias.data if bias is not None else None
         original(self, layer)
         kind = type(layer).__name__
-        if weight_data is None or weight_data.dim() != 2 or weight_data.dtype not in _halves() \
+        if weight_data is None or weight_data.dim() != 2 or weight_data.dtype not in _HALVES \
                 or weight_data.is_meta:
             what = "none" if weight_data is None else f"{tuple(weight_data.shape)} {weight_data.dtype}"
             _seen(kind, f"stays with vLLM (weight {what})")
@@ -623,7 +617,7 @@ def _adopting_w4(original: Callable[..., Any], uint4b8: Any) -> Callable[..., An
         prepared, why = None, None
         if c.weight_type != uint4b8 or c.zero_points:
             why = f"weights {c.weight_type}{' with zero points' if c.zero_points else ''}"
-        elif c.act_type not in _halves():
+        elif c.act_type not in _HALVES:
             why = f"activations {c.act_type}"
         elif (getattr(qweight, "input_dim", None), getattr(qweight, "packed_dim", None)) != (0, 0):
             # GPTQ's [K/8, M], packed along K; other methods' layouts (compressed-tensors: [M, K/8]) differ
@@ -650,26 +644,17 @@ def _adopting_w4(original: Callable[..., Any], uint4b8: Any) -> Callable[..., An
 
 def _prepare_gptq(qweight: Any, scales: Any, group_size: int, act_type: Any) -> tuple[Any, str | None]:
     """``(Prepared on qweight's device, None)``, or ``(None, why not)``; logs the bytes once per layer."""
-    import torch
-
     from ..errors import HipSkinnyError
     from ..formats import w4a16
+    from ..ops.w4a16_linear import prepared_bytes, prepared_on
 
-    name = str(act_type).removeprefix("torch.")
     try:
         p = w4a16.prepare(qweight.detach().cpu(), scales.detach().cpu(), fmt="gptq", group_size=group_size,
-                          dtype=name)
+                          dtype=str(act_type).removeprefix("torch."))
     except HipSkinnyError as e:
         return None, str(e)
-    device = qweight.device
-
-    def place(a: Any) -> Any:
-        if a is p.scales and name == "bfloat16":
-            return torch.from_numpy(a.view("int16")).to(device).view(torch.bfloat16)
-        return torch.from_numpy(a).to(device)
-
-    p = p.map(place)
-    size = sum(a.numel() * a.element_size() for a in (p.qweight, p.scales, p.zeros, p.perm) if a is not None)
+    p = prepared_on(p, qweight.device)
+    size = prepared_bytes(p)
     log.info("hipskinny: a GPTQ int4 layer (%d x %d, group %d) repacked once for w4a16_linear: %d bytes",
              p.shape[0], p.shape[1], p.group_size, size)
     return p, None
@@ -772,7 +757,7 @@ def _experts_class(base: type, silu: Any, on_cpu: bool) -> type:
                 return "router weights applied to the input"
             if getattr(layer, "expert_map", None) is not None:
                 return "expert parallelism"
-            if w13.dtype not in _halves() or w13.dim() != 3 or w2.dim() != 3 or w13.shape[1] != 2 * w2.shape[2]:
+            if w13.dtype not in _HALVES or w13.dim() != 3 or w2.dim() != 3 or w13.shape[1] != 2 * w2.shape[2]:
                 return f"weights {tuple(w13.shape)} {w13.dtype}"
             return None
 

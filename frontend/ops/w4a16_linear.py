@@ -194,6 +194,27 @@ def plan_info(device: Device, x_dtype: Any, n: int, m: int, k: int) -> dict[str,
     return _OP.plan_info(device, x_dtype, n, m, k)
 
 
+def prepared_on(prepared: w4a16.Prepared, device: Any) -> w4a16.Prepared:
+    """``prepared``'s arrays as torch tensors on ``device`` (a torch device; bfloat16 scales through their
+    int16 view, as numpy has no bfloat16 torch understands), for the integrations that load weights."""
+    import torch
+
+    bf16 = prepared.scales.dtype.name == "bfloat16"
+
+    def place(a: Any) -> Any:
+        if bf16 and a is prepared.scales:
+            return torch.from_numpy(a.view("int16")).to(device).view(torch.bfloat16)
+        return torch.from_numpy(a).to(device)
+
+    return prepared.map(place)
+
+
+def prepared_bytes(prepared: w4a16.Prepared) -> int:
+    """Bytes the prepared arrays hold (numpy arrays or torch tensors)."""
+    return sum(a.nbytes if hasattr(a, "nbytes") else a.numel() * a.element_size()
+               for a in (prepared.qweight, prepared.scales, prepared.zeros, prepared.perm) if a is not None)
+
+
 def _torch_prepared(qweight: Any, scales: Any, group_size: int, zeros: Any, perm: Any,
                     shape: tuple[int, int]) -> w4a16.Prepared:
     return w4a16.Prepared(qweight, scales, zeros, perm, int(group_size), shape, zeros is None, "prepared", None)
